@@ -1,0 +1,38 @@
+"""KFP component: fan in every run's report and compare them. Interface only."""
+
+from typing import List
+
+from kfp import dsl
+from kfp.dsl import HTML, Artifact, Input, Markdown, Output
+
+from distrain.images import TRAINER_IMAGE
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def compare(
+    reports: Input[List[Artifact]],
+    comparison: Output[Artifact],
+    table: Output[Markdown],
+    page: Output[HTML],
+    target_accuracy: float = 0.95,
+):
+    """Side-by-side table and plots of all runs (time, throughput, speedup, accuracy).
+
+    ``comparison`` is a directory holding ``comparison.json``, ``.md`` and ``.html``;
+    ``table`` and ``page`` show the same in the KFP UI.
+    """
+    import json
+    import shutil
+
+    from distrain.compare import render_text_table
+    from distrain.steps import compare as step
+
+    runs = []
+    for artifact in reports:
+        with open(artifact.path) as f:
+            runs.append(json.load(f))
+    result = step(runs, comparison.path, target_accuracy=target_accuracy)
+    shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
+    shutil.copyfile(f"{comparison.path}/comparison.html", page.path)
+    comparison.metadata["best"] = result["best"]
+    print(render_text_table(result), flush=True)

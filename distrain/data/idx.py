@@ -1,0 +1,189 @@
+"""Reading and writing IDX files, the format of the MNIST data set.
+
+An IDX file is a big-endian header followed by raw data::
+
+    magic: 0x00 0x00 <dtype code> <number of dimensions>
+    dims:  one uint32 per dimension
+    data:  prod(dims) items of the dtype
+
+MNIST uses dtype code 0x08 (unsigned byte): images are ``idx3`` (count, rows,
+columns, magic 0x00000803) and labels ``idx1`` (count, magic 0x00000801). Files
+are usually gzipped; both forms are read. Every problem is raised as
+:class:`IdxFormatError` naming the file and what was expected.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+# IDX type codes and the numpy dtypes they hold (big-endian where it matters).
+_DTYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_CODES = {dtype.newbyteorder("="): code for code, dtype in _DTYPES.items()}
+
+IMAGES_MAGIC = 0x00000803
+LABELS_MAGIC = 0x00000801
+
+# The four files of the MNIST distribution, by split.
+MNIST_FILES: dict[str, tuple[str, str]] = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+class IdxFormatError(ValueError):
+    """An IDX file is missing, unreadable or not what it should be."""
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise IdxFormatError(f"{path}: file not found")
+    raw = path.read_bytes()
+    if not raw:
+        raise IdxFormatError(f"{path}: file is empty, expected an IDX header")
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as err:
+            raise IdxFormatError(f"{path}: corrupt or truncated gzip stream ({err})") from err
+    if path.suffix == ".gz":
+        raise IdxFormatError(f"{path}: not a gzip file (name ends in .gz, bytes do not)")
+    return raw
+
+
+def parse_idx(data: bytes, name: str = "<bytes>", expect_magic: int | None = None) -> np.ndarray:
+    """Parses the bytes of an (uncompressed) IDX file.
+
+    Args:
+        data: The file's bytes, after any gzip decompression.
+        name: What to call the source in error messages (usually its path).
+        expect_magic: If given, the magic number the file must carry.
+
+    Returns:
+        The array with the file's shape and dtype (native byte order).
+
+    Raises:
+        IdxFormatError: The header or the data length is wrong.
+    """
+    if len(data) < 4:
+        raise IdxFormatError(f"{name}: {len(data)} bytes, too short for an IDX header (4 bytes)")
+    zero, code, ndim = struct.unpack(">HBB", data[:4])
+    magic = struct.unpack(">I", data[:4])[0]
+    if zero != 0 or code not in _DTYPES or ndim == 0:
+        raise IdxFormatError(
+            f"{name}: bad IDX magic 0x{magic:08X}; expected 0x0000 then a type code "
+            f"({', '.join(f'0x{c:02X}' for c in _DTYPES)}) and a dimension count"
+        )
+    if expect_magic is not None and magic != expect_magic:
+        raise IdxFormatError(f"{name}: IDX magic 0x{magic:08X}, expected 0x{expect_magic:08X}")
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise IdxFormatError(f"{name}: header declares {ndim} dimensions but the file ends early")
+    dims = struct.unpack(f">{ndim}I", data[4:header])
+    dtype = _DTYPES[code]
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    got = len(data) - header
+    if got != expected:
+        raise IdxFormatError(
+            f"{name}: dimensions {list(dims)} need {expected} data bytes, file has {got}"
+        )
+    array = np.frombuffer(data, dtype=dtype, offset=header).reshape(dims)
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
+def read_idx(path: str | os.PathLike, expect_magic: int | None = None) -> np.ndarray:
+    """Reads an IDX file, gzipped or not.
+
+    Args:
+        path: The file.
+        expect_magic: If given, the magic number the file must carry.
+
+    Returns:
+        The array stored in the file.
+
+    Raises:
+        IdxFormatError: The file is missing, empty, corrupt or malformed.
+    """
+    path = Path(path)
+    return parse_idx(_read_bytes(path), str(path), expect_magic)
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Writes an array as an IDX file, gzipped when the name ends in ``.gz``.
+
+    Args:
+        path: Destination file.
+        array: Any array whose dtype IDX can hold (uint8 for MNIST).
+    """
+    path = Path(path)
+    array = np.asarray(array)
+    native = array.dtype.newbyteorder("=")
+    if native not in _CODES:
+        raise ValueError(f"IDX cannot hold dtype {array.dtype}")
+    code = _CODES[native]
+    header = struct.pack(">HBB", 0, code, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    payload = header + array.astype(_DTYPES[code], copy=False).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".gz":
+        # mtime=0 keeps the bytes deterministic for a given array.
+        tmp.write_bytes(gzip.compress(payload, compresslevel=6, mtime=0))
+    else:
+        tmp.write_bytes(payload)
+    os.replace(tmp, path)
+
+
+def read_mnist_split(images_path: str | os.PathLike, labels_path: str | os.PathLike):
+    """Reads one MNIST split and checks that its two files agree.
+
+    Args:
+        images_path: The ``*-images-idx3-ubyte[.gz]`` file.
+        labels_path: The ``*-labels-idx1-ubyte[.gz]`` file.
+
+    Returns:
+        ``(images, labels)``: uint8 arrays of shape ``[N, rows, cols]`` and ``[N]``.
+
+    Raises:
+        IdxFormatError: Either file is malformed, or their counts differ.
+    """
+    images = read_idx(images_path, IMAGES_MAGIC)
+    labels = read_idx(labels_path, LABELS_MAGIC)
+    if images.dtype != np.uint8 or labels.dtype != np.uint8:
+        raise IdxFormatError(f"{images_path}, {labels_path}: MNIST files must hold unsigned bytes")
+    if images.shape[1] == 0 or images.shape[2] == 0:
+        raise IdxFormatError(f"{images_path}: image dimensions {images.shape[1:]} are empty")
+    if images.shape[0] != labels.shape[0]:
+        raise IdxFormatError(
+            f"{images_path} has {images.shape[0]} images but {labels_path} has "
+            f"{labels.shape[0]} labels; the counts must match"
+        )
+    return images, labels
+
+
+def mnist_paths(directory: str | os.PathLike, split: str) -> tuple[Path, Path]:
+    """The images and labels paths of a split in an MNIST directory.
+
+    Accepts both the gzipped names and the uncompressed ones (as some mirrors ship).
+    """
+    directory = Path(directory)
+    if split not in MNIST_FILES:
+        raise ValueError(f"unknown MNIST split {split!r}; expected one of {sorted(MNIST_FILES)}")
+    found = []
+    for name in MNIST_FILES[split]:
+        path = directory / name
+        if not path.exists() and (directory / name[:-3]).exists():
+            path = directory / name[:-3]
+        found.append(path)
+    return found[0], found[1]

@@ -1,0 +1,137 @@
+"""Input pipelines: preprocessed TFRecords to ``tf.data`` datasets, the same for every mode."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Preprocessed data is missing or inconsistent."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What training needs to know about a preprocessed data set (from ``metadata.json``)."""
+
+    data_dir: str
+    dataset: str
+    num_classes: int
+    class_names: list[str]
+    splits: dict[str, int]
+    files: dict[str, str]
+    metadata: dict
+
+    @classmethod
+    def load(cls, data_dir: str | os.PathLike) -> DatasetInfo:
+        """Reads ``metadata.json`` of a preprocessed data directory.
+
+        Raises:
+            DataError: The directory or its metadata is missing or incomplete.
+        """
+        path = Path(data_dir) / "metadata.json"
+        if not path.exists():
+            raise DataError(
+                f"{path}: not found; {data_dir} is not a preprocessed data directory "
+                "(run the preprocessing step first)"
+            )
+        meta = json.loads(path.read_text())
+        for key in ("dataset", "splits", "files"):
+            if key not in meta:
+                raise DataError(f"{path}: missing key {key!r}")
+        return cls(
+            data_dir=str(data_dir),
+            dataset=meta["dataset"],
+            num_classes=int(meta.get("num_classes", 0)),
+            class_names=list(meta.get("class_names", [])),
+            splits={k: int(v) for k, v in meta["splits"].items()},
+            files=dict(meta["files"]),
+            metadata=meta,
+        )
+
+    def split_files(self, split: str) -> list[str]:
+        """The sorted TFRecord shards of a split.
+
+        Raises:
+            DataError: The split is unknown or has no files.
+        """
+        if split not in self.files:
+            raise DataError(f"{self.data_dir}: no split {split!r} (have {sorted(self.files)})")
+        files = sorted(glob.glob(os.path.join(self.data_dir, self.files[split])))
+        if not files:
+            raise DataError(f"{self.data_dir}: no files match {self.files[split]!r} for {split}")
+        return files
+
+
+def _mnist_parser(info: DatasetInfo):
+    import tensorflow as tf
+
+    shape = info.metadata.get("image_shape", [28, 28])
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(records):
+        features = tf.io.parse_example(records, spec)
+        images = tf.io.decode_raw(features["image"], tf.uint8)
+        images = tf.reshape(images, [-1, *shape])
+        return tf.cast(images, tf.float32) / 255.0, tf.cast(features["label"], tf.int32)
+
+    return parse
+
+
+_PARSERS = {"mnist": _mnist_parser}
+
+
+def make_dataset(
+    info: DatasetInfo,
+    split: str,
+    batch_size: int,
+    *,
+    shard: tuple[int, int] = (1, 0),
+    shuffle: bool = False,
+    seed: int = 0,
+    repeat: bool = False,
+    drop_remainder: bool = False,
+):
+    """Builds the batched dataset of ``(features, labels)`` for one split.
+
+    Args:
+        info: The data set's metadata.
+        split: ``train``, ``validation`` or ``test``.
+        batch_size: Examples per batch.
+        shard: ``(num_shards, index)``: this worker reads every ``num_shards``-th record
+            starting at ``index`` (data parallelism: each worker sees a disjoint part).
+        shuffle: Shuffle records (with ``seed``, reshuffled each epoch).
+        seed: Shuffle seed.
+        repeat: Repeat forever (the caller counts steps).
+        drop_remainder: Drop a last partial batch.
+
+    Returns:
+        A ``tf.data.Dataset``.
+    """
+    import tensorflow as tf
+
+    if info.dataset not in _PARSERS:
+        raise DataError(f"no input pipeline for data set {info.dataset!r}")
+    num_shards, index = shard
+    ds = tf.data.TFRecordDataset(info.split_files(split))
+    if num_shards > 1:
+        ds = ds.shard(num_shards, index)
+    ds = ds.cache()
+    if shuffle:
+        ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    ds = ds.map(_PARSERS[info.dataset](info), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def shard_size(total: int, num_shards: int, index: int) -> int:
+    """How many of ``total`` records ``Dataset.shard(num_shards, index)`` keeps."""
+    return total // num_shards + (1 if index < total % num_shards else 0)

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Horovod wheel for the active Python and install it.
+#
+# Horovod 0.28.1 ships as an sdist only. It builds against TF 2.21 with gloo when:
+#   1. cmake < 4 is used (gloo's CMakeLists is rejected by cmake 4), or
+#      CMAKE_POLICY_VERSION_MINIMUM=3.5 is set;
+#   2. xla_mpi_ops.cc is dropped from horovod/tensorflow/CMakeLists.txt (its XLA headers
+#      need highwayhash/farmhash, which the TF wheel lacks);
+#   3. it is built without build isolation, after TensorFlow is installed.
+# The wheel is cached outside the clone, keyed by Horovod, TF and Python versions, so a
+# second setup and CI's fresh clone reuse it.
+#
+# Usage: scripts/build_horovod.sh [PYTHON]   (default: python on PATH)
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck disable=SC1091
+source "$here/requirements/horovod.env"
+PY="${1:-python}"
+
+if "$PY" -c "import horovod.tensorflow" 2>/dev/null; then
+  echo "horovod: already installed ($("$PY" -c 'import horovod; print(horovod.__version__)'))"
+  exit 0
+fi
+
+tf_version="$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu") if any(d.metadata["Name"]=="tensorflow-cpu" for d in m.distributions()) else m.version("tensorflow"))')"
+py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+cache_root="${DISTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain}"
+cache="$cache_root/wheels/horovod-${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-$(uname -m)"
+mkdir -p "$cache"
+
+wheel="$(ls "$cache"/horovod-*.whl 2>/dev/null | head -n 1 || true)"
+if [ -z "$wheel" ]; then
+  echo "horovod: no cached wheel in $cache; building ${HOROVOD_VERSION} from source (about 8 minutes on 2 cores)"
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  "$PY" -m pip download --no-deps --no-binary :all: --no-build-isolation \
+    -d "$work" "horovod==${HOROVOD_VERSION}" >/dev/null
+  tar -xzf "$work"/horovod-"${HOROVOD_VERSION}".tar.gz -C "$work"
+  src="$work/horovod-${HOROVOD_VERSION}"
+  # (2) drop the XLA op source: its headers need highwayhash/farmhash.
+  sed -i '/xla_mpi_ops.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
+  if grep -q xla_mpi_ops.cc "$src/horovod/tensorflow/CMakeLists.txt"; then
+    echo "horovod: failed to drop xla_mpi_ops.cc from the CMakeLists" >&2
+    exit 1
+  fi
+  # (1) cmake: prefer a system cmake < 4; otherwise allow the old policy level.
+  cmake_bin="$(command -v cmake || true)"
+  if [ -n "$cmake_bin" ]; then
+    major="$("$cmake_bin" --version | head -n1 | sed -E 's/[^0-9]*([0-9]+).*/\1/')"
+    [ "$major" -ge 4 ] && export CMAKE_POLICY_VERSION_MINIMUM=3.5
+  else
+    "$PY" -m pip install -q 'cmake<4'
+  fi
+  # (3) TF + gloo only, no build isolation (TF must be importable by the build).
+  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+  export MAKEFLAGS="-j$(nproc)"
+  "$PY" -m pip wheel --no-deps --no-build-isolation -w "$work/dist" "$src"
+  cp "$work"/dist/horovod-*.whl "$cache/"
+  wheel="$(ls "$cache"/horovod-*.whl | head -n 1)"
+  echo "horovod: cached $wheel"
+else
+  echo "horovod: reusing cached wheel $wheel"
+fi
+"$PY" -m pip install --no-deps "$wheel"
+# horovod's own runtime dependencies (no TF pins among them)
+"$PY" -m pip install -q cloudpickle psutil pyyaml packaging
+"$PY" -c "import horovod.tensorflow as hvd; hvd.init(); print('horovod: ok, size', hvd.size())"

@@ -1,0 +1,40 @@
+"""Shared fixtures: a tiny generated MNIST sample and its preprocessed form."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def mnist_raw(tmp_path_factory) -> Path:
+    """The four MNIST IDX files of a small generated sample (1,500 train, 400 test)."""
+    from distrain.steps import fetch_mnist
+
+    out = tmp_path_factory.mktemp("mnist_raw")
+    fetch_mnist("sample", out, sample_train_size=1500, sample_test_size=400, seed=7)
+    return out
+
+
+@pytest.fixture(scope="session")
+def mnist_examples(mnist_raw, tmp_path_factory) -> Path:
+    """The sample after Beam preprocessing: TFRecord shards and metadata.json."""
+    from distrain.steps import preprocess_mnist
+
+    out = tmp_path_factory.mktemp("mnist_examples")
+    preprocess_mnist(mnist_raw, out, validation_fraction=0.1, seed=0, num_shards=2)
+    return out
+
+
+@pytest.fixture
+def cli_env() -> dict:
+    """Environment for running the console scripts of this virtualenv."""
+    return dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")

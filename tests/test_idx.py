@@ -1,0 +1,127 @@
+"""IDX parsing: good files and every kind of bad one, each a clear error naming the file."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+
+from distrain.data.idx import (
+    IMAGES_MAGIC,
+    LABELS_MAGIC,
+    IdxFormatError,
+    mnist_paths,
+    parse_idx,
+    read_idx,
+    read_mnist_split,
+    write_idx,
+)
+
+
+def _images(n=5):
+    return np.random.default_rng(0).integers(0, 256, (n, 28, 28), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("name", ["x-images-idx3-ubyte.gz", "x-images-idx3-ubyte"])
+def test_round_trip_gzip_and_raw(tmp_path, name):
+    images = _images()
+    write_idx(tmp_path / name, images)
+    back = read_idx(tmp_path / name, IMAGES_MAGIC)
+    assert back.dtype == np.uint8 and back.shape == (5, 28, 28)
+    np.testing.assert_array_equal(back, images)
+
+
+def test_header_bytes_are_the_real_mnist_ones(tmp_path):
+    write_idx(tmp_path / "l.gz", np.arange(10, dtype=np.uint8))
+    raw = gzip.decompress((tmp_path / "l.gz").read_bytes())
+    assert raw[:8] == bytes.fromhex("00000801") + struct.pack(">I", 10)
+    write_idx(tmp_path / "i.gz", _images(3))
+    raw = gzip.decompress((tmp_path / "i.gz").read_bytes())
+    assert raw[:16] == bytes.fromhex("00000803") + struct.pack(">III", 3, 28, 28)
+    assert len(raw) == 16 + 3 * 784
+
+
+def test_other_dtypes_round_trip():
+    data = np.array([[1.5, -2.0], [3.25, 4.0]], dtype=np.float32)
+    raw = bytes([0, 0, 0x0D, 2]) + struct.pack(">II", 2, 2) + data.astype(">f4").tobytes()
+    np.testing.assert_array_equal(parse_idx(raw), data)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(IdxFormatError, match=r"nope\.gz: file not found"):
+        read_idx(tmp_path / "nope.gz")
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "e.gz").write_bytes(b"")
+    with pytest.raises(IdxFormatError, match=r"e\.gz: file is empty"):
+        read_idx(tmp_path / "e.gz")
+
+
+def test_truncated_gzip(tmp_path):
+    write_idx(tmp_path / "t.gz", _images(50))
+    data = (tmp_path / "t.gz").read_bytes()
+    (tmp_path / "t.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(IdxFormatError, match=r"t\.gz: corrupt or truncated gzip"):
+        read_idx(tmp_path / "t.gz")
+
+
+def test_non_gzip_bytes_with_gz_name(tmp_path):
+    (tmp_path / "n.gz").write_bytes(b"this is not gzip at all")
+    with pytest.raises(IdxFormatError, match=r"n\.gz: not a gzip file"):
+        read_idx(tmp_path / "n.gz")
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (bytes.fromhex("12340803"), "bad IDX magic 0x12340803"),
+        (bytes.fromhex("00000703"), "bad IDX magic 0x00000703"),
+        (bytes.fromhex("00000800"), "bad IDX magic 0x00000800"),
+    ],
+)
+def test_bad_magic(tmp_path, header, message):
+    (tmp_path / "m").write_bytes(header + b"\0" * 16)
+    with pytest.raises(IdxFormatError, match=message) as err:
+        read_idx(tmp_path / "m")
+    assert str(tmp_path / "m") in str(err.value)
+
+
+def test_wrong_kind_of_file(tmp_path):
+    write_idx(tmp_path / "labels.gz", np.zeros(4, np.uint8))
+    with pytest.raises(IdxFormatError, match="IDX magic 0x00000801, expected 0x00000803"):
+        read_idx(tmp_path / "labels.gz", IMAGES_MAGIC)
+
+
+def test_too_short_for_header(tmp_path):
+    (tmp_path / "s").write_bytes(b"\0\0")
+    with pytest.raises(IdxFormatError, match="too short for an IDX header"):
+        read_idx(tmp_path / "s")
+    (tmp_path / "d").write_bytes(bytes.fromhex("00000803") + b"\0\0\0\5")
+    with pytest.raises(IdxFormatError, match="declares 3 dimensions but the file ends early"):
+        read_idx(tmp_path / "d")
+
+
+@pytest.mark.parametrize("delta", [-1, +1, -784])
+def test_data_length_must_match_dimensions(tmp_path, delta):
+    raw = bytes.fromhex("00000803") + struct.pack(">III", 2, 28, 28)
+    (tmp_path / "w").write_bytes(raw + b"\0" * (2 * 784 + delta))
+    with pytest.raises(IdxFormatError, match=r"dimensions \[2, 28, 28\] need 1568 data bytes"):
+        read_idx(tmp_path / "w")
+
+
+def test_split_counts_must_match(tmp_path):
+    write_idx(tmp_path / "i.gz", _images(5))
+    write_idx(tmp_path / "l.gz", np.zeros(4, np.uint8))
+    with pytest.raises(IdxFormatError, match="has 5 images but .* has 4 labels"):
+        read_mnist_split(tmp_path / "i.gz", tmp_path / "l.gz")
+
+
+def test_split_reads_and_paths(tmp_path):
+    write_idx(tmp_path / "train-images-idx3-ubyte.gz", _images(3))
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.array([1, 2, 3], np.uint8))
+    images, labels = read_mnist_split(*mnist_paths(tmp_path, "train"))
+    assert images.shape == (3, 28, 28) and labels.tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match="unknown MNIST split"):
+        mnist_paths(tmp_path, "dev")
+    assert LABELS_MAGIC == 0x801

@@ -1,0 +1,106 @@
+"""Training with local processes: single, and sync over horovodrun --gloo (2 ranks)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from distrain.train.config import TrainConfig
+from distrain.train.inputs import DataError, DatasetInfo, shard_size
+from distrain.train.launch import launch_command, run_training
+from distrain.train.loop import TrainingError
+
+
+def test_shard_size_matches_dataset_shard():
+    total = 103
+    assert sum(shard_size(total, 4, i) for i in range(4)) == total
+    assert [shard_size(10, 3, i) for i in range(3)] == [4, 3, 3]
+
+
+def test_missing_metadata_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="metadata.json: not found"):
+        DatasetInfo.load(tmp_path)
+
+
+def test_launch_commands_per_mode(tmp_path):
+    single = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="single:1")
+    assert launch_command(single, "c.json")[-4:] == [
+        "-m",
+        "distrain.train.worker",
+        "--config",
+        "c.json",
+    ]
+    sync = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:3")
+    cmd = launch_command(sync, "c.json")
+    assert cmd[0].endswith("horovodrun")
+    assert cmd[1:5] == ["-np", "3", "-H", "localhost:3"]
+    assert "--gloo" in cmd
+
+
+@pytest.mark.slow
+def test_single_run_learns_and_writes_history(mnist_examples, tmp_path):
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples), output_dir=str(tmp_path / "run"), run="single:1", epochs=3
+    )
+    history = run_training(cfg, timeout=300)
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2, 3]
+    last = history["epochs"][-1]
+    assert last["val_accuracy"] > 0.8, history["epochs"]
+    assert history["epochs"][0]["loss"] > last["loss"]
+    assert history["examples_per_second"] > 0
+    assert history["train_seconds"] >= last["step_seconds"]
+    assert (tmp_path / "run" / "model.keras").exists()
+    saved = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert saved["run"]["name"] == "single:1"
+
+
+@pytest.mark.slow
+def test_rerun_resumes_from_checkpoint_without_extra_epochs(mnist_examples, tmp_path):
+    out = tmp_path / "run"
+    first = TrainConfig(data_dir=str(mnist_examples), output_dir=str(out), epochs=2)
+    run_training(first, timeout=300)
+    # The same output directory with more epochs goes on from epoch 2, not from 0.
+    second = TrainConfig(data_dir=str(mnist_examples), output_dir=str(out), epochs=3)
+    history = run_training(second, timeout=300)
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2, 3]
+    steps_per_epoch = history["epochs"][0]["examples"]
+    assert history["total_examples"] == 3 * steps_per_epoch
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path):
+    out = tmp_path / "sync"
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples),
+        output_dir=str(out),
+        run="sync:2",
+        epochs=2,
+        dump_rank_weights=True,
+    )
+    history = run_training(cfg, timeout=300)
+    assert history["run"]["workers"] == 2
+    assert history["global_batch_size"] == 2 * cfg.batch_size
+    assert history["config"]["learning_rate"] == cfg.learning_rate
+    rank0 = np.load(out / "weights" / "rank0.npz")
+    rank1 = np.load(out / "weights" / "rank1.npz")
+    assert rank0.files == rank1.files and len(rank0.files) >= 6
+    for key in rank0.files:
+        np.testing.assert_array_equal(rank0[key], rank1[key])
+    # Training moved the weights away from the shared initialisation.
+    from distrain.train.models import build_model
+
+    info = DatasetInfo.load(mnist_examples)
+    fresh = build_model(info, "mlp", cfg.seed)
+    assert not np.allclose(fresh.weights[0].numpy(), rank0[rank0.files[0]])
+    # Each rank ran the same number of full steps over its half of the training split.
+    steps = info.splits["train"] // 2 // cfg.batch_size
+    assert history["epochs"][0]["examples"] == 2 * steps * cfg.batch_size
+
+
+def test_unknown_mode_in_loop_is_refused(mnist_examples, tmp_path):
+    from distrain.train.loop import train
+
+    cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(tmp_path), run="async:2")
+    with pytest.raises(TrainingError, match="not run by this loop"):
+        train(cfg)
