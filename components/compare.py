@@ -1,7 +1,5 @@
 """KFP component: fan in every run's report and compare them. Interface only."""
 
-from typing import List
-
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Output
 
@@ -10,7 +8,7 @@ from distrain.images import TRAINER_IMAGE
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def compare(
-    reports: Input[List[Artifact]],
+    reports: Input[list[Artifact]],
     comparison: Output[Artifact],
     table: Output[Markdown],
     page: Output[HTML],
@@ -25,6 +23,7 @@ def compare(
     import shutil
 
     from distrain.compare import render_text_table
+
     from distrain.steps import compare as step
 
     runs = []

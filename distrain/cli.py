@@ -1,10 +1,10 @@
 """The ``distrain`` command line.
 
-    distrain data mnist --sample --output DIR     write a learnable sample in MNIST's format
-    distrain data mnist --download --output DIR   fetch the real files (pinned, sha256-checked)
-    distrain compile mnist --output mnist.yaml    compile the KFP pipeline
-    distrain run mnist [--data DIR] --output OUT  run the pipeline locally (kfp.local)
-    distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
+distrain data mnist --sample --output DIR     write a learnable sample in MNIST's format
+distrain data mnist --download --output DIR   fetch the real files (pinned, sha256-checked)
+distrain compile mnist --output mnist.yaml    compile the KFP pipeline
+distrain run mnist [--data DIR] --output OUT  run the pipeline locally (kfp.local)
+distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import distrain
+from distrain.train.config import DEFAULT_RUNS
 
 PIPELINES = ("mnist",)
 
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", required=True)
     run.add_argument(
         "--runs",
-        default="single:1,sync:2",
+        default=",".join(DEFAULT_RUNS),
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A]",
     )
     run.add_argument("--model", default="mlp")

@@ -1,18 +1,17 @@
-"""The MNIST pipeline: data -> Beam preprocessing -> one training run per run spec
-(in parallel) -> evaluation -> comparison.
+"""The MNIST pipeline.
+
+Data -> Beam preprocessing -> one training run per run spec (in parallel) -> evaluation
+-> comparison.
 
 Compile it with ``kfp dsl compile --py pipelines/mnist.py --output mnist.yaml`` or
 ``distrain compile mnist --output mnist.yaml``; run it locally with ``distrain run mnist``.
 """
 
-from typing import List
-
-from kfp import dsl
-
 from distrain.components.compare import compare
 from distrain.components.evaluate import evaluate
 from distrain.components.mnist import fetch_mnist, preprocess_mnist
 from distrain.components.train import train
+from kfp import dsl
 
 DEFAULT_RUNS = ["single:1", "sync:2"]
 
@@ -35,7 +34,7 @@ def build_pipeline(parallelism: int = 0):
     )
     def mnist_pipeline(
         source: str = "sample",
-        runs: List[str] = DEFAULT_RUNS,  # noqa: B006 (KFP reads the default)
+        runs: list[str] = DEFAULT_RUNS,  # noqa: B006 (KFP reads the default)
         model: str = "mlp",
         epochs: int = 5,
         batch_size: int = 64,

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from distrain.images import BEAM_IMAGE, TRAINER_IMAGE
+from distrain.train.config import DEFAULT_RUNS
 
 from .conftest import ROOT, VENV_BIN
 
@@ -28,7 +29,7 @@ def _check_ir(spec: dict) -> None:
     inner = spec["components"][loop["componentRef"]["name"]]["dag"]["tasks"]
     assert {"train", "evaluate"} <= set(inner)
     defaults = spec["root"]["inputDefinitions"]["parameters"]
-    assert defaults["runs"]["defaultValue"] == ["single:1", "sync:2"]
+    assert defaults["runs"]["defaultValue"] == DEFAULT_RUNS
     # No component installs packages at run time: the images carry distrain and kfp.
     for executor in executors.values():
         assert "pip install" not in " ".join(executor["container"]["command"])
@@ -108,18 +109,21 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     comparison = json.loads((out / "comparison.json").read_text())
     rows = {row["name"]: row for row in comparison["rows"]}
-    assert set(rows) == {"single:1", "sync:2"}
+    assert set(rows) == {"single:1", "sync:2", "async:2", "syncreplicas:3"}
     assert rows["single:1"]["speedup"] == pytest.approx(1.0)
     for row in rows.values():
         assert 0.5 < row["accuracy"] <= 1.0
         assert row["examples_per_second"] > 0
     assert comparison["best"] in rows
-    assert "sync:2" in (out / "comparison.md").read_text()
+    assert rows["async:2"]["staleness_max"] > 0
+    assert rows["sync:2"]["staleness_max"] == 0
+    assert rows["syncreplicas:3"]["aggregation"] == "2/3"
+    assert "syncreplicas:3" in (out / "comparison.md").read_text()
     assert "data:image/png;base64," in (out / "comparison.html").read_text()
     # Progress and the final table were printed.
     assert "epoch 2/2" in proc.stdout + proc.stderr
     tail = proc.stdout[proc.stdout.rindex("pipeline finished") - 2000 :]
-    assert "single:1" in tail and "sync:2" in tail
+    assert all(name in tail for name in rows)
 
 
 def test_pipeline_module_is_importable_by_path():

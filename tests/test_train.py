@@ -5,10 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from distrain.train.config import TrainConfig
+from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.inputs import DataError, DatasetInfo, shard_size
 from distrain.train.launch import launch_command, run_training
-from distrain.train.loop import TrainingError
 
 
 def test_shard_size_matches_dataset_shard():
@@ -98,9 +97,95 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path):
     assert history["epochs"][0]["examples"] == 2 * steps * cfg.batch_size
 
 
-def test_unknown_mode_in_loop_is_refused(mnist_examples, tmp_path):
-    from distrain.train.loop import train
+def _server_processes() -> set[int]:
+    import psutil
 
-    cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(tmp_path), run="async:2")
-    with pytest.raises(TrainingError, match="not run by this loop"):
-        train(cfg)
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if "distrain.train.server" in " ".join(proc.info["cmdline"] or []):
+            found.add(proc.info["pid"])
+    return found
+
+
+@pytest.mark.slow
+def test_async_trains_records_staleness_and_leaves_no_process(mnist_examples, tmp_path):
+    before = _server_processes()
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples), output_dir=str(tmp_path / "a"), run="async:2", epochs=3
+    )
+    history = run_training(cfg, timeout=300)
+    assert _server_processes() == before, "parameter servers or workers outlived the run"
+    assert history["run"]["parameter_servers"] == 1
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    # Workers pushed without waiting for each other: some gradients were computed on
+    # parameters that another worker had already updated.
+    assert len(history["staleness"]) == sum(c[-1][1] for c in history["worker_progress"].values())
+    assert max(history["staleness"]) > 0
+    assert history["staleness_summary"]["mean"] > 0
+    assert set(history["worker_progress"]) == {"0", "1"}
+    assert (tmp_path / "a" / "model.keras").exists()
+    logs = sorted(p.name for p in (tmp_path / "a" / "logs").iterdir())
+    assert logs == ["ps-0.log", "worker-0.log", "worker-1.log"]
+
+
+@pytest.mark.slow
+def test_syncreplicas_drops_stale_gradients_and_learns(mnist_examples, tmp_path):
+    before = _server_processes()
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples),
+        output_dir=str(tmp_path / "sr"),
+        run="syncreplicas:3:aggregate=2",
+        epochs=2,
+    )
+    history = run_training(cfg, timeout=300)
+    assert _server_processes() == before
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert history["global_batch_size"] == 2 * cfg.batch_size
+    # Each update took 2 fresh gradients; the third worker's late ones were dropped.
+    delays = history["staleness"]
+    assert history["dropped_gradients"] == sum(1 for d in delays if d > 0) > 0
+    assert delays.count(0) >= 2 * (history["total_examples"] // (2 * cfg.batch_size))
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_sync_is_never_stale(mnist_examples, tmp_path):
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples), output_dir=str(tmp_path / "s"), run="sync:2", epochs=1
+    )
+    history = run_training(cfg, timeout=300)
+    assert history["staleness"] and set(history["staleness"]) == {0}
+
+
+@pytest.mark.slow
+def test_parameter_server_death_fails_the_run_clearly(mnist_examples, tmp_path):
+    # A parameter server that dies is fatal: the launcher says which one and stops the rest.
+    before = _server_processes()
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples), output_dir=str(tmp_path / "d"), run="async:2", epochs=50
+    )
+
+    def kill_ps_soon():
+        import time
+
+        import psutil
+
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            for proc in psutil.process_iter(["pid", "environ", "cmdline"]):
+                cmd = " ".join(proc.info["cmdline"] or [])
+                env = proc.info.get("environ") or {}
+                if "distrain.train.server" in cmd and '"type": "ps"' in env.get("TF_CONFIG", ""):
+                    if (tmp_path / "d" / "checkpoints").exists():
+                        proc.kill()
+                        return
+            time.sleep(0.2)
+
+    import threading
+
+    killer = threading.Thread(target=kill_ps_soon, daemon=True)
+    killer.start()
+    with pytest.raises(TrainingError, match="parameter server ps:0 exited"):
+        run_training(cfg, timeout=300)
+    killer.join(timeout=5)
+    assert _server_processes() == before

@@ -13,10 +13,16 @@ MODES = ("single", "sync", "async", "syncreplicas")
 # Modes that run on parameter servers.
 PS_MODES = ("async", "syncreplicas")
 MODELS = ("mlp", "cnn")
+# The runs a pipeline compares unless told otherwise: every mode once.
+DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
 
 
 class ConfigError(ValueError):
     """A run spec or a training setting is invalid."""
+
+
+class TrainingError(RuntimeError):
+    """Training could not run or did not finish."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,9 @@ class RunSpec:
         if self.mode not in MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
         if not isinstance(self.workers, int) or self.workers < 1:
-            raise ConfigError(f"{self.mode}: workers must be a positive integer, got {self.workers}")
+            raise ConfigError(
+                f"{self.mode}: workers must be a positive integer, got {self.workers}"
+            )
         if self.mode == "single" and self.workers != 1:
             raise ConfigError(f"single mode runs exactly 1 worker, got {self.workers}")
         if self.mode in PS_MODES:
@@ -90,7 +98,9 @@ class RunSpec:
         workers = 1
         if len(parts) > 1:
             if not re.fullmatch(r"-?\d+", parts[1]):
-                raise ConfigError(f"run spec {text!r}: workers must be an integer, got {parts[1]!r}")
+                raise ConfigError(
+                    f"run spec {text!r}: workers must be an integer, got {parts[1]!r}"
+                )
             workers = int(parts[1])
         kwargs: dict[str, int] = {}
         keys = {"ps": "parameter_servers", "aggregate": "replicas_to_aggregate"}
@@ -144,6 +154,9 @@ class TrainConfig:
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
+        steps_per_call: async mode: steps a worker runs per call scheduled by the
+            coordinator (each step still applies its own gradient at once); amortises the
+            coordinator's dispatch cost on small steps.
     """
 
     data_dir: str
@@ -159,6 +172,7 @@ class TrainConfig:
     checkpoint_every_epochs: int = 1
     dump_rank_weights: bool = False
     start_timeout: int = 120
+    steps_per_call: int = 4
 
     def __post_init__(self) -> None:
         if isinstance(self.run, str):
@@ -168,7 +182,13 @@ class TrainConfig:
             object.__setattr__(self, "run", RunSpec(**run))
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; expected one of {', '.join(MODELS)}")
-        for name in ("epochs", "batch_size", "checkpoint_every_epochs", "start_timeout"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "checkpoint_every_epochs",
+            "start_timeout",
+            "steps_per_call",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:

@@ -1,7 +1,11 @@
 """Starting a training run's processes on this machine.
 
-``single`` runs one worker process; ``sync`` runs ``horovodrun --gloo`` with N local
-ranks. On a cluster the same worker command runs under the MPI Operator instead.
+* ``single``: one worker process.
+* ``sync``: ``horovodrun --gloo`` with N local ranks (the MPI Operator on a cluster).
+* ``async`` / ``syncreplicas``: P parameter servers and N workers as TensorFlow servers on
+  localhost ports, and one coordinator (chief) that trains; each process gets its role in
+  ``TF_CONFIG``, as on Kubernetes. When the coordinator ends, the servers are stopped:
+  every process ends with the run.
 """
 
 from __future__ import annotations
@@ -9,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from distrain.train.config import TrainConfig
-from distrain.train.loop import TrainingError
+from distrain.train.config import PS_MODES, TrainConfig, TrainingError
 
 
 def _horovodrun() -> str:
@@ -28,16 +34,19 @@ def _horovodrun() -> str:
 
 
 def worker_command(config_path: str | os.PathLike) -> list[str]:
-    """The command of one training process (the same locally and in images)."""
+    """The command of a training process (the same locally and in images)."""
     return [sys.executable, "-m", "distrain.train.worker", "--config", str(config_path)]
 
 
+def server_command(threads: int) -> list[str]:
+    """The command of a parameter-server or worker server process (PS modes)."""
+    return [sys.executable, "-m", "distrain.train.server", "--threads", str(threads)]
+
+
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:
-    """The full local command for the run's mode and scale."""
+    """The command that runs the training (for PS modes: the coordinator's)."""
     cmd = worker_command(config_path)
     mode, n = cfg.run.mode, cfg.run.workers
-    if mode == "single":
-        return cmd
     if mode == "sync":
         return [
             _horovodrun(),
@@ -50,14 +59,80 @@ def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str
             str(cfg.start_timeout),
             *cmd,
         ]
-    raise TrainingError(f"mode {mode!r} cannot be launched yet")
+    return cmd
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports on 127.0.0.1 that were free a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def cluster_spec(workers: int, parameter_servers: int) -> dict[str, list[str]]:
+    """A localhost cluster: one chief (the coordinator), the workers and the PS."""
+    ports = free_ports(1 + workers + parameter_servers)
+    addresses = [f"localhost:{p}" for p in ports]
+    return {
+        "chief": addresses[:1],
+        "worker": addresses[1 : 1 + workers],
+        "ps": addresses[1 + workers :],
+    }
+
+
+def tf_config(cluster: dict, task_type: str, index: int) -> str:
+    """The TF_CONFIG of one process of the cluster."""
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+class _Processes:
+    """Child processes of one run, each in its own session so its children go with it."""
+
+    def __init__(self):
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict, log: Path | None = None):
+        stdout = open(log, "wb") if log else None  # noqa: SIM115 (closed with the process)
+        stderr = subprocess.STDOUT if log else None
+        self.procs[name] = subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=stdout, stderr=stderr
+        )
+        if stdout:
+            stdout.close()
+        return self.procs[name]
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     """Runs a training run to completion with local processes.
 
-    The processes' output goes to this process's stdout, so progress shows as it
-    happens (one line per epoch).
+    The training output goes to this process's stdout, so progress shows as it happens
+    (one line per epoch); PS-mode servers log to ``<output>/logs/``.
 
     Args:
         cfg: The run's configuration.
@@ -72,36 +147,45 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = cfg.save(out / "train_config.json")
-    cmd = launch_command(cfg, config_path)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1")
-    print(f"[{cfg.run.name}] $ {' '.join(cmd)}", flush=True)
-    # A process group of its own, so a timeout stops every rank it started.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    env.pop("TF_CONFIG", None)
+    procs = _Processes()
+    deadline = time.monotonic() + timeout if timeout else None
     try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        _kill_group(proc)
-        raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s") from err
-    except BaseException:
-        _kill_group(proc)
-        raise
-    if code != 0:
-        raise TrainingError(f"[{cfg.run.name}] training failed: {cmd[0]} exited with code {code}")
+        if cfg.run.mode in PS_MODES:
+            cluster = cluster_spec(cfg.run.workers, cfg.run.parameter_servers)
+            logs = out / "logs"
+            logs.mkdir(exist_ok=True)
+            for job, threads in (("ps", 1), ("worker", cfg.threads)):
+                for index in range(len(cluster[job])):
+                    procs.start(
+                        f"{job}:{index}",
+                        server_command(threads),
+                        dict(env, TF_CONFIG=tf_config(cluster, job, index)),
+                        logs / f"{job}-{index}.log",
+                    )
+            env = dict(env, TF_CONFIG=tf_config(cluster, "chief", 0))
+            print(f"[{cfg.run.name}] cluster: {json.dumps(cluster)}", flush=True)
+        cmd = launch_command(cfg, config_path)
+        print(f"[{cfg.run.name}] $ {' '.join(cmd)}", flush=True)
+        main = procs.start("chief", cmd, env)
+        while main.poll() is None:
+            for name, proc in procs.procs.items():
+                if name.startswith("ps:") and proc.poll() is not None:
+                    raise TrainingError(
+                        f"[{cfg.run.name}] parameter server {name} exited with code "
+                        f"{proc.returncode}; see {out / 'logs'}"
+                    )
+            if deadline and time.monotonic() > deadline:
+                raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
+            time.sleep(0.2)
+        if main.returncode != 0:
+            raise TrainingError(
+                f"[{cfg.run.name}] training failed: {cmd[0]} exited with code {main.returncode}"
+            )
+    finally:
+        procs.stop_all()
     history_path = out / "history.json"
     if not history_path.exists():
         raise TrainingError(f"[{cfg.run.name}] finished but wrote no {history_path}")
     return json.loads(history_path.read_text())
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
