@@ -23,7 +23,6 @@ def compare(
     import shutil
 
     from distrain.compare import render_text_table
-
     from distrain.steps import compare as step
 
     runs = []

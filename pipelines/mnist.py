@@ -7,13 +7,13 @@ Compile it with ``kfp dsl compile --py pipelines/mnist.py --output mnist.yaml`` 
 ``distrain compile mnist --output mnist.yaml``; run it locally with ``distrain run mnist``.
 """
 
+from kfp import dsl
+
 from distrain.components.compare import compare
 from distrain.components.evaluate import evaluate
 from distrain.components.mnist import fetch_mnist, preprocess_mnist
 from distrain.components.train import train
-from kfp import dsl
-
-DEFAULT_RUNS = ["single:1", "sync:2"]
+from distrain.train.config import DEFAULT_RUNS
 
 
 def build_pipeline(parallelism: int = 0):

@@ -1,0 +1,332 @@
+"""Side-by-side comparison of training runs: what each mode costs and buys.
+
+Input: run reports ``{"run", "history", "evaluation"}`` (one per run, from the
+evaluation step). Output: a comparison dict (one row per run), rendered as JSON,
+Markdown, a terminal table and a self-contained HTML page with plots.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+MODE_ORDER = ("single", "sync", "async", "syncreplicas")
+
+# (key, header, format) of the table's columns.
+COLUMNS = [
+    ("name", "run", "{}"),
+    ("mode", "mode", "{}"),
+    ("workers", "workers", "{}"),
+    ("parameter_servers", "PS", "{}"),
+    ("aggregation", "aggregate", "{}"),
+    ("accuracy", "accuracy", "{:.4f}"),
+    ("macro_f1", "macro F1", "{:.4f}"),
+    ("train_seconds", "train s", "{:.1f}"),
+    ("examples_per_second", "examples/s", "{:,.0f}"),
+    ("speedup", "speedup", "{:.2f}"),
+    ("efficiency", "efficiency", "{:.2f}"),
+    ("time_to_target", "time to target s", "{:.1f}"),
+    ("staleness_mean", "staleness mean", "{:.2f}"),
+    ("staleness_p95", "p95", "{:.1f}"),
+    ("staleness_max", "max", "{}"),
+]
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """How runs are compared.
+
+    Attributes:
+        baseline: Mode whose run is the speedup reference (its first run).
+        target_accuracy: Validation accuracy whose wall-clock time each run reports.
+    """
+
+    baseline: str = "single"
+    target_accuracy: float = 0.95
+
+
+def time_to_target(epochs: list[dict], target: float) -> float | None:
+    """Wall-clock seconds until validation accuracy first reached ``target``.
+
+    Linear interpolation between the epochs around the crossing (from 0 s before the
+    first epoch); None when it never got there.
+    """
+    prev_t, prev_acc = 0.0, None
+    for e in epochs:
+        acc, t = e.get("val_accuracy"), e.get("wall_seconds")
+        if acc is None or t is None:
+            continue
+        if acc >= target:
+            if prev_acc is None or acc == prev_acc:
+                return float(t)
+            frac = (target - prev_acc) / (acc - prev_acc)
+            return float(prev_t + max(0.0, min(1.0, frac)) * (t - prev_t))
+        prev_t, prev_acc = t, acc
+    return None
+
+
+def _staleness(history: dict) -> tuple[float | None, float | None, int | None]:
+    delays = history.get("staleness")
+    if not delays:
+        return None, None, None
+    values = np.asarray(delays, dtype=np.float64)
+    return float(values.mean()), float(np.percentile(values, 95)), int(values.max())
+
+
+def _check(report: dict, index: int) -> str:
+    name = report.get("run", {}).get("name", f"#{index}")
+    for key in ("run", "history", "evaluation"):
+        if key not in report:
+            raise ValueError(f"run report {name}: missing {key!r}")
+    for key, part in (("train_seconds", "history"), ("accuracy", "evaluation")):
+        if key not in report[part]:
+            raise ValueError(f"run report {name}: {part} has no {key!r}")
+    for key in ("name", "mode", "workers"):
+        if key not in report["run"]:
+            raise ValueError(f"run report {name}: run has no {key!r}")
+    return name
+
+
+def build_comparison(reports: list[dict], config: CompareConfig | None = None) -> dict:
+    """One row per run with cost and quality side by side, the best run and notes.
+
+    Args:
+        reports: Run reports.
+        config: Baseline and target.
+
+    Returns:
+        ``{"rows", "best", "baseline", "target_accuracy", "notes"}``.
+
+    Raises:
+        ValueError: A report lacks a field, or two runs share a name.
+    """
+    config = config or CompareConfig()
+    if not reports:
+        raise ValueError("no run reports to compare")
+    names = [_check(r, i) for i, r in enumerate(reports)]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate run names: {', '.join(dupes)}")
+
+    def order(report):
+        run = report["run"]
+        mode = run["mode"]
+        rank = MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
+        return rank, run["workers"], run["name"]
+
+    reports = sorted(reports, key=order)
+    base = next((r for r in reports if r["run"]["mode"] == config.baseline), None)
+    notes = []
+    if base is None:
+        notes.append(f"no {config.baseline!r} run: speedup and efficiency need it as the reference")
+    rows = []
+    for r in reports:
+        run, hist, ev = r["run"], r["history"], r["evaluation"]
+        seconds = float(hist["train_seconds"])
+        speedup = None
+        if base is not None and seconds > 0:
+            speedup = float(base["history"]["train_seconds"]) / seconds
+        mean, p95, worst = _staleness(hist)
+        agg = run.get("replicas_to_aggregate")
+        rows.append(
+            {
+                "name": run["name"],
+                "mode": run["mode"],
+                "workers": int(run["workers"]),
+                "parameter_servers": int(run.get("parameter_servers") or 0),
+                "aggregation": f"{agg}/{run['workers']}" if run["mode"] == "syncreplicas" else None,
+                "accuracy": float(ev["accuracy"]),
+                "macro_f1": float(ev.get("macro_f1", float("nan"))),
+                "train_seconds": seconds,
+                "examples_per_second": float(hist.get("examples_per_second", 0.0)),
+                "speedup": speedup,
+                "efficiency": speedup / int(run["workers"]) if speedup is not None else None,
+                "time_to_target": time_to_target(hist.get("epochs", []), config.target_accuracy),
+                "staleness_mean": mean,
+                "staleness_p95": p95,
+                "staleness_max": worst,
+                "dropped_gradients": hist.get("dropped_gradients"),
+            }
+        )
+    best = max(rows, key=lambda row: (row["accuracy"], -row["train_seconds"]))
+    return {
+        "rows": rows,
+        "best": best["name"],
+        "baseline": base["run"]["name"] if base is not None else None,
+        "target_accuracy": config.target_accuracy,
+        "config": asdict(config),
+        "notes": notes,
+    }
+
+
+def _cell(row: dict, key: str, fmt: str) -> str:
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "—"
+    return fmt.format(value)
+
+
+def render_markdown(comparison: dict) -> str:
+    """The comparison as a Markdown document (a table, the best run, notes)."""
+    lines = [
+        "# Training runs compared",
+        "",
+        f"Speedup is against `{comparison['baseline'] or 'n/a'}` (its training time over "
+        "each run's); efficiency is speedup / workers; time to target is the wall-clock "
+        f"time to reach validation accuracy {comparison['target_accuracy']}; staleness "
+        "is the number of parameter versions between the one a gradient was computed on and "
+        "the one it was applied to (or dropped at).",
+        "",
+        "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+        "|" + "|".join("---" if k in ("name", "mode") else "---:" for k, _, _ in COLUMNS) + "|",
+    ]
+    for row in comparison["rows"]:
+        lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
+    lines += ["", f"**Best run: {comparison['best']}** (highest accuracy, then fastest)."]
+    lines += [f"- note: {n}" for n in comparison.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
+def render_text_table(comparison: dict) -> str:
+    """The comparison as an aligned plain-text table for a terminal."""
+    table = [[h for _, h, _ in COLUMNS]]
+    table += [[_cell(row, k, f) for k, _, f in COLUMNS] for row in comparison["rows"]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
+    out = []
+    for j, r in enumerate(table):
+        cells = [
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        out.append("  ".join(cells))
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    out.append(f"best run: {comparison['best']}")
+    out += [f"note: {n}" for n in comparison.get("notes", [])]
+    return "\n".join(out)
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
+    """The comparison's figures as ``(title, base64 PNG)`` pairs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_name = {r["run"]["name"]: r for r in reports}
+    names = [row["name"] for row in comparison["rows"]]
+    figures = []
+    for key, label, title in (
+        ("loss", "training loss", "Training loss against wall-clock time"),
+        ("val_accuracy", "validation accuracy", "Validation accuracy against wall-clock time"),
+    ):
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for name in names:
+            epochs = by_name[name]["history"].get("epochs", [])
+            t = [e["wall_seconds"] for e in epochs]
+            ax.plot(t, [e[key] for e in epochs], marker="o", label=name)
+        if key == "val_accuracy":
+            ax.axhline(comparison["target_accuracy"], color="grey", ls="--", lw=1, label="target")
+        else:
+            ax.set_yscale("log")
+        ax.set(xlabel="wall-clock seconds", ylabel=label, title=title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        figures.append((title, _png(fig)))
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    throughput = [row["examples_per_second"] for row in comparison["rows"]]
+    bars = ax.bar(names, throughput, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in throughput], fontsize=8)
+    ax.set(ylabel="examples / second", title="Training throughput per run")
+    ax.grid(axis="y", alpha=0.3)
+    figures.append(("Training throughput per run", _png(fig)))
+
+    stale = [n for n in names if by_name[n]["history"].get("staleness")]
+    if any(max(by_name[n]["history"]["staleness"]) > 0 for n in stale):
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+        top = max(max(by_name[n]["history"]["staleness"]) for n in stale)
+        bins = np.arange(-0.5, top + 1.5, 1.0)
+        for n in stale:
+            ax.hist(by_name[n]["history"]["staleness"], bins=bins, alpha=0.5, label=n)
+        ax.set(xlabel="staleness (parameter versions)", ylabel="gradients", yscale="log")
+        ax.set_title("Gradient staleness")
+        ax.legend()
+        figures.append(("Gradient staleness", _png(fig)))
+
+    progress = [n for n in names if by_name[n]["history"].get("worker_progress")]
+    if progress:
+        fig, axes = plt.subplots(1, len(progress), figsize=(4.2 * len(progress), 3.3))
+        for ax, n in zip(np.atleast_1d(axes), progress, strict=True):
+            for worker, points in sorted(by_name[n]["history"]["worker_progress"].items()):
+                pts = np.asarray(points)
+                ax.plot(pts[:, 0] - pts[0, 0], pts[:, 1], label=f"worker {worker}")
+            ax.set(xlabel="wall-clock seconds", ylabel="steps", title=f"{n}: steps per worker")
+            ax.legend(fontsize=8)
+        figures.append(("Progress of each worker", _png(fig)))
+    return figures
+
+
+def render_html(comparison: dict, reports: list[dict]) -> str:
+    """A self-contained HTML page: the table and the plots (inline PNG)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
+    body = ""
+    for row in comparison["rows"]:
+        cls = ' class="best"' if row["name"] == comparison["best"] else ""
+        cells = "".join(f"<td>{html.escape(_cell(row, k, f))}</td>" for k, _, f in COLUMNS)
+        body += f"<tr{cls}>{cells}</tr>\n"
+    images = "".join(
+        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(title)}</figcaption></figure>\n"
+        for title, data in plots(comparison, reports)
+    )
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.get("notes", []))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>distrain: runs compared</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
+th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
+tr.best {{ background: #e8f5e9; font-weight: 600; }}
+figure {{ display: inline-block; margin: 1em 1em 0 0; }}
+figcaption {{ text-align: center; font-size: 0.85em; color: #555; }}
+</style></head><body>
+<h1>Training runs compared</h1>
+<p>Speedup against <code>{html.escape(str(comparison["baseline"]))}</code>; efficiency =
+speedup / workers; time to target = wall-clock seconds to validation accuracy
+{comparison["target_accuracy"]}. Best run: <b>{html.escape(comparison["best"])}</b>.</p>
+<table><thead><tr>{head}</tr></thead><tbody>
+{body}</tbody></table>
+<ul>{notes}</ul>
+{images}</body></html>
+"""
+
+
+def write_comparison(
+    out_dir: str | os.PathLike, reports: list[dict], config: CompareConfig | None = None
+) -> dict:
+    """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``."""
+    comparison = build_comparison(reports, config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps({**comparison, "runs": reports}, indent=2))
+    (out / "comparison.md").write_text(render_markdown(comparison))
+    (out / "comparison.html").write_text(render_html(comparison, reports))
+    return comparison

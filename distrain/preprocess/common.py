@@ -1,0 +1,134 @@
+"""Pieces every Beam preprocessing job shares.
+
+Split assignment, run statistics, options, the metadata file and reading back what was
+written.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class BadRecordsError(ValueError):
+    """More records were rejected than the configured ratio allows."""
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
+        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
+        return x ^ (x >> np.uint64(31))
+
+
+def validation_mask(indices: np.ndarray, seed: int, fraction: float) -> np.ndarray:
+    """Which records go to validation: a hash of (seed, record index), vectorised.
+
+    The assignment depends only on the seed and each record's index in its source, never
+    on the runner, the batch size or the order in which records arrive.
+
+    Args:
+        indices: Record indices (any integer array).
+        seed: Split seed.
+        fraction: Expected share of validation records, in [0, 1).
+
+    Returns:
+        A boolean array, True for validation.
+    """
+    mixed = _splitmix64(np.asarray(indices, dtype=np.uint64) ^ _splitmix64(np.array([seed]))[0])
+    uniform = (mixed >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return uniform < fraction
+
+
+class SumStatsFn(beam.CombineFn):
+    """Adds up nested dicts of counts (ints or equal-length lists of ints)."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, acc: dict, stats: dict) -> dict:
+        return _merge(acc, stats)
+
+    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
+        out: dict = {}
+        for acc in accumulators:
+            out = _merge(out, acc)
+        return out
+
+    def extract_output(self, acc: dict) -> dict:
+        return acc
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict):
+            out[key] = _merge(out.get(key, {}), value)
+        elif isinstance(value, list):
+            old = out.get(key)
+            out[key] = value if old is None else [x + y for x, y in zip(old, value, strict=True)]
+        else:
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
+    """Beam options from the command line; the runner defaults to the in-memory DirectRunner.
+
+    Naming the runner avoids Beam's default, which first tries to download a runner binary.
+    """
+    args = list(beam_args or [])
+    if not any(a.startswith("--runner") for a in args):
+        args += ["--runner=DirectRunner"]
+    if "--runner=DirectRunner" in args and not any(
+        a.startswith("--direct_running_mode") for a in args
+    ):
+        args += ["--direct_running_mode=in_memory"]
+    return PipelineOptions(args)
+
+
+def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio: float) -> None:
+    """Fails when the share of rejected records is above ``max_bad_ratio``."""
+    if input_records and rejected / input_records > max_bad_ratio:
+        raise BadRecordsError(
+            f"{name}: {rejected} of {input_records} records rejected "
+            f"({rejected / input_records:.2%}), above the allowed {max_bad_ratio:.2%}; "
+            "see the dead_letter output for each record and its reason"
+        )
+
+
+def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:
+    """Writes ``metadata.json`` atomically."""
+    path = Path(output_dir) / "metadata.json"
+    tmp = path.with_name("metadata.json.tmp")
+    tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def read_single_json(pattern: str) -> dict:
+    """Reads the one JSON document a single-shard Beam text sink wrote."""
+    files = sorted(glob.glob(pattern))
+    if len(files) != 1:
+        raise RuntimeError(f"expected one file for {pattern}, found {files}")
+    text = Path(files[0]).read_text().strip()
+    return json.loads(text) if text else {}
+
+
+def read_tfrecords(pattern: str) -> list[bytes]:
+    """Every record of the TFRecord files matching ``pattern``, in file order."""
+    import tensorflow as tf
+
+    files = sorted(glob.glob(pattern))
+    return [r.numpy() for r in tf.data.TFRecordDataset(files)] if files else []

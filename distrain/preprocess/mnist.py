@@ -1,0 +1,282 @@
+"""Beam preprocessing of MNIST: IDX files to sharded TFRecords of ``tf.train.Example``.
+
+    python -m distrain.preprocess.mnist --input-dir RAW --output-dir OUT [beam options]
+
+Output: ``OUT/{train,validation,test}/part-*.tfrecord`` with features ``image`` (the
+raw rows*cols uint8 bytes) and ``label`` (int64), ``OUT/dead_letter/*.jsonl`` (rejected
+records and why) and ``OUT/metadata.json`` (counts, shapes, class histograms, rejects).
+File-level problems (a missing or malformed IDX file) stop the job before Beam starts,
+with an error naming the file; per-record problems go to the dead-letter output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+
+from distrain.data.idx import MNIST_FILES, mnist_paths, read_mnist_split
+from distrain.preprocess.common import (
+    SumStatsFn,
+    check_bad_ratio,
+    pipeline_options,
+    read_single_json,
+    validation_mask,
+    write_metadata,
+)
+
+NUM_CLASSES = 10
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class MnistPreprocessConfig:
+    """Settings of the MNIST preprocessing job.
+
+    Attributes:
+        input_dir: Directory with the four MNIST IDX files (gzipped or not).
+        output_dir: Where TFRecords, dead letters and metadata go.
+        validation_fraction: Share of the training file held out for validation.
+        seed: Seed of the train/validation assignment.
+        num_shards: TFRecord files per split.
+        batch_size: Records per batch inside the DoFns.
+        max_bad_ratio: Largest share of rejected records before the job fails.
+    """
+
+    input_dir: str
+    output_dir: str
+    validation_fraction: float = 0.1
+    seed: int = 0
+    num_shards: int = 2
+    batch_size: int = 1024
+    max_bad_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
+        if self.num_shards < 1 or self.batch_size < 1:
+            raise ValueError("num_shards and batch_size must be positive")
+        if not 0.0 <= self.max_bad_ratio <= 1.0:
+            raise ValueError(f"max_bad_ratio must be in [0, 1], got {self.max_bad_ratio}")
+
+
+class ReadIdxBatches(beam.DoFn):
+    """Reads one MNIST split's IDX pair and emits it in batches.
+
+    Emits ``(split, start_index, images[N, rows, cols], labels[N])``.
+    """
+
+    def __init__(self, input_dir: str, batch_size: int):
+        self.input_dir = input_dir
+        self.batch_size = batch_size
+
+    def process(self, split: str):
+        images, labels = read_mnist_split(*mnist_paths(self.input_dir, split))
+        for start in range(0, len(labels), self.batch_size):
+            stop = start + self.batch_size
+            yield split, start, images[start:stop], labels[start:stop]
+
+
+class _EncodeBatchFn(beam.DoFn):
+    """Validates, splits and serialises one batch; one tagged output per split."""
+
+    def __init__(self, seed: int, validation_fraction: float):
+        self.seed = seed
+        self.validation_fraction = validation_fraction
+
+    def setup(self):
+        from tensorflow.core.example import example_pb2
+
+        self._example = example_pb2.Example
+
+    def process(self, batch):
+        source, start, images, labels = batch
+        labels = np.asarray(labels).astype(np.int64)
+        indices = np.arange(start, start + len(labels))
+        valid = (labels >= 0) & (labels < NUM_CLASSES)
+        if source == "train":
+            to_val = validation_mask(indices, self.seed, self.validation_fraction)
+            targets = np.where(to_val, "validation", "train")
+        else:
+            targets = np.full(len(labels), source)
+        stats: dict = {"input": {source: int(len(labels))}, "rejected": {}, "histogram": {}}
+        for i in np.flatnonzero(~valid):
+            reason = f"label {labels[i]} outside 0..{NUM_CLASSES - 1}"
+            stats["rejected"][reason] = stats["rejected"].get(reason, 0) + 1
+            yield beam.pvalue.TaggedOutput(
+                "dead_letter",
+                {
+                    "split": source,
+                    "index": int(indices[i]),
+                    "label": int(labels[i]),
+                    "reason": reason,
+                },
+            )
+        for split in ("train", "validation", "test"):
+            chosen = np.flatnonzero(valid & (targets == split))
+            if not len(chosen):
+                continue
+            stats["histogram"][split] = np.bincount(labels[chosen], minlength=NUM_CLASSES).tolist()
+            for i in chosen:
+                example = self._example()
+                feature = example.features.feature
+                feature["image"].bytes_list.value.append(images[i].tobytes())
+                feature["label"].int64_list.value.append(int(labels[i]))
+                yield beam.pvalue.TaggedOutput(split, example.SerializeToString())
+        yield beam.pvalue.TaggedOutput("stats", stats)
+
+
+class MnistToExamples(beam.PTransform):
+    """Batches of MNIST records to serialised ``tf.train.Example`` per split.
+
+    Input: ``(source_split, start_index, images, labels)`` batches. Output: a dict of
+    PCollections: ``train``, ``validation`` and ``test`` (serialised examples),
+    ``dead_letter`` (dicts with the record and its reason) and ``stats`` (one dict of
+    counts: records read per source, rejects per reason, class histogram per split).
+    """
+
+    def __init__(self, seed: int = 0, validation_fraction: float = 0.1):
+        super().__init__()
+        self.seed = seed
+        self.validation_fraction = validation_fraction
+
+    def expand(self, batches):
+        outputs = batches | "EncodeBatches" >> beam.ParDo(
+            _EncodeBatchFn(self.seed, self.validation_fraction)
+        ).with_outputs("train", "validation", "test", "dead_letter", "stats")
+        result = {name: outputs[name] for name in (*SPLITS, "dead_letter")}
+        result["stats"] = outputs.stats | "SumStats" >> beam.CombineGlobally(SumStatsFn())
+        return result
+
+
+def validate_inputs(input_dir: str | os.PathLike) -> dict[str, tuple[int, list[int]]]:
+    """Checks every IDX file before Beam starts; returns (count, image shape) per split.
+
+    Raises:
+        IdxFormatError: A file is missing or malformed (the message names it).
+    """
+    found = {}
+    for split in MNIST_FILES:
+        images, labels = read_mnist_split(*mnist_paths(input_dir, split))
+        found[split] = (len(labels), list(images.shape[1:]))
+    return found
+
+
+def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
+    """Runs the preprocessing job and writes ``metadata.json``.
+
+    Args:
+        config: The job's settings.
+        beam_args: Beam pipeline options (runner etc.); default: in-memory DirectRunner.
+
+    Returns:
+        The metadata written to ``metadata.json``.
+
+    Raises:
+        IdxFormatError: An input file is missing or malformed.
+        BadRecordsError: Too many records were rejected (after writing them out).
+    """
+    inputs = validate_inputs(config.input_dir)
+    shapes = {tuple(shape) for _, shape in inputs.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"{config.input_dir}: train and test image shapes differ: {shapes}")
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+        batches = (
+            pipeline
+            | "Sources" >> beam.Create(list(MNIST_FILES))
+            | "ReadIdx" >> beam.ParDo(ReadIdxBatches(config.input_dir, config.batch_size))
+            | "Spread" >> beam.Reshuffle()
+        )
+        result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
+        for split in SPLITS:
+            _ = result[split] | f"Write{split.title()}" >> beam.io.WriteToTFRecord(
+                str(out / split / "part"),
+                file_name_suffix=".tfrecord",
+                num_shards=config.num_shards,
+            )
+        _ = (
+            result["dead_letter"]
+            | "DeadLetterJson" >> beam.Map(json.dumps)
+            | "WriteDeadLetter"
+            >> beam.io.WriteToText(
+                str(out / "dead_letter" / "part"), file_name_suffix=".jsonl", num_shards=1
+            )
+        )
+        _ = (
+            result["stats"]
+            | "StatsJson" >> beam.Map(json.dumps)
+            | "WriteStats"
+            >> beam.io.WriteToText(
+                str(out / "stats"),
+                file_name_suffix=".json",
+                num_shards=1,
+                shard_name_template="",
+            )
+        )
+    stats = read_single_json(str(out / "stats.json"))
+    (out / "stats.json").unlink()
+    histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
+    counts = {s: int(sum(h)) for s, h in histogram.items()}
+    input_records = {s: int(stats.get("input", {}).get(s, 0)) for s in MNIST_FILES}
+    rejected = int(sum(stats.get("rejected", {}).values()))
+    total_in = sum(input_records.values())
+    if total_in != sum(counts.values()) + rejected:
+        raise RuntimeError(
+            f"record accounting failed: {total_in} read, {sum(counts.values())} written, "
+            f"{rejected} rejected"
+        )
+    metadata = {
+        "dataset": "mnist",
+        "image_shape": list(shapes.pop()),
+        "num_classes": NUM_CLASSES,
+        "class_names": [str(i) for i in range(NUM_CLASSES)],
+        "splits": counts,
+        "class_histogram": histogram,
+        "input_records": input_records,
+        "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
+        "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
+        "dead_letter": "dead_letter/part-*.jsonl",
+        "feature_spec": {"image": "bytes: raw uint8 rows*cols", "label": "int64"},
+        "config": asdict(config),
+    }
+    write_metadata(out, metadata)
+    check_bad_ratio(f"{config.input_dir}", total_in, rejected, config.max_bad_ratio)
+    return metadata
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Command-line entry: our options, then any Beam pipeline options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input-dir", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--validation-fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-shards", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--max-bad-ratio", type=float, default=0.0)
+    args, beam_args = parser.parse_known_args(argv)
+    config = MnistPreprocessConfig(
+        input_dir=args.input_dir,
+        output_dir=args.output_dir,
+        validation_fraction=args.validation_fraction,
+        seed=args.seed,
+        num_shards=args.num_shards,
+        batch_size=args.batch_size,
+        max_bad_ratio=args.max_bad_ratio,
+    )
+    metadata = preprocess_mnist(config, beam_args)
+    print(json.dumps({"splits": metadata["splits"], "rejected": metadata["rejected"]}))
+    return metadata
+
+
+if __name__ == "__main__":
+    run()
