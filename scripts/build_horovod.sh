@@ -22,7 +22,8 @@ if "$PY" -c "import horovod.tensorflow" 2>/dev/null; then
   exit 0
 fi
 
-tf_version="$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu") if any(d.metadata["Name"]=="tensorflow-cpu" for d in m.distributions()) else m.version("tensorflow"))')"
+tf_version="$(TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)"
+[ -n "$tf_version" ] || { echo "horovod: TensorFlow must be installed first" >&2; exit 1; }
 py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 cache_root="${DISTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain}"
 cache="$cache_root/wheels/horovod-${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-$(uname -m)"

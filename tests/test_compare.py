@@ -1,0 +1,128 @@
+import json
+
+import pytest
+
+from distrain.compare import (
+    CompareConfig,
+    build_comparison,
+    render_html,
+    render_markdown,
+    render_text_table,
+    time_to_target,
+    write_comparison,
+)
+
+
+def report(name, mode, workers, seconds, accuracy, accs=(0.9, 0.96), staleness=None, **run):
+    epochs = [
+        {
+            "epoch": i + 1,
+            "loss": 1.0 / (i + 1),
+            "accuracy": a,
+            "val_loss": 0.5,
+            "val_accuracy": a,
+            "wall_seconds": seconds * (i + 1) / len(accs),
+            "examples": 100 * (i + 1),
+        }
+        for i, a in enumerate(accs)
+    ]
+    history = {
+        "epochs": epochs,
+        "train_seconds": seconds,
+        "examples_per_second": 1000 / seconds,
+        "total_examples": 100 * len(accs),
+    }
+    if staleness is not None:
+        history["staleness"] = staleness
+        history["worker_progress"] = {"0": [[0.1, 4], [0.5, 8]], "1": [[0.2, 4], [0.6, 8]]}
+    return {
+        "run": {"name": name, "mode": mode, "workers": workers, **run},
+        "history": history,
+        "evaluation": {"accuracy": accuracy, "macro_f1": accuracy - 0.01},
+    }
+
+
+def reports():
+    return [
+        report(
+            "syncreplicas:3",
+            "syncreplicas",
+            3,
+            20.0,
+            0.95,
+            staleness=[0, 0, 1, 2],
+            parameter_servers=1,
+            replicas_to_aggregate=2,
+        ),
+        report("async:2", "async", 2, 8.0, 0.97, staleness=[0, 1, 1, 0], parameter_servers=1),
+        report("sync:2", "sync", 2, 5.0, 0.97, staleness=[0, 0]),
+        report("single:1", "single", 1, 10.0, 0.96, accs=(0.9, 0.94)),
+    ]
+
+
+def test_rows_ordered_with_speedup_efficiency_and_best():
+    c = build_comparison(reports())
+    rows = {r["name"]: r for r in c["rows"]}
+    assert [r["name"] for r in c["rows"]] == ["single:1", "sync:2", "async:2", "syncreplicas:3"]
+    assert rows["single:1"]["speedup"] == pytest.approx(1.0)
+    assert rows["sync:2"]["speedup"] == pytest.approx(2.0)
+    assert rows["sync:2"]["efficiency"] == pytest.approx(1.0)
+    assert rows["syncreplicas:3"]["efficiency"] == pytest.approx(0.5 / 3)
+    assert rows["syncreplicas:3"]["aggregation"] == "2/3"
+    assert rows["async:2"]["aggregation"] is None
+    # tie on accuracy 0.97: the faster run wins
+    assert c["best"] == "sync:2"
+    assert rows["async:2"]["staleness_mean"] == pytest.approx(0.5)
+    assert rows["syncreplicas:3"]["staleness_max"] == 2
+    assert rows["single:1"]["staleness_mean"] is None
+
+
+def test_time_to_target():
+    epochs = [
+        {"val_accuracy": 0.9, "wall_seconds": 2.0},
+        {"val_accuracy": 0.96, "wall_seconds": 4.0},
+    ]
+    assert time_to_target(epochs, 0.95) == pytest.approx(2.0 + 2.0 * (0.05 / 0.06))
+    assert time_to_target(epochs, 0.99) is None
+    assert time_to_target(epochs, 0.5) == pytest.approx(2.0)
+    c = build_comparison(reports(), CompareConfig(target_accuracy=0.95))
+    assert {r["name"]: r["time_to_target"] for r in c["rows"]}["single:1"] is None
+
+
+def test_missing_baseline_is_a_note():
+    c = build_comparison(reports()[:2])
+    assert c["baseline"] is None and all(r["speedup"] is None for r in c["rows"])
+    assert "no 'single' run" in c["notes"][0]
+    assert "—" in render_markdown(c)
+
+
+def test_validation_errors():
+    bad = reports()
+    del bad[0]["history"]
+    with pytest.raises(ValueError, match="syncreplicas:3: missing 'history'"):
+        build_comparison(bad)
+    with pytest.raises(ValueError, match="duplicate run names: sync:2"):
+        build_comparison([reports()[2], reports()[2]])
+    with pytest.raises(ValueError, match="no run reports"):
+        build_comparison([])
+
+
+def test_renderings(tmp_path):
+    rs = reports()
+    rs[3]["run"]["name"] = "<script>x</script>"
+    c = build_comparison(rs)
+    md = render_markdown(c)
+    table_rows = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table_rows) == 1 + 4 and "| run | mode | workers |" in table_rows[0]
+    text = render_text_table(c)
+    assert "best run: sync:2" in text and len(text.splitlines()) == 2 + 4 + 1
+    page = render_html(c, rs)
+    assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+    assert (
+        page.count("data:image/png;base64,") == 5
+    )  # loss, accuracy, throughput, staleness, progress
+    out = write_comparison(tmp_path, rs)
+    saved = json.loads((tmp_path / "comparison.json").read_text())
+    assert saved["rows"] == json.loads(json.dumps(out["rows"])) and len(saved["runs"]) == 4
+    assert (tmp_path / "comparison.md").read_text() == md
+    assert (tmp_path / "comparison.html").exists()

@@ -1,0 +1,145 @@
+"""The MNIST Beam preprocessing: the PTransform under TestPipeline, then the whole job."""
+
+import json
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from distrain.data.idx import IdxFormatError, write_idx
+from distrain.preprocess.common import BadRecordsError, read_tfrecords, validation_mask
+from distrain.preprocess.mnist import MnistPreprocessConfig, MnistToExamples, preprocess_mnist
+
+OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+
+def _batch(split, start, labels, seed=0):
+    rng = np.random.default_rng(seed + start)
+    images = rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8)
+    return split, start, images, np.asarray(labels, dtype=np.uint8)
+
+
+def _decode(record: bytes):
+    from tensorflow.core.example import example_pb2
+
+    example = example_pb2.Example.FromString(record)
+    feature = example.features.feature
+    image = np.frombuffer(feature["image"].bytes_list.value[0], np.uint8).reshape(28, 28)
+    return image, int(feature["label"].int64_list.value[0])
+
+
+def test_to_examples_splits_encodes_and_dead_letters():
+    train = _batch("train", 0, [i % 10 for i in range(40)])
+    test = _batch("test", 0, [3, 4, 12, 5])  # 12 is not a digit
+    mask = validation_mask(np.arange(40), seed=1, fraction=0.25)
+    expected_val = sorted(int(train[3][i]) for i in np.flatnonzero(mask))
+    expected_train = sorted(int(train[3][i]) for i in np.flatnonzero(~mask))
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+        out = p | beam.Create([train, test]) | MnistToExamples(seed=1, validation_fraction=0.25)
+        labels = {
+            s: out[s] | f"Label{s}" >> beam.Map(lambda r: _decode(r)[1])
+            for s in ("train", "validation", "test")
+        }
+        assert_that(labels["train"], equal_to(expected_train), label="CheckTrain")
+        assert_that(labels["validation"], equal_to(expected_val), label="CheckValidation")
+        assert_that(labels["test"], equal_to([3, 4, 5]), label="CheckTest")
+        assert_that(
+            out["dead_letter"],
+            equal_to(
+                [{"split": "test", "index": 2, "label": 12, "reason": "label 12 outside 0..9"}]
+            ),
+            label="CheckDeadLetter",
+        )
+        assert_that(
+            out["stats"] | beam.Map(lambda s: (s["input"], s["rejected"])),
+            equal_to([({"train": 40, "test": 4}, {"label 12 outside 0..9": 1})]),
+            label="CheckStats",
+        )
+
+
+def test_examples_round_trip_pixels():
+    batch = _batch("test", 100, [7, 1])
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+        out = p | beam.Create([batch]) | MnistToExamples()
+        decoded = out["test"] | beam.Map(lambda r: (_decode(r)[0].tobytes(), _decode(r)[1]))
+        assert_that(decoded, equal_to([(batch[2][0].tobytes(), 7), (batch[2][1].tobytes(), 1)]))
+
+
+def test_split_is_deterministic_and_about_right():
+    idx = np.arange(2000)
+    mask = validation_mask(idx, seed=3, fraction=0.1)
+    assert 150 < mask.sum() < 250
+    # The same records whatever the batching or order.
+    parts = np.concatenate([validation_mask(idx[i : i + 37], 3, 0.1) for i in range(0, 2000, 37)])
+    np.testing.assert_array_equal(mask, parts)
+    np.testing.assert_array_equal(validation_mask(idx[::-1], 3, 0.1), mask[::-1])
+    assert not np.array_equal(validation_mask(idx, 4, 0.1), mask)
+    assert validation_mask(idx, 3, 0.0).sum() == 0
+
+
+def _write_raw(path, n_train=300, n_test=100, bad_labels=()):
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        if prefix == "train":
+            for i in bad_labels:
+                labels[i] = 42
+        write_idx(
+            path / f"{prefix}-images-idx3-ubyte.gz",
+            rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
+        )
+        write_idx(path / f"{prefix}-labels-idx1-ubyte.gz", labels)
+
+
+def test_whole_job_writes_shards_and_metadata(tmp_path):
+    _write_raw(tmp_path / "raw")
+    cfg = MnistPreprocessConfig(
+        str(tmp_path / "raw"), str(tmp_path / "out"), num_shards=3, batch_size=64
+    )
+    meta = preprocess_mnist(cfg, OPTIONS)
+    assert meta["splits"]["train"] + meta["splits"]["validation"] == 300
+    assert meta["splits"]["test"] == 100
+    assert meta["input_records"] == {"train": 300, "test": 100}
+    assert meta["rejected"]["count"] == 0
+    assert sum(meta["class_histogram"]["test"]) == 100
+    on_disk = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert on_disk == json.loads(json.dumps(meta))
+    assert len(list((tmp_path / "out" / "train").glob("part-*.tfrecord"))) == 3
+    records = read_tfrecords(str(tmp_path / "out" / "train" / "part-*.tfrecord"))
+    assert len(records) == meta["splits"]["train"]
+
+
+def test_bad_records_over_the_ratio_fail_after_dead_lettering(tmp_path):
+    _write_raw(tmp_path / "raw", bad_labels=(5, 17))
+    cfg = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out"))
+    with pytest.raises(BadRecordsError, match="2 of 400 records rejected"):
+        preprocess_mnist(cfg, OPTIONS)
+    dead = [
+        json.loads(line)
+        for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert sorted(d["index"] for d in dead) == [5, 17]
+    # Allowed ratio: the job passes and counts them.
+    ok = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out2"), max_bad_ratio=0.01)
+    meta = preprocess_mnist(ok, OPTIONS)
+    assert meta["rejected"] == {"count": 2, "reasons": {"label 42 outside 0..9": 2}}
+    assert sum(meta["splits"].values()) + 2 == 400
+
+
+def test_bad_file_is_named_before_beam_starts(tmp_path):
+    _write_raw(tmp_path / "raw")
+    (tmp_path / "raw" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8bgarbage")
+    cfg = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out"))
+    with pytest.raises(IdxFormatError, match="t10k-labels-idx1-ubyte.gz: corrupt or truncated"):
+        preprocess_mnist(cfg, OPTIONS)
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="validation_fraction"):
+        MnistPreprocessConfig("a", "b", validation_fraction=1.0)
+    with pytest.raises(ValueError, match="max_bad_ratio"):
+        MnistPreprocessConfig("a", "b", max_bad_ratio=2)
