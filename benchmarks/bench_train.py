@@ -17,13 +17,13 @@ from pathlib import Path
 
 import distrain  # noqa: F401
 from distrain.steps import fetch_mnist, preprocess_mnist
-from distrain.train.config import TrainConfig, parse_run_specs
+from distrain.train.config import DEFAULT_RUNS, TrainConfig, parse_run_specs
 from distrain.train.launch import run_training
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", default="single:1,sync:2")
+    parser.add_argument("--runs", default=",".join(DEFAULT_RUNS))
     parser.add_argument("--train-size", type=int, default=10000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--model", default="mlp")

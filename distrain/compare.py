@@ -153,6 +153,7 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
                 "staleness_p95": p95,
                 "staleness_max": worst,
                 "dropped_gradients": hist.get("dropped_gradients"),
+                "staleness_by_worker": hist.get("staleness_by_worker"),
             }
         )
     best = max(rows, key=lambda row: (row["accuracy"], -row["train_seconds"]))
@@ -189,6 +190,17 @@ def render_markdown(comparison: dict) -> str:
     ]
     for row in comparison["rows"]:
         lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
+    per_worker = [r for r in comparison["rows"] if r.get("staleness_by_worker")]
+    if per_worker:
+        lines += ["", "Staleness per worker (mean / max):", ""]
+        for row in per_worker:
+            cells = ", ".join(
+                f"worker {w}: {s['mean']:.2f} / {s['max']}"
+                for w, s in row["staleness_by_worker"].items()
+            )
+            dropped = row.get("dropped_gradients")
+            tail = f"; {dropped} stale gradients dropped" if dropped else ""
+            lines.append(f"- {row['name']}: {cells}{tail}")
     lines += ["", f"**Best run: {comparison['best']}** (highest accuracy, then fastest)."]
     lines += [f"- note: {n}" for n in comparison.get("notes", [])]
     return "\n".join(lines) + "\n"

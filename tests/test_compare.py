@@ -35,6 +35,10 @@ def report(name, mode, workers, seconds, accuracy, accs=(0.9, 0.96), staleness=N
     if staleness is not None:
         history["staleness"] = staleness
         history["worker_progress"] = {"0": [[0.1, 4], [0.5, 8]], "1": [[0.2, 4], [0.6, 8]]}
+        history["staleness_by_worker"] = {
+            "0": {"mean": 0.5, "max": 1},
+            "1": {"mean": 0.25, "max": 2},
+        }
     return {
         "run": {"name": name, "mode": mode, "workers": workers, **run},
         "history": history,
@@ -114,6 +118,7 @@ def test_renderings(tmp_path):
     md = render_markdown(c)
     table_rows = [line for line in md.splitlines() if line.startswith("| ")]
     assert len(table_rows) == 1 + 4 and "| run | mode | workers |" in table_rows[0]
+    assert "- async:2: worker 0: 0.50 / 1, worker 1: 0.25 / 2" in md
     text = render_text_table(c)
     assert "best run: sync:2" in text and len(text.splitlines()) == 2 + 4 + 1
     page = render_html(c, rs)

@@ -135,7 +135,8 @@ def test_syncreplicas_drops_stale_gradients_and_learns(mnist_examples, tmp_path)
         data_dir=str(mnist_examples),
         output_dir=str(tmp_path / "sr"),
         run="syncreplicas:3:aggregate=2",
-        epochs=2,
+        epochs=3,
+        batch_size=32,
     )
     history = run_training(cfg, timeout=300)
     assert _server_processes() == before

@@ -118,6 +118,7 @@ class _Trainer:
         }.get(self.mode, 1)
         self.epochs: list[dict] = []
         self.staleness: list[int] = []
+        self.staleness_by_worker: dict[str, list[int]] = {}
         self.dropped = 0
         self.worker_progress: dict[str, list[list[float]]] = {}
 
@@ -236,6 +237,9 @@ class _Trainer:
         if self.mode in PS_MODES:
             history["staleness"] = self.staleness
             history["staleness_summary"] = summarize(self.staleness)
+            history["staleness_by_worker"] = {
+                w: summarize(d) for w, d in sorted(self.staleness_by_worker.items())
+            }
             history["dropped_gradients"] = self.dropped
             history["worker_progress"] = self.worker_progress
         else:
@@ -402,12 +406,15 @@ class _Trainer:
         progress_start = time.time()
         counts: dict[str, int] = {}
 
-        def note(worker, timestamp, steps: int = 1) -> None:
+        def note(worker, timestamp, delays: list[int]) -> None:
+            """Records a worker's progress and the staleness of its gradients."""
             key = str(int(worker))
-            counts[key] = counts.get(key, 0) + steps
+            counts[key] = counts.get(key, 0) + len(delays)
             self.worker_progress.setdefault(key, []).append(
                 [round(float(timestamp) - progress_start, 4), counts[key]]
             )
+            self.staleness.extend(delays)
+            self.staleness_by_worker.setdefault(key, []).extend(delays)
 
         def run_async_epochs():
             calls = max(1, info.splits["train"] // cfg.batch_size // steps_per_call)
@@ -425,8 +432,7 @@ class _Trainer:
                     batch_loss, batch_correct, delays, worker, timestamp = remote.fetch()
                     loss_sum += float(batch_loss)
                     correct += float(batch_correct)
-                    self.staleness.extend(int(d) for d in delays)
-                    note(worker, timestamp, steps_per_call)
+                    note(worker, timestamp, [int(d) for d in delays])
                 seen = calls * steps_per_call * cfg.batch_size
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
 
@@ -464,8 +470,7 @@ class _Trainer:
                                 future.result()
                             )
                             outcome = aggregator.submit(grads, int(read))
-                            self.staleness.append(outcome.delay)
-                            note(worker, timestamp)
+                            note(worker, timestamp, [outcome.delay])
                             if outcome.accepted:
                                 loss_sum += float(batch_loss)
                                 correct += float(batch_correct)

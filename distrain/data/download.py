@@ -1,0 +1,280 @@
+"""Downloads from pinned URLs with sha256 checks, resumption and safe archive extraction.
+
+Nothing unverified is kept: a file whose size or digest is wrong is deleted and the
+download fails naming the URL, the expected and the actual digest. A partial download
+(``<name>.part``) resumes with an HTTP ``Range`` request when the server supports it and
+restarts from zero when it does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import shutil
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
+
+CHUNK = 1 << 16
+
+
+class ChecksumError(ValueError):
+    """A downloaded file's size or sha256 is not the pinned one."""
+
+
+class UnsafeArchiveError(ValueError):
+    """An archive member would land outside the target directory, or is not a plain file."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file at a pinned URL with its expected digest.
+
+    Attributes:
+        url: http(s):// or file:// URL.
+        sha256: Expected hex digest ('' when none is published: then fetch refuses unless
+            told ``allow_unverified``).
+        size: Expected size in bytes, if known.
+        name: Local file name (default: the URL's last path component).
+    """
+
+    url: str
+    sha256: str
+    size: int | None = None
+    name: str = ""
+
+    @property
+    def filename(self) -> str:
+        """The local file name."""
+        return self.name or PurePosixPath(urlparse(self.url).path).name
+
+
+# The MNIST mirror TensorFlow's datasets use; sizes and digests as published with them.
+MNIST_MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+MNIST_REMOTE: dict[str, RemoteFile] = {
+    name: RemoteFile(MNIST_MIRROR + name, digest, size)
+    for name, size, digest in (
+        (
+            "train-images-idx3-ubyte.gz",
+            9912422,
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        ),
+        (
+            "train-labels-idx1-ubyte.gz",
+            28881,
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        ),
+        (
+            "t10k-images-idx3-ubyte.gz",
+            1648877,
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        ),
+        (
+            "t10k-labels-idx1-ubyte.gz",
+            4542,
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        ),
+    )
+}
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(remote: RemoteFile, path: Path) -> None:
+    if remote.size is not None and path.stat().st_size != remote.size:
+        size = path.stat().st_size
+        path.unlink()
+        raise ChecksumError(f"{remote.url}: {size} bytes, expected {remote.size}; file removed")
+    actual = sha256_of(path)
+    if remote.sha256 and actual != remote.sha256:
+        path.unlink()
+        raise ChecksumError(
+            f"{remote.url}: sha256 {actual}, expected {remote.sha256}; file removed"
+        )
+
+
+def _open(url: str, offset: int, timeout: float):
+    request = urllib.request.Request(url, headers={"User-Agent": "distrain"})
+    if offset and urlparse(url).scheme in ("http", "https"):
+        request.add_header("Range", f"bytes={offset}-")
+    return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (pinned URLs)
+
+
+def _transfer(remote: RemoteFile, part: Path, timeout: float, progress: bool) -> None:
+    offset = part.stat().st_size if part.exists() else 0
+    try:
+        response = _open(remote.url, offset, timeout)
+    except urllib.error.HTTPError as err:
+        if err.code != 416:
+            raise
+        part.unlink()  # the partial file does not fit the server's: start again
+        offset = 0
+        response = _open(remote.url, 0, timeout)
+    with response:
+        status = getattr(response, "status", None)
+        if offset and status != 206:
+            offset = 0  # the server ignored the range: restart cleanly
+        length = response.headers.get("Content-Length")
+        expected = int(length) + offset if length is not None else None
+        total = remote.size or expected
+        mode = "ab" if offset else "wb"
+        done, shown = offset, -1
+        with open(part, mode) as out:
+            while block := response.read(CHUNK):
+                out.write(block)
+                done += len(block)
+                if progress and total:
+                    pct = int(100 * done / total) // 5 * 5
+                    if pct != shown:
+                        shown = pct
+                        print(f"\r{remote.filename}: {pct:3d}%", end="", file=sys.stderr)
+        if progress and total:
+            print(file=sys.stderr)
+        if expected is not None and done < expected:
+            raise ConnectionError(f"{remote.url}: connection closed at {done} of {expected} bytes")
+
+
+def fetch(
+    remote: RemoteFile,
+    dest_dir: str | os.PathLike,
+    *,
+    retries: int = 3,
+    timeout: float = 60,
+    progress: bool = True,
+    allow_unverified: bool = False,
+) -> Path:
+    """Downloads ``remote`` into ``dest_dir`` unless a verified copy is already there.
+
+    Args:
+        remote: What to fetch and its expected digest.
+        dest_dir: Destination directory.
+        retries: Attempts after a connection error (each resumes the partial file).
+        timeout: Socket timeout in seconds.
+        progress: Show a percentage line on stderr.
+        allow_unverified: Accept a RemoteFile without a pinned sha256.
+
+    Returns:
+        The verified local file.
+
+    Raises:
+        ChecksumError: The size or digest is wrong (the file is removed).
+        ValueError: No digest is pinned and ``allow_unverified`` is False.
+        OSError: The download kept failing.
+    """
+    if not remote.sha256 and not allow_unverified:
+        raise ValueError(f"{remote.url}: no sha256 pinned; refusing an unverified download")
+    dest = Path(dest_dir) / remote.filename
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        if not remote.sha256 or sha256_of(dest) == remote.sha256:
+            return dest
+        dest.unlink()
+    part = dest.with_name(dest.name + ".part")
+    if urlparse(remote.url).scheme == "file":
+        shutil.copyfile(urllib.request.url2pathname(urlparse(remote.url).path), part)
+    else:
+        for attempt in range(retries + 1):
+            try:
+                _transfer(remote, part, timeout, progress)
+                break
+            except (
+                urllib.error.URLError,
+                ConnectionError,
+                TimeoutError,
+                http.client.IncompleteRead,
+            ) as err:
+                if isinstance(err, urllib.error.HTTPError) and err.code < 500:
+                    raise
+                if attempt == retries:
+                    raise OSError(
+                        f"{remote.url}: download failed after {retries + 1} attempts: {err}"
+                    ) from err
+                time.sleep(min(2**attempt, 30))
+    _verify(remote, part)
+    os.replace(part, dest)
+    return dest
+
+
+def download_mnist(dest_dir: str | os.PathLike, base_url: str | None = None) -> dict[str, Path]:
+    """Fetches the four MNIST files, sha256-checked.
+
+    Args:
+        dest_dir: Destination directory.
+        base_url: Another location of the same files (a mirror, a file:// directory);
+            names and digests stay pinned.
+
+    Returns:
+        File name to local path.
+    """
+    files = {}
+    for name, remote in MNIST_REMOTE.items():
+        if base_url:
+            remote = RemoteFile(base_url.rstrip("/") + "/" + name, remote.sha256, remote.size)
+        files[name] = fetch(remote, dest_dir)
+    return files
+
+
+def _check_member(root: Path, name: str, archive: str) -> Path:
+    if name.startswith(("/", "\\")) or PurePosixPath(name).is_absolute() or ":" in name[:3]:
+        raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path")
+    target = (root / name).resolve()
+    if target != root and root not in target.parents:
+        raise UnsafeArchiveError(f"{archive}: member {name!r} would land outside {root}")
+    return target
+
+
+def safe_extract(archive: str | os.PathLike, dest_dir: str | os.PathLike) -> list[Path]:
+    """Extracts a .tar, .tar.gz/.tgz or .zip archive, refusing anything unsafe.
+
+    Every member is checked before anything is written: absolute paths, ``..`` escapes,
+    links pointing outside the target, and device files or FIFOs are refused.
+
+    Returns:
+        The extracted files.
+
+    Raises:
+        UnsafeArchiveError: A member is unsafe (nothing is extracted).
+    """
+    archive = Path(archive)
+    root = Path(dest_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            infos = zf.infolist()
+            for info in infos:
+                _check_member(root, info.filename, str(archive))
+                if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                    raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symlink")
+            zf.extractall(root)
+            return [root / i.filename for i in infos if not i.is_dir()]
+    with tarfile.open(archive) as tf:
+        members = tf.getmembers()
+        for m in members:
+            target = _check_member(root, m.name, str(archive))
+            if m.issym() or m.islnk():
+                base = target.parent if m.issym() else root
+                link = (base / m.linkname).resolve()
+                if PurePosixPath(m.linkname).is_absolute() or (
+                    link != root and root not in link.parents
+                ):
+                    raise UnsafeArchiveError(
+                        f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {root}"
+                    )
+            elif not (m.isfile() or m.isdir()):
+                raise UnsafeArchiveError(f"{archive}: member {m.name!r} is not a regular file")
+        tf.extractall(root, filter="data")
+        return [root / m.name for m in members if m.isfile()]

@@ -1,0 +1,47 @@
+import subprocess
+
+import distrain
+from distrain.data.idx import MNIST_FILES, read_mnist_split
+
+from .conftest import VENV_BIN
+
+
+def test_data_mnist_sample(tmp_path, cli_env):
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "distrain"),
+            "data",
+            "mnist",
+            "--sample",
+            "--output",
+            str(tmp_path),
+            "--train-size",
+            "50",
+            "--test-size",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(n for pair in MNIST_FILES.values() for n in pair)
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    images, labels = read_mnist_split(
+        tmp_path / "t10k-images-idx3-ubyte.gz", tmp_path / "t10k-labels-idx1-ubyte.gz"
+    )
+    assert images.shape == (20, 28, 28) and labels.shape == (20,)
+
+
+def test_version_and_help(cli_env):
+    out = subprocess.run(
+        [str(VENV_BIN / "distrain"), "--version"], capture_output=True, text=True, env=cli_env
+    )
+    assert out.returncode == 0 and out.stdout.strip() == distrain.__version__
+    bad = subprocess.run(
+        [str(VENV_BIN / "distrain"), "run", "imagenet", "--output", "x"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+    )
+    assert bad.returncode == 2 and "invalid choice: 'imagenet'" in bad.stderr

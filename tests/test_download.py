@@ -1,0 +1,200 @@
+"""Downloads against a local HTTP server on 127.0.0.1, and safe archive extraction."""
+
+import hashlib
+import io
+import os
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from distrain.data.download import (
+    MNIST_REMOTE,
+    ChecksumError,
+    RemoteFile,
+    UnsafeArchiveError,
+    download_mnist,
+    fetch,
+    safe_extract,
+)
+
+PAYLOAD = os.urandom(200_000)
+DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+class Server:
+    """Serves PAYLOAD; can cut the first response short and can ignore Range."""
+
+    def __init__(self, cut_first=False, honour_range=True):
+        self.requests = []
+        self.cut_first, self.honour_range = cut_first, honour_range
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                rng = self.headers.get("Range")
+                outer.requests.append(rng)
+                start = 0
+                if rng and outer.honour_range:
+                    start = int(rng.split("=")[1].split("-")[0])
+                    self.send_response(206)
+                    self.send_header(
+                        "Content-Range", f"bytes {start}-{len(PAYLOAD) - 1}/{len(PAYLOAD)}"
+                    )
+                else:
+                    self.send_response(200)
+                body = PAYLOAD[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if outer.cut_first and len(outer.requests) == 1:
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/data.bin"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+def test_good_download_and_cached_reuse(server, tmp_path):
+    remote = RemoteFile(server.url, DIGEST, len(PAYLOAD))
+    path = fetch(remote, tmp_path, progress=False)
+    assert path.read_bytes() == PAYLOAD and path.name == "data.bin"
+    assert fetch(remote, tmp_path, progress=False) == path
+    assert len(server.requests) == 1  # the verified copy was reused without a request
+
+
+def test_checksum_mismatch_is_refused_and_removed(server, tmp_path):
+    with pytest.raises(ChecksumError, match=f"sha256 {DIGEST}, expected 0+; file removed"):
+        fetch(RemoteFile(server.url, "0" * 64), tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ChecksumError, match="200000 bytes, expected 5"):
+        fetch(RemoteFile(server.url, DIGEST, 5), tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_download_resumes_with_range(tmp_path):
+    s = Server(cut_first=True)
+    try:
+        path = fetch(RemoteFile(s.url, DIGEST, len(PAYLOAD)), tmp_path, progress=False)
+    finally:
+        s.close()
+    assert path.read_bytes() == PAYLOAD
+    assert s.requests[0] is None and s.requests[1].startswith("bytes=")
+    assert not (tmp_path / "data.bin.part").exists()
+
+
+def test_server_ignoring_range_restarts_cleanly(tmp_path):
+    (tmp_path / "data.bin.part").write_bytes(PAYLOAD[:1000])
+    s = Server(honour_range=False)
+    try:
+        path = fetch(RemoteFile(s.url, DIGEST, len(PAYLOAD)), tmp_path, progress=False)
+    finally:
+        s.close()
+    assert path.read_bytes() == PAYLOAD
+    assert s.requests == ["bytes=1000-"]
+
+
+def test_file_url_and_unverified_refusal(tmp_path):
+    src = tmp_path / "src" / "f.bin"
+    src.parent.mkdir()
+    src.write_bytes(PAYLOAD)
+    path = fetch(RemoteFile(src.as_uri(), DIGEST), tmp_path / "dst", progress=False)
+    assert path.read_bytes() == PAYLOAD
+    with pytest.raises(ValueError, match="no sha256 pinned"):
+        fetch(RemoteFile(src.as_uri(), ""), tmp_path / "x")
+
+
+def test_pinned_mnist_table():
+    assert len(MNIST_REMOTE) == 4
+    for name, remote in MNIST_REMOTE.items():
+        assert remote.filename == name and remote.url.startswith("https://")
+        assert len(remote.sha256) == 64 and int(remote.sha256, 16) >= 0
+        assert remote.size > 0
+
+
+def test_download_mnist_from_a_mirror_checks_the_pinned_digests(tmp_path):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for name in MNIST_REMOTE:
+        (mirror / name).write_bytes(b"not the real file")
+    with pytest.raises(ChecksumError, match="expected 9912422|expected 28881|bytes, expected"):
+        download_mnist(tmp_path / "out", base_url=mirror.as_uri())
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w:gz") as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _file(name, data=b"x"):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _link(name, target, kind=tarfile.SYMTYPE):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info, None
+
+
+@pytest.mark.parametrize(
+    "member, message",
+    [
+        (_file("/etc/evil"), "absolute path"),
+        (_file("ok/../../evil"), "outside"),
+        (_link("ok/link", "../../etc/passwd"), "points outside"),
+        (_link("ok/abs", "/etc/passwd"), "points outside"),
+        (_link("ok/hard", "../../etc/passwd", tarfile.LNKTYPE), "points outside"),
+    ],
+)
+def test_unsafe_tar_members_are_refused(tmp_path, member, message):
+    archive = _tar(tmp_path / "a.tar.gz", [_file("ok/fine.txt"), member])
+    with pytest.raises(UnsafeArchiveError, match=message):
+        safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out" / "ok" / "fine.txt").exists()  # nothing was extracted
+
+
+def test_device_member_refused(tmp_path):
+    info = tarfile.TarInfo("dev")
+    info.type = tarfile.CHRTYPE
+    with pytest.raises(UnsafeArchiveError, match="not a regular file"):
+        safe_extract(_tar(tmp_path / "d.tgz", [(info, None)]), tmp_path / "out")
+
+
+def test_good_archives_extract(tmp_path):
+    archive = _tar(
+        tmp_path / "good.tar.gz",
+        [_file("dbpedia_csv/classes.txt", b"Company\n"), _link("dbpedia_csv/alias", "classes.txt")],
+    )
+    files = safe_extract(archive, tmp_path / "out")
+    assert [f.name for f in files] == ["classes.txt"]
+    assert (tmp_path / "out" / "dbpedia_csv" / "classes.txt").read_bytes() == b"Company\n"
+    with zipfile.ZipFile(tmp_path / "g.zip", "w") as zf:
+        zf.writestr("a/b.txt", "hello")
+    assert safe_extract(tmp_path / "g.zip", tmp_path / "z")[0].read_text() == "hello"
+    with zipfile.ZipFile(tmp_path / "bad.zip", "w") as zf:
+        zf.writestr("../escape.txt", "no")
+    with pytest.raises(UnsafeArchiveError, match="outside"):
+        safe_extract(tmp_path / "bad.zip", tmp_path / "z2")
