@@ -111,7 +111,11 @@ def _server_processes() -> set[int]:
 def test_async_trains_records_staleness_and_leaves_no_process(mnist_examples, tmp_path):
     before = _server_processes()
     cfg = TrainConfig(
-        data_dir=str(mnist_examples), output_dir=str(tmp_path / "a"), run="async:2", epochs=3
+        data_dir=str(mnist_examples),
+        output_dir=str(tmp_path / "a"),
+        run="async:2",
+        epochs=3,
+        batch_size=32,
     )
     history = run_training(cfg, timeout=300)
     assert _server_processes() == before, "parameter servers or workers outlived the run"
