@@ -12,7 +12,7 @@ from pathlib import Path
 MODES = ("single", "sync", "async", "syncreplicas")
 # Modes that run on parameter servers.
 PS_MODES = ("async", "syncreplicas")
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "fasttext", "logreg", "lstm")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
 

@@ -84,7 +84,36 @@ def _mnist_parser(info: DatasetInfo):
     return parse
 
 
-_PARSERS = {"mnist": _mnist_parser}
+def _dbpedia_parser(info: DatasetInfo):
+    import tensorflow as tf
+
+    spec = {
+        "tokens": tf.io.VarLenFeature(tf.int64),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(records):
+        features = tf.io.parse_example(records, spec)
+        tokens = tf.sparse.to_dense(features["tokens"], default_value=0)  # 0 is padding
+        return tf.cast(tokens, tf.int32), tf.cast(features["label"], tf.int32)
+
+    return parse
+
+
+def _gutenberg_parser(info: DatasetInfo):
+    import tensorflow as tf
+
+    window = int(info.metadata["seq_len"]) + 1
+    spec = {"chars": tf.io.FixedLenFeature([window], tf.int64)}
+
+    def parse(records):
+        chars = tf.cast(tf.io.parse_example(records, spec)["chars"], tf.int32)
+        return chars[:, :-1], chars[:, 1:]  # predict each next character
+
+    return parse
+
+
+_PARSERS = {"mnist": _mnist_parser, "dbpedia": _dbpedia_parser, "gutenberg": _gutenberg_parser}
 
 
 def make_dataset(

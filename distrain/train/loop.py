@@ -74,6 +74,7 @@ class _Trainer:
         self.out = Path(cfg.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.info = DatasetInfo.load(cfg.data_dir)
+        self.labels_per_example = int(self.info.metadata.get("labels_per_example", 1))
         self.hvd = None
         self.strategy = None
         self.coordinator = None
@@ -167,7 +168,7 @@ class _Trainer:
             batch_loss, batch_correct = self._eval_step(x, y)
             loss_sum += float(batch_loss)
             correct += float(batch_correct)
-            count += int(y.shape[0])
+            count += int(np.prod(y.shape))
         loss_sum, correct, count = self.global_sums(loss_sum, correct, count)
         return loss_sum / max(count, 1), correct / max(count, 1)
 
@@ -188,8 +189,9 @@ class _Trainer:
         before = self.epochs[-1] if self.epochs else {"wall_seconds": 0.0, "examples": 0}
         record = {
             "epoch": epoch + 1,
-            "loss": loss_sum / max(seen, 1),
-            "accuracy": correct / max(seen, 1),
+            # Losses and accuracy are per label (per character for a language model).
+            "loss": loss_sum / max(seen * self.labels_per_example, 1),
+            "accuracy": correct / max(seen * self.labels_per_example, 1),
             "val_loss": val_loss,
             "val_accuracy": val_acc,
             "wall_seconds": self.resumed_wall + time.perf_counter() - start,

@@ -51,9 +51,78 @@ def mnist_cnn(info: DatasetInfo, seed: int):
     )
 
 
+def dbpedia_fasttext(info: DatasetInfo, seed: int, dim: int = 64):
+    """fastText-style classifier: embeddings of unigrams and bigrams, averaged, then softmax."""
+    keras = _keras()
+    return keras.Sequential(
+        [
+            keras.layers.Input(shape=(None,), dtype="int32"),
+            keras.layers.Embedding(
+                info.metadata["vocab_size"],
+                dim,
+                mask_zero=True,
+                embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
+            ),
+            keras.layers.GlobalAveragePooling1D(),
+            keras.layers.Dense(
+                info.num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed + 1)
+            ),
+        ],
+        name="dbpedia_fasttext",
+    )
+
+
+def dbpedia_logreg(info: DatasetInfo, seed: int):
+    """Logistic regression on the normalised bag of n-grams (one weight per n-gram and class)."""
+    keras = _keras()
+    return keras.Sequential(
+        [
+            keras.layers.Input(shape=(None,), dtype="int32"),
+            keras.layers.Embedding(
+                info.metadata["vocab_size"],
+                info.num_classes,
+                mask_zero=True,
+                embeddings_initializer="zeros",
+            ),
+            # The average of the n-grams' class weights is the linear score of the
+            # normalised bag of n-grams.
+            keras.layers.GlobalAveragePooling1D(),
+        ],
+        name="dbpedia_logreg",
+    )
+
+
+def gutenberg_lstm(info: DatasetInfo, seed: int, units=(200, 100), embed: int = 32):
+    """Two-layer character LSTM predicting the next character at every position."""
+    keras = _keras()
+    vocab = info.metadata["vocab_size"]
+    layers = [
+        keras.layers.Input(shape=(None,), dtype="int32"),
+        keras.layers.Embedding(
+            vocab, embed, embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed)
+        ),
+    ]
+    for i, n in enumerate(units):
+        layers.append(
+            keras.layers.LSTM(
+                n,
+                return_sequences=True,
+                kernel_initializer=keras.initializers.GlorotUniform(seed + 1 + i),
+                recurrent_initializer=keras.initializers.Orthogonal(seed=seed + 10 + i),
+            )
+        )
+    layers.append(
+        keras.layers.Dense(vocab, kernel_initializer=keras.initializers.GlorotUniform(seed + 20))
+    )
+    return keras.Sequential(layers, name="gutenberg_lstm")
+
+
 MODEL_BUILDERS: dict[tuple[str, str], Callable] = {
     ("mnist", "mlp"): mnist_mlp,
     ("mnist", "cnn"): mnist_cnn,
+    ("dbpedia", "fasttext"): dbpedia_fasttext,
+    ("dbpedia", "logreg"): dbpedia_logreg,
+    ("gutenberg", "lstm"): gutenberg_lstm,
 }
 
 
