@@ -1,0 +1,380 @@
+"""Beam preprocessing of Project Gutenberg books for character-level language models.
+
+    python -m distrain.preprocess.gutenberg --input-dir BOOKS --output-dir OUT [beam options]
+
+Each ``*.txt`` book is stripped of Gutenberg's header and footer (current and legacy
+START/END markers); a book without markers, with an empty body or with binary content is
+rejected with its reason and counted, never passed through whole. Newlines are
+normalised. The last ``validation_fraction`` of each book (contiguous, so no window
+straddles the two) is validation. The character vocabulary comes from the training parts
+only (id 0 is out-of-vocabulary). Windows of ``seq_len + 1`` characters with a ``stride``
+become TFRecords of ``chars`` (int64); ``text/`` keeps each part's normalised text for
+baselines and prompts; ``metadata.json`` has the counts, vocabulary and rejects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import apache_beam as beam
+
+from distrain.preprocess.common import (
+    SumStatsFn,
+    check_bad_ratio,
+    pipeline_options,
+    read_single_json,
+    write_metadata,
+)
+
+SPLITS = ("train", "validation")
+OOV = 0
+_START = re.compile(
+    r"^\s*(?:\*\*\*\s*START OF (?:THE|THIS) PROJECT GUTENBERG E(?:BOOK|TEXT)[^\n]*?\*\*\*"
+    r"|\*END\*THE SMALL PRINT![^\n]*)[^\n]*\n",
+    re.IGNORECASE | re.MULTILINE,
+)
+_END = re.compile(
+    r"^\s*(?:\*\*\*\s*END OF (?:THE|THIS) PROJECT GUTENBERG E(?:BOOK|TEXT)"
+    r"|End of (?:the )?Project Gutenberg(?:'s)? (?:E(?:Book|Text)|Etext|\w))",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+class GutenbergFormatError(ValueError):
+    """The input directory holds no book files."""
+
+
+@dataclass(frozen=True)
+class GutenbergPreprocessConfig:
+    """Settings of the Gutenberg preprocessing job.
+
+    Attributes:
+        input_dir: Directory of ``*.txt`` books.
+        output_dir: Where TFRecords, text, dead letters and metadata go.
+        seq_len: Characters of context per window (windows hold seq_len + 1).
+        stride: Characters between window starts.
+        validation_fraction: Share at the end of each book held out for validation.
+        min_char_count: Least occurrences in the training text for a vocabulary entry.
+        num_shards: TFRecord files per split.
+        max_bad_ratio: Largest share of rejected books before the job fails.
+    """
+
+    input_dir: str
+    output_dir: str
+    seq_len: int = 100
+    stride: int = 50
+    validation_fraction: float = 0.1
+    min_char_count: int = 1
+    num_shards: int = 2
+    max_bad_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1 or self.stride < 1:
+            raise ValueError("seq_len and stride must be positive")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError("validation_fraction must be in (0, 1)")
+        if not 0.0 <= self.max_bad_ratio <= 1.0:
+            raise ValueError("max_bad_ratio must be in [0, 1]")
+
+
+def decode_book(data: bytes) -> tuple[str | None, str]:
+    """Text of a book file and its encoding, or ``(None, reason)`` for binary content."""
+    if not data.strip():
+        return None, "empty file"
+    if b"\x00" in data:
+        return None, "binary file (NUL bytes)"
+    try:
+        return data.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        # Older Gutenberg files are Latin-1; every byte decodes, so check it is text.
+        text = data.decode("latin-1")
+        controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t\f")
+        if controls > 0.01 * len(text):
+            return None, "binary file (control bytes)"
+        return text, "latin-1"
+
+
+def strip_gutenberg(text: str) -> tuple[str | None, str]:
+    """The body between the START and END markers, newlines normalised.
+
+    Returns:
+        ``(body, "ok")``, or ``(None, reason)`` when a marker is missing or the body is empty.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    start = _START.search(text)
+    if not start:
+        return None, "no START marker"
+    end = _END.search(text, start.end())
+    if not end:
+        return None, "no END marker"
+    body = text[start.end() : end.start()].strip("\n")
+    if not body.strip():
+        return None, "empty body"
+    return body + "\n", "ok"
+
+
+def split_book(body: str, validation_fraction: float) -> dict[str, str]:
+    """The first part of a book for training, the last part for validation."""
+    cut = int(len(body) * (1.0 - validation_fraction))
+    return {"train": body[:cut], "validation": body[cut:]}
+
+
+def windows(ids: list[int], seq_len: int, stride: int) -> list[list[int]]:
+    """Windows of ``seq_len + 1`` ids, starting every ``stride`` ids (none cut short)."""
+    return [ids[s : s + seq_len + 1] for s in range(0, len(ids) - seq_len, stride)]
+
+
+def build_char_vocabulary(counts: Counter, min_count: int) -> list[str]:
+    """``<oov>`` then the characters seen at least ``min_count`` times, most frequent first."""
+    kept = sorted((c for c, n in counts.items() if n >= min_count), key=lambda c: (-counts[c], c))
+    return ["<oov>", *kept]
+
+
+class ReadBook(beam.DoFn):
+    """Reads one book; emits ``(book, {split: text})`` or a dead letter with the reason."""
+
+    def __init__(self, validation_fraction: float):
+        self.validation_fraction = validation_fraction
+
+    def process(self, path: str):
+        with open(path, "rb") as f:
+            data = f.read()
+        name = os.path.basename(path)
+        text, encoding = decode_book(data)
+        body, reason = (None, encoding) if text is None else strip_gutenberg(text)
+        if body is None:
+            yield beam.pvalue.TaggedOutput(
+                "dead_letter", {"file": path, "reason": reason, "bytes": len(data)}
+            )
+            yield beam.pvalue.TaggedOutput(
+                "stats", {"books": {"rejected": 1}, "rejected": {reason: 1}}
+            )
+            return
+        yield beam.pvalue.TaggedOutput(
+            "stats", {"books": {"accepted": 1}, "encodings": {encoding: 1}}
+        )
+        yield name, split_book(body, self.validation_fraction)
+
+
+class _CountChars(beam.CombineFn):
+    def create_accumulator(self):
+        return Counter()
+
+    def add_input(self, acc, text):
+        acc.update(text)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out = Counter()
+        for acc in accumulators:
+            out.update(acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class BooksToWindows(beam.PTransform):
+    """Split books to serialised windows per split, with the vocabulary from training text.
+
+    Input: ``(book, {"train": text, "validation": text})``. Output: dict with ``train`` and
+    ``validation`` (serialised ``tf.train.Example`` of ``chars``), ``vocabulary`` (a
+    singleton list) and ``stats``.
+    """
+
+    def __init__(self, seq_len: int, stride: int, min_char_count: int):
+        super().__init__()
+        self.seq_len, self.stride, self.min_char_count = seq_len, stride, min_char_count
+
+    def expand(self, books):
+        seq_len, stride = self.seq_len, self.stride
+        vocabulary = (
+            books
+            | "TrainText" >> beam.Map(lambda book: book[1]["train"])
+            | "CountChars" >> beam.CombineGlobally(_CountChars())
+            | "Vocabulary" >> beam.Map(build_char_vocabulary, self.min_char_count)
+        )
+
+        class _Encode(beam.DoFn):
+            def setup(self):
+                from tensorflow.core.example import example_pb2
+
+                self._example = example_pb2.Example
+                self._index = None
+
+            def process(self, book, vocab):
+                if self._index is None:
+                    self._index = {c: i for i, c in enumerate(vocab)}
+                _, parts = book
+                for split, text in parts.items():
+                    ids = [self._index.get(c, OOV) for c in text]
+                    made = windows(ids, seq_len, stride)
+                    for w in made:
+                        example = self._example()
+                        example.features.feature["chars"].int64_list.value.extend(w)
+                        yield beam.pvalue.TaggedOutput(split, example.SerializeToString())
+                    yield beam.pvalue.TaggedOutput(
+                        "stats",
+                        {
+                            "windows": {split: len(made)},
+                            "characters": {split: len(text)},
+                            "oov_characters": {split: ids.count(OOV)},
+                        },
+                    )
+
+        out = books | "Encode" >> beam.ParDo(
+            _Encode(), beam.pvalue.AsSingleton(vocabulary)
+        ).with_outputs(*SPLITS, "stats")
+        return {
+            "train": out.train,
+            "validation": out.validation,
+            "vocabulary": vocabulary,
+            "stats": out.stats,
+        }
+
+
+def preprocess_gutenberg(
+    config: GutenbergPreprocessConfig, beam_args: list[str] | None = None
+) -> dict:
+    """Runs the preprocessing job and writes ``metadata.json``.
+
+    Raises:
+        GutenbergFormatError: No ``*.txt`` book in the input directory.
+        BadRecordsError: Too many books were rejected (after writing them out).
+    """
+    books = sorted(str(p) for p in Path(config.input_dir).glob("*.txt"))
+    if not books:
+        raise GutenbergFormatError(f"{config.input_dir}: no *.txt books")
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+        read = (
+            pipeline
+            | "Books" >> beam.Create(books)
+            | "ReadBooks"
+            >> beam.ParDo(ReadBook(config.validation_fraction)).with_outputs(
+                "dead_letter", "stats", main="books"
+            )
+        )
+        result = read.books | "ToWindows" >> BooksToWindows(
+            config.seq_len, config.stride, config.min_char_count
+        )
+        for split in SPLITS:
+            _ = result[split] | f"Write{split.title()}" >> beam.io.WriteToTFRecord(
+                str(out / split / "part"),
+                file_name_suffix=".tfrecord",
+                num_shards=config.num_shards,
+            )
+        _ = (
+            read.books
+            | "TextJson"
+            >> beam.FlatMap(
+                lambda b: [
+                    json.dumps({"book": b[0], "split": s, "text": t}) for s, t in b[1].items()
+                ]
+            )
+            | "WriteText"
+            >> beam.io.WriteToText(
+                str(out / "text" / "part"), file_name_suffix=".jsonl", num_shards=1
+            )
+        )
+        _ = (
+            read.dead_letter
+            | "DeadLetterJson" >> beam.Map(json.dumps)
+            | "WriteDeadLetter"
+            >> beam.io.WriteToText(
+                str(out / "dead_letter" / "part"), file_name_suffix=".jsonl", num_shards=1
+            )
+        )
+        vocab = result["vocabulary"] | "VocabStats" >> beam.Map(lambda v: {"vocabulary": v})
+        _ = (
+            (read.stats, result["stats"])
+            | "AllStats" >> beam.Flatten()
+            | "SumStats" >> beam.CombineGlobally(SumStatsFn())
+            | "WithVocab" >> beam.Map(lambda s, v: {**s, **v}, beam.pvalue.AsSingleton(vocab))
+            | "StatsJson" >> beam.Map(json.dumps)
+            | "WriteStats"
+            >> beam.io.WriteToText(
+                str(out / "stats"), file_name_suffix=".json", num_shards=1, shard_name_template=""
+            )
+        )
+    stats = read_single_json(str(out / "stats.json"))
+    (out / "stats.json").unlink()
+    accepted = int(stats.get("books", {}).get("accepted", 0))
+    rejected = int(stats.get("books", {}).get("rejected", 0))
+    if accepted + rejected != len(books):
+        raise RuntimeError(f"book accounting failed: {len(books)} read, {accepted} + {rejected}")
+    vocabulary = stats.get("vocabulary", ["<oov>"])
+    metadata = {
+        "dataset": "gutenberg",
+        "task": "language_model",
+        "num_classes": len(vocabulary),
+        "vocab_size": len(vocabulary),
+        "vocabulary": vocabulary,
+        "seq_len": config.seq_len,
+        "labels_per_example": config.seq_len,
+        "splits": {s: int(stats.get("windows", {}).get(s, 0)) for s in SPLITS},
+        "characters": {s: int(stats.get("characters", {}).get(s, 0)) for s in SPLITS},
+        "oov_characters": {s: int(stats.get("oov_characters", {}).get(s, 0)) for s in SPLITS},
+        "input_records": {"books": len(books)},
+        "books": {
+            "accepted": accepted,
+            "rejected": rejected,
+            "encodings": stats.get("encodings", {}),
+        },
+        "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
+        "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
+        "text": "text/part-*.jsonl",
+        "dead_letter": "dead_letter/part-*.jsonl",
+        "feature_spec": {"chars": f"int64[{config.seq_len + 1}] character ids (0 = OOV)"},
+        "config": asdict(config),
+    }
+    write_metadata(out, metadata)
+    if accepted == 0:
+        raise GutenbergFormatError(
+            f"{config.input_dir}: every book was rejected ({stats.get('rejected', {})})"
+        )
+    check_bad_ratio(config.input_dir, len(books), rejected, config.max_bad_ratio)
+    return metadata
+
+
+def read_texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
+    """The normalised text of each book's part of a split, from a preprocessed directory."""
+    texts = {}
+    for path in sorted(Path(data_dir, "text").glob("part-*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            item = json.loads(line)
+            if item["split"] == split:
+                texts[item["book"]] = item["text"]
+    return dict(sorted(texts.items()))
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Command-line entry: our options, then any Beam pipeline options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input-dir", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--seq-len", type=int, default=100)
+    parser.add_argument("--stride", type=int, default=50)
+    parser.add_argument("--validation-fraction", type=float, default=0.1)
+    args, beam_args = parser.parse_known_args(argv)
+    config = GutenbergPreprocessConfig(
+        input_dir=args.input_dir,
+        output_dir=args.output_dir,
+        seq_len=args.seq_len,
+        stride=args.stride,
+        validation_fraction=args.validation_fraction,
+    )
+    metadata = preprocess_gutenberg(config, beam_args)
+    print(json.dumps({"splits": metadata["splits"], "books": metadata["books"]}))
+    return metadata
+
+
+if __name__ == "__main__":
+    run()
