@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import distrain  # noqa: F401
-from distrain.steps import fetch_mnist, preprocess_mnist
+from distrain.steps import fetch, preprocess
 from distrain.train.config import DEFAULT_RUNS, TrainConfig, parse_run_specs
 from distrain.train.launch import run_training
 
@@ -34,8 +34,8 @@ def main() -> None:
     specs = parse_run_specs(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         raw, data = Path(tmp, "raw"), Path(tmp, "data")
-        fetch_mnist("sample", raw, sample_train_size=args.train_size, sample_test_size=500)
-        preprocess_mnist(raw, data)
+        fetch("mnist", "sample", raw, sample_size=args.train_size)
+        preprocess("mnist", raw, data)
         results = []
         for spec in specs:
             cfg = TrainConfig(

@@ -9,12 +9,13 @@ from distrain.images import TRAINER_IMAGE
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def compare(
     reports: Input[list[Artifact]],
+    baseline: Input[Artifact],
     comparison: Output[Artifact],
     table: Output[Markdown],
     page: Output[HTML],
     target_accuracy: float = 0.95,
 ):
-    """Side-by-side table and plots of all runs (time, throughput, speedup, accuracy).
+    """Side-by-side table and plots of all runs and the baseline: time, throughput, accuracy.
 
     ``comparison`` is a directory holding ``comparison.json``, ``.md`` and ``.html``;
     ``table`` and ``page`` show the same in the KFP UI.
@@ -29,6 +30,8 @@ def compare(
     for artifact in reports:
         with open(artifact.path) as f:
             runs.append(json.load(f))
+    with open(baseline.path) as f:
+        runs.append(json.load(f))
     result = step(runs, comparison.path, target_accuracy=target_accuracy)
     shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
     shutil.copyfile(f"{comparison.path}/comparison.html", page.path)

@@ -1,7 +1,16 @@
-"""KFP component: score a trained run on the test split. Interface only."""
+"""KFP component: score a trained run. Interface only."""
 
 from kfp import dsl
-from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import (
+    Artifact,
+    ClassificationMetrics,
+    Dataset,
+    Input,
+    Markdown,
+    Metrics,
+    Model,
+    Output,
+)
 
 from distrain.images import TRAINER_IMAGE
 
@@ -12,24 +21,49 @@ def evaluate(
     trained: Input[Model],
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
+    summary: Output[Markdown],
     report: Output[Artifact],
-    split: str = "test",
 ):
-    """Accuracy, per-class and macro precision/recall/F1 and the confusion matrix.
+    """Classifiers: accuracy, per-class and macro precision/recall/F1, confusion matrix.
 
-    ``report`` (JSON: run, history, evaluation) is what the comparison step fans in.
+    Language models: nats and bits per character, perplexity, next-character accuracy and
+    a generated sample. ``report`` (JSON: run, history, evaluation) is what the comparison
+    step fans in.
     """
     import json
 
+    from distrain.evaluate import metrics_markdown
     from distrain.steps import evaluate as step
 
-    result = step(examples.path, trained.path, split)
+    result = step(examples.path, trained.path)
     ev = result["evaluation"]
-    for key in ("accuracy", "macro_precision", "macro_recall", "macro_f1"):
-        metrics.log_metric(key, round(float(ev[key]), 6))
+    keys = (
+        "accuracy",
+        "macro_precision",
+        "macro_recall",
+        "macro_f1",
+        "bits_per_char",
+        "nats_per_char",
+        "perplexity",
+    )
+    for key in keys:
+        if ev.get(key) is not None:
+            metrics.log_metric(key, round(float(ev[key]), 6))
     metrics.log_metric("train_seconds", round(result["history"]["train_seconds"], 3))
     metrics.log_metric("examples_per_second", round(result["history"]["examples_per_second"], 1))
-    confusion.log_confusion_matrix(ev["class_names"], ev["confusion_matrix"])
+    name = result["run"]["name"]
+    if "confusion_matrix" in ev:
+        confusion.log_confusion_matrix(ev["class_names"], ev["confusion_matrix"])
+        text = metrics_markdown(ev, f"{name} on {ev['split']}")
+    else:
+        text = (
+            f"## {name} on {ev['split']}\n\n- bits/char: {ev['bits_per_char']:.4f}\n"
+            f"- perplexity: {ev['perplexity']:.3f}\n- next-character accuracy: "
+            f"{ev['accuracy']:.4f}\n\nSample at temperature {ev['temperature']} after the "
+            f"prompt:\n\n```\n{ev['prompt']}{ev['sample']}\n```\n"
+        )
+    with open(summary.path, "w") as f:
+        f.write(text)
     with open(report.path, "w") as f:
         json.dump(result, f)
-    report.metadata["run"] = result["run"]["name"]
+    report.metadata["run"] = name

@@ -19,29 +19,26 @@ from pathlib import Path
 import distrain
 from distrain.train.config import DEFAULT_RUNS
 
-PIPELINES = ("mnist",)
+PIPELINES = ("mnist", "dbpedia", "gutenberg")
 
 
-def _pipeline_module(name: str):
-    if name == "mnist":
-        from distrain.pipelines import mnist
+def _defaults(name: str):
+    import importlib
 
-        return mnist
-    raise SystemExit(f"distrain: unknown pipeline {name!r}; expected one of {', '.join(PIPELINES)}")
+    return importlib.import_module(f"distrain.pipelines.{name}").DEFAULTS
 
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``distrain data``: write the sample or download the real data."""
-    from distrain.steps import fetch_mnist
+    from distrain.steps import fetch
 
     source = "sample" if args.sample else "download"
-    summary = fetch_mnist(
-        source,
-        args.output,
-        sample_train_size=args.train_size,
-        sample_test_size=args.test_size,
-        seed=args.seed,
-    )
+    if args.download and args.dataset == "gutenberg":
+        if not args.ids:
+            print("distrain: Gutenberg downloads need --ids (e.g. --ids 1342,11)", file=sys.stderr)
+            return 2
+        source = f"download:{args.ids}"
+    summary = fetch(args.dataset, source, args.output, sample_size=args.sample_size, seed=args.seed)
     print(f"{args.dataset} ({source}) in {args.output}: {', '.join(summary['files'])}")
     return 0
 
@@ -50,8 +47,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """``distrain compile``: write the pipeline's KFP IR YAML."""
     from kfp import compiler
 
-    module = _pipeline_module(args.pipeline)
-    compiler.Compiler().compile(module.build_pipeline(), args.output)
+    from distrain.pipelines.common import build_pipeline
+
+    compiler.Compiler().compile(build_pipeline(_defaults(args.pipeline)), args.output)
     print(f"compiled {args.pipeline} pipeline to {args.output}")
     return 0
 
@@ -65,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Refuse bad parameters before any work starts.
     try:
-        specs = parse_run_specs(args.runs)
+        specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     except ConfigError as err:
         print(f"distrain: {err}", file=sys.stderr)
         return 2
@@ -73,9 +71,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"distrain: data directory {args.data} does not exist", file=sys.stderr)
         return 2
 
+    from distrain.pipelines.common import build_pipeline
+
+    defaults = _defaults(args.pipeline)
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    module = _pipeline_module(args.pipeline)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(out / "kfp"),
@@ -84,16 +84,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = {
         "source": str(Path(args.data).resolve()) if args.data else "sample",
         "runs": [str(s) for s in specs],
-        "model": args.model,
-        "epochs": args.epochs,
+        "model": args.model or defaults.model,
+        "epochs": args.epochs or defaults.epochs,
         "seed": args.seed,
-        "sample_train_size": args.train_size,
-        "sample_test_size": args.test_size,
-        "target_accuracy": args.target_accuracy,
+        "sample_size": args.sample_size,
     }
+    if args.target_accuracy is not None:
+        params["target_accuracy"] = args.target_accuracy
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
-    task = module.build_pipeline(parallelism=1)(**params)
+    task = build_pipeline(defaults, parallelism=1)(**params)
     comparison_dir = Path(task.output.path)
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
@@ -116,6 +116,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+SAMPLE_HELP = (
+    "size of a generated sample (0: default): MNIST training images, DBPedia training rows, "
+    "Gutenberg characters"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="distrain", description=__doc__.split("\n\n")[0])
@@ -123,13 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="write sample data or download a data set")
-    data.add_argument("dataset", choices=["mnist"])
+    data.add_argument("dataset", choices=PIPELINES)
     how = data.add_mutually_exclusive_group(required=True)
     how.add_argument("--sample", action="store_true", help="generate the sample")
     how.add_argument("--download", action="store_true", help="download the real data")
     data.add_argument("--output", required=True)
-    data.add_argument("--train-size", type=int, default=10000)
-    data.add_argument("--test-size", type=int, default=2000)
+    data.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
+    data.add_argument("--ids", help="Gutenberg book ids to download, comma-separated")
     data.add_argument("--seed", type=int, default=0)
     data.set_defaults(func=cmd_data)
 
@@ -144,15 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", required=True)
     run.add_argument(
         "--runs",
-        default=",".join(DEFAULT_RUNS),
-        help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A]",
+        help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
+        f"(default: {','.join(DEFAULT_RUNS)})",
     )
-    run.add_argument("--model", default="mlp")
-    run.add_argument("--epochs", type=int, default=5)
+    run.add_argument("--model", help="default: the data set's (mlp, fasttext, lstm)")
+    run.add_argument("--epochs", type=int, help="default: the data set's")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--train-size", type=int, default=10000, help="sample size (train)")
-    run.add_argument("--test-size", type=int, default=2000, help="sample size (test)")
-    run.add_argument("--target-accuracy", type=float, default=0.95)
+    run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
+    run.add_argument("--target-accuracy", type=float, help="for time to target")
     run.set_defaults(func=cmd_run)
 
     tr = sub.add_parser("train", help="one training run on preprocessed data")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODE_ORDER = ("single", "sync", "async", "syncreplicas")
+MODE_ORDER = ("single", "sync", "async", "syncreplicas", "baseline")
 
 # (key, header, format) of the table's columns.
 COLUMNS = [
@@ -28,6 +28,7 @@ COLUMNS = [
     ("aggregation", "aggregate", "{}"),
     ("accuracy", "accuracy", "{:.4f}"),
     ("macro_f1", "macro F1", "{:.4f}"),
+    ("bits_per_char", "bits/char", "{:.3f}"),
     ("train_seconds", "train s", "{:.1f}"),
     ("examples_per_second", "examples/s", "{:,.0f}"),
     ("speedup", "speedup", "{:.2f}"),
@@ -85,8 +86,10 @@ def _check(report: dict, index: int) -> str:
     for key in ("run", "history", "evaluation"):
         if key not in report:
             raise ValueError(f"run report {name}: missing {key!r}")
+    if report["run"].get("mode") == "baseline":
+        return name  # a count-based baseline: no training history
     for key, part in (("train_seconds", "history"), ("accuracy", "evaluation")):
-        if key not in report[part]:
+        if key not in (report[part] or {}):
             raise ValueError(f"run report {name}: {part} has no {key!r}")
     for key in ("name", "mode", "workers"):
         if key not in report["run"]:
@@ -122,13 +125,25 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         return rank, run["workers"], run["name"]
 
     reports = sorted(reports, key=order)
-    base = next((r for r in reports if r["run"]["mode"] == config.baseline), None)
+    trained = [r for r in reports if r["run"]["mode"] != "baseline"]
+    base = next((r for r in trained if r["run"]["mode"] == config.baseline), None)
     notes = []
     if base is None:
         notes.append(f"no {config.baseline!r} run: speedup and efficiency need it as the reference")
     rows = []
     for r in reports:
-        run, hist, ev = r["run"], r["history"], r["evaluation"]
+        run, ev = r["run"], r["evaluation"]
+        quality = {
+            "accuracy": ev.get("accuracy"),
+            "macro_f1": ev.get("macro_f1"),
+            "bits_per_char": ev.get("bits_per_char"),
+            "sample": ev.get("sample"),
+            "prompt": ev.get("prompt"),
+        }
+        if run["mode"] == "baseline":
+            rows.append({"name": run["name"], "mode": "baseline", "workers": None, **quality})
+            continue
+        hist = r["history"]
         seconds = float(hist["train_seconds"])
         speedup = None
         if base is not None and seconds > 0:
@@ -142,8 +157,7 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
                 "workers": int(run["workers"]),
                 "parameter_servers": int(run.get("parameter_servers") or 0),
                 "aggregation": f"{agg}/{run['workers']}" if run["mode"] == "syncreplicas" else None,
-                "accuracy": float(ev["accuracy"]),
-                "macro_f1": float(ev.get("macro_f1", float("nan"))),
+                **quality,
                 "train_seconds": seconds,
                 "examples_per_second": float(hist.get("examples_per_second", 0.0)),
                 "speedup": speedup,
@@ -156,7 +170,15 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
                 "staleness_by_worker": hist.get("staleness_by_worker"),
             }
         )
-    best = max(rows, key=lambda row: (row["accuracy"], -row["train_seconds"]))
+    candidates = [row for row in rows if row["mode"] != "baseline"] or rows
+    if any(row.get("bits_per_char") is not None for row in candidates):
+        best = min(
+            candidates, key=lambda row: (row["bits_per_char"], row.get("train_seconds") or 0)
+        )
+    else:
+        best = max(
+            candidates, key=lambda row: (row["accuracy"] or 0, -(row.get("train_seconds") or 0))
+        )
     return {
         "rows": rows,
         "best": best["name"],
@@ -165,6 +187,11 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         "config": asdict(config),
         "notes": notes,
     }
+
+
+def columns(comparison: dict) -> list[tuple[str, str, str]]:
+    """The table's columns: those with a value in at least one row."""
+    return [c for c in COLUMNS if any(row.get(c[0]) is not None for row in comparison["rows"])]
 
 
 def _cell(row: dict, key: str, fmt: str) -> str:
@@ -185,11 +212,13 @@ def render_markdown(comparison: dict) -> str:
         "is the number of parameter versions between the one a gradient was computed on and "
         "the one it was applied to (or dropped at).",
         "",
-        "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-        "|" + "|".join("---" if k in ("name", "mode") else "---:" for k, _, _ in COLUMNS) + "|",
+        "| " + " | ".join(h for _, h, _ in columns(comparison)) + " |",
+        "|"
+        + "|".join("---" if k in ("name", "mode") else "---:" for k, _, _ in columns(comparison))
+        + "|",
     ]
     for row in comparison["rows"]:
-        lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in COLUMNS) + " |")
+        lines.append("| " + " | ".join(_cell(row, k, f) for k, _, f in columns(comparison)) + " |")
     per_worker = [r for r in comparison["rows"] if r.get("staleness_by_worker")]
     if per_worker:
         lines += ["", "Staleness per worker (mean / max):", ""]
@@ -201,16 +230,25 @@ def render_markdown(comparison: dict) -> str:
             dropped = row.get("dropped_gradients")
             tail = f"; {dropped} stale gradients dropped" if dropped else ""
             lines.append(f"- {row['name']}: {cells}{tail}")
-    lines += ["", f"**Best run: {comparison['best']}** (highest accuracy, then fastest)."]
+    lines += ["", f"**Best run: {comparison['best']}**."]
+    for row in comparison["rows"]:
+        if row.get("sample"):
+            lines += [
+                "",
+                f"Text generated by {row['name']} after the prompt (validation text in italics):",
+                "",
+                "> *" + " ".join(row["prompt"].split()) + "* " + " ".join(row["sample"].split()),
+            ]
     lines += [f"- note: {n}" for n in comparison.get("notes", [])]
     return "\n".join(lines) + "\n"
 
 
 def render_text_table(comparison: dict) -> str:
     """The comparison as an aligned plain-text table for a terminal."""
-    table = [[h for _, h, _ in COLUMNS]]
-    table += [[_cell(row, k, f) for k, _, f in COLUMNS] for row in comparison["rows"]]
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
+    cols = columns(comparison)
+    table = [[h for _, h, _ in cols]]
+    table += [[_cell(row, k, f) for k, _, f in cols] for row in comparison["rows"]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
     out = []
     for j, r in enumerate(table):
         cells = [
@@ -241,8 +279,8 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_name = {r["run"]["name"]: r for r in reports}
-    names = [row["name"] for row in comparison["rows"]]
+    by_name = {r["run"]["name"]: r for r in reports if r.get("history")}
+    names = [row["name"] for row in comparison["rows"] if row["name"] in by_name]
     figures = []
     for key, label, title in (
         ("loss", "training loss", "Training loss against wall-clock time"),
@@ -263,7 +301,9 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         figures.append((title, _png(fig)))
 
     fig, ax = plt.subplots(figsize=(6.5, 3.5))
-    throughput = [row["examples_per_second"] for row in comparison["rows"]]
+    throughput = [
+        row["examples_per_second"] for row in comparison["rows"] if row["name"] in by_name
+    ]
     bars = ax.bar(names, throughput, color="tab:blue")
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in throughput], fontsize=8)
     ax.set(ylabel="examples / second", title="Training throughput per run")
@@ -297,11 +337,12 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
 
 def render_html(comparison: dict, reports: list[dict]) -> str:
     """A self-contained HTML page: the table and the plots (inline PNG)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in COLUMNS)
+    cols = columns(comparison)
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in cols)
     body = ""
     for row in comparison["rows"]:
         cls = ' class="best"' if row["name"] == comparison["best"] else ""
-        cells = "".join(f"<td>{html.escape(_cell(row, k, f))}</td>" for k, _, f in COLUMNS)
+        cells = "".join(f"<td>{html.escape(_cell(row, k, f))}</td>" for k, _, f in cols)
         body += f"<tr{cls}>{cells}</tr>\n"
     images = "".join(
         f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
@@ -309,6 +350,12 @@ def render_html(comparison: dict, reports: list[dict]) -> str:
         for title, data in plots(comparison, reports)
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in comparison.get("notes", []))
+    notes += "".join(
+        f"<li>Generated by <b>{html.escape(row['name'])}</b> after the prompt:"
+        f"<pre><i>{html.escape(row['prompt'] or '')}</i>{html.escape(row['sample'])}</pre></li>"
+        for row in comparison["rows"]
+        if row.get("sample")
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>distrain: runs compared</title>
 <style>

@@ -17,79 +17,138 @@ class StepError(ValueError):
     """A step's inputs are invalid; raised before any work starts."""
 
 
-def fetch_mnist(
+DATASETS = ("mnist", "dbpedia", "gutenberg")
+
+
+def _check_dataset(dataset: str) -> None:
+    if dataset not in DATASETS:
+        raise StepError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
+
+
+def fetch(
+    dataset: str,
     source: str,
     output_dir: str | os.PathLike,
     *,
-    sample_train_size: int = 10000,
-    sample_test_size: int = 2000,
+    sample_size: int = 0,
     seed: int = 0,
 ) -> dict:
-    """Puts the four MNIST IDX files into ``output_dir``.
+    """Puts a data set's raw files into ``output_dir``.
 
     Args:
-        source: ``sample`` (generate the learnable procedural sample), ``download``
-            (the pinned mirror, sha256-checked) or a directory holding the four files.
+        dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        source: ``sample`` (generate the sample in the real format), ``download`` (pinned
+            URLs, checked digests; for Gutenberg ``download:ID,ID,...``) or a directory
+            holding the raw files.
         output_dir: Destination directory.
-        sample_train_size: Training images in a generated sample.
-        sample_test_size: Test images in a generated sample.
+        sample_size: Size of a generated sample (0: the default): MNIST training images,
+            DBPedia training rows, Gutenberg characters over all books. Test sets are a
+            fifth of it.
         seed: Seed of a generated sample.
 
     Returns:
         A summary: source and file names.
 
     Raises:
-        StepError: ``source`` is a directory that does not exist or lacks a file.
+        StepError: Unknown data set, or ``source`` is neither a keyword nor a directory
+            with the data set's files.
     """
-    from distrain.data.idx import MNIST_FILES, mnist_paths
-
+    _check_dataset(dataset)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if source == "sample":
+        _write_sample(dataset, out, sample_size, seed)
+    elif source == "download" or source.startswith("download:"):
+        from distrain.data import download
+
+        if dataset == "mnist":
+            download.download_mnist(out)
+        elif dataset == "dbpedia":
+            extracted = download.download_dbpedia(out / "archive")
+            for name in ("classes.txt", "train.csv", "test.csv"):
+                shutil.copyfile(extracted / name, out / name)
+        else:
+            ids = [int(i) for i in source.partition(":")[2].split(",") if i.strip()]
+            if not ids:
+                raise StepError("Gutenberg downloads need book ids: download:1342,11,84")
+            download.fetch_gutenberg(ids, out)
+    else:
+        _copy_raw(dataset, Path(source), out)
+    return {"dataset": dataset, "source": source, "files": sorted(p.name for p in out.iterdir())}
+
+
+def _write_sample(dataset: str, out: Path, size: int, seed: int) -> None:
+    if dataset == "mnist":
         from distrain.data.mnist_sample import MnistSampleConfig, write_mnist_sample
 
+        size = size or 10000
         write_mnist_sample(
-            out,
-            MnistSampleConfig(train_size=sample_train_size, test_size=sample_test_size, seed=seed),
+            out, MnistSampleConfig(train_size=size, test_size=max(1, size // 5), seed=seed)
         )
-    elif source == "download":
-        from distrain.data.download import download_mnist
+    elif dataset == "dbpedia":
+        from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
 
-        download_mnist(out)
+        per_class = max(1, (size or 4200) // len(CLASSES))
+        cfg = DbpediaSampleConfig(
+            train_per_class=per_class, test_per_class=max(1, per_class // 5), seed=seed
+        )
+        write_dbpedia_sample(out, cfg)
     else:
-        src = Path(source)
-        if not src.is_dir():
-            raise StepError(f"MNIST source {source!r} is not 'sample', 'download' or a directory")
-        for split in MNIST_FILES:
-            for path in mnist_paths(src, split):
-                if not path.exists():
-                    raise StepError(f"{src}: missing MNIST file {path.name}")
-                shutil.copyfile(path, out / path.name)
-    files = sorted(p.name for p in out.iterdir())
-    return {"source": source, "files": files}
+        from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+
+        books = 3
+        cfg = GutenbergSampleConfig(
+            books=books, chars_per_book=max(1000, (size or 360_000) // books), seed=seed
+        )
+        write_gutenberg_sample(out, cfg)
 
 
-def preprocess_mnist(
+def _copy_raw(dataset: str, src: Path, out: Path) -> None:
+    if not src.is_dir():
+        raise StepError(f"{dataset} source {str(src)!r} is not 'sample', 'download' or a directory")
+    if dataset == "mnist":
+        from distrain.data.idx import MNIST_FILES, mnist_paths
+
+        files = [p for split in MNIST_FILES for p in mnist_paths(src, split)]
+    elif dataset == "dbpedia":
+        files = [src / n for n in ("classes.txt", "train.csv", "test.csv")]
+    else:
+        files = sorted(src.glob("*.txt"))
+        if not files:
+            raise StepError(f"{src}: no *.txt books")
+    for path in files:
+        if not path.exists():
+            raise StepError(f"{src}: missing {dataset} file {path.name}")
+        shutil.copyfile(path, out / path.name)
+
+
+def preprocess(
+    dataset: str,
     raw_dir: str | os.PathLike,
     output_dir: str | os.PathLike,
     *,
     validation_fraction: float = 0.1,
     seed: int = 0,
-    num_shards: int = 2,
     beam_args: list[str] | None = None,
 ) -> dict:
-    """Runs the Beam preprocessing; returns the metadata it wrote."""
-    from distrain.preprocess.mnist import MnistPreprocessConfig
-    from distrain.preprocess.mnist import preprocess_mnist as run_beam
+    """Runs the data set's Beam preprocessing; returns the metadata it wrote."""
+    _check_dataset(dataset)
+    args = beam_args or ["--runner=DirectRunner"]
+    raw, out = str(raw_dir), str(output_dir)
+    if dataset == "mnist":
+        from distrain.preprocess import mnist
 
-    cfg = MnistPreprocessConfig(
-        input_dir=str(raw_dir),
-        output_dir=str(output_dir),
-        validation_fraction=validation_fraction,
-        seed=seed,
-        num_shards=num_shards,
-    )
-    return run_beam(cfg, beam_args or ["--runner=DirectRunner"])
+        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed)
+        return mnist.preprocess_mnist(cfg, args)
+    if dataset == "dbpedia":
+        from distrain.preprocess import dbpedia
+
+        cfg = dbpedia.DbpediaPreprocessConfig(raw, out, validation_fraction, seed)
+        return dbpedia.preprocess_dbpedia(cfg, args)
+    from distrain.preprocess import gutenberg
+
+    cfg = gutenberg.GutenbergPreprocessConfig(raw, out, validation_fraction=validation_fraction)
+    return gutenberg.preprocess_gutenberg(cfg, args)
 
 
 def train(
@@ -114,31 +173,80 @@ def train(
     return run_training(cfg)
 
 
-def evaluate(
-    data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: str = "test"
-) -> dict:
-    """Scores a trained run on a split and returns its run report.
+def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: str = "") -> dict:
+    """Scores a trained run and returns its run report.
+
+    Classifiers are scored on ``test`` (accuracy, precision/recall/F1, confusion matrix);
+    language models on ``validation`` (nats and bits per character, perplexity,
+    next-character accuracy, and a generated sample).
 
     Args:
         data_dir: Preprocessed data.
         model_dir: A training step's output (``model.keras`` and ``history.json``).
-        split: The split to score.
+        split: The split to score (default: per task, as above).
 
     Returns:
         ``{"run", "history", "evaluation"}``, the input of the comparison.
     """
-    from distrain.evaluate import classification_metrics
     from distrain.train.inputs import DatasetInfo
-    from distrain.train.predict import predict_split
 
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
     info = DatasetInfo.load(data_dir)
-    y_true, y_pred = predict_split(model_dir / "model.keras", data_dir, split)
-    names = info.class_names or [str(i) for i in range(info.num_classes)]
-    evaluation = classification_metrics(y_true, y_pred, names)
-    evaluation["split"] = split
+    if info.metadata.get("task") == "language_model":
+        from distrain.train.predict import evaluate_language_model
+
+        evaluation = evaluate_language_model(
+            model_dir / "model.keras", data_dir, split or "validation"
+        )
+    else:
+        from distrain.evaluate import classification_metrics
+        from distrain.train.predict import predict_split
+
+        split = split or "test"
+        y_true, y_pred = predict_split(model_dir / "model.keras", data_dir, split)
+        names = info.class_names or [str(i) for i in range(info.num_classes)]
+        evaluation = classification_metrics(y_true, y_pred, names)
+        evaluation["split"] = split
     return {"run": history["run"], "history": history, "evaluation": evaluation}
+
+
+def baseline(data_dir: str | os.PathLike) -> dict:
+    """The count-based baseline of a data set, as a run report.
+
+    Classifiers: always the most frequent training class, scored on ``test``. Language
+    models: a character 5-gram with absolute discounting, fitted on the training text and
+    scored on the validation text (the same split the models are scored on).
+    """
+    from distrain.train.inputs import DatasetInfo
+
+    info = DatasetInfo.load(data_dir)
+    if info.metadata.get("task") == "language_model":
+        from distrain.baselines import CharNgramModel, language_model_scores
+        from distrain.preprocess.gutenberg import read_texts
+
+        vocab = set(info.metadata["vocabulary"][1:])
+
+        def known(text: str) -> str:  # unknown characters are one symbol, as for the models
+            return "".join(c if c in vocab else "\x00" for c in text)
+
+        train = [known(t) for t in read_texts(data_dir, "train").values()]
+        valid = [known(t) for t in read_texts(data_dir, "validation").values()]
+        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
+        evaluation = language_model_scores(model.fit(train).nats_per_char(valid))
+        evaluation.update(split="validation", characters=sum(len(t) for t in valid))
+        run = {"name": "5-gram", "mode": "baseline", "workers": 0, "model": "char 5-gram"}
+    else:
+        from distrain.evaluate import majority_baseline
+        from distrain.train.predict import split_labels
+
+        hist = info.metadata["class_histogram"]["train"]
+        names = info.class_names or [str(i) for i in range(info.num_classes)]
+        evaluation = majority_baseline(hist, split_labels(data_dir, "test"), names)
+        evaluation["split"] = "test"
+        run = {"name": "majority", "mode": "baseline", "workers": 0, "model": "majority class"}
+    run["dataset"] = info.dataset
+    return {"run": run, "history": None, "evaluation": evaluation}
 
 
 def compare(

@@ -16,21 +16,21 @@ VENV_BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="session")
 def mnist_raw(tmp_path_factory) -> Path:
-    """The four MNIST IDX files of a small generated sample (1,500 train, 400 test)."""
-    from distrain.steps import fetch_mnist
+    """The four MNIST IDX files of a small generated sample (1,500 train, 300 test)."""
+    from distrain.steps import fetch
 
     out = tmp_path_factory.mktemp("mnist_raw")
-    fetch_mnist("sample", out, sample_train_size=1500, sample_test_size=400, seed=7)
+    fetch("mnist", "sample", out, sample_size=1500, seed=7)
     return out
 
 
 @pytest.fixture(scope="session")
 def mnist_examples(mnist_raw, tmp_path_factory) -> Path:
     """The sample after Beam preprocessing: TFRecord shards and metadata.json."""
-    from distrain.steps import preprocess_mnist
+    from distrain.steps import preprocess
 
     out = tmp_path_factory.mktemp("mnist_examples")
-    preprocess_mnist(mnist_raw, out, validation_fraction=0.1, seed=0, num_shards=2)
+    preprocess("mnist", mnist_raw, out, validation_fraction=0.1, seed=0)
     return out
 
 

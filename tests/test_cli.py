@@ -15,10 +15,8 @@ def test_data_mnist_sample(tmp_path, cli_env):
             "--sample",
             "--output",
             str(tmp_path),
-            "--train-size",
-            "50",
-            "--test-size",
-            "20",
+            "--sample-size",
+            "100",
         ],
         capture_output=True,
         text=True,
@@ -30,7 +28,7 @@ def test_data_mnist_sample(tmp_path, cli_env):
     images, labels = read_mnist_split(
         tmp_path / "t10k-images-idx3-ubyte.gz", tmp_path / "t10k-labels-idx1-ubyte.gz"
     )
-    assert images.shape == (20, 28, 28) and labels.shape == (20,)
+    assert images.shape == (20, 28, 28) and labels.shape == (20,)  # test = a fifth
 
 
 def test_version_and_help(cli_env):

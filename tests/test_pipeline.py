@@ -23,7 +23,7 @@ def _check_ir(spec: dict) -> None:
     images = {e["container"]["image"] for e in executors.values()}
     assert images == {BEAM_IMAGE, TRAINER_IMAGE}
     tasks = spec["root"]["dag"]["tasks"]
-    assert {"fetch-mnist", "preprocess-mnist", "compare"} <= set(tasks)
+    assert {"fetch-data", "preprocess", "baseline", "compare"} <= set(tasks)
     loop = next(t for name, t in tasks.items() if name.startswith("for-loop"))
     assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--runs"
     inner = spec["components"][loop["componentRef"]["name"]]["dag"]["tasks"]

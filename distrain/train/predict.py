@@ -38,3 +38,81 @@ def predict_split(
     if not y_true:
         raise ValueError(f"{data_dir}: split {split!r} is empty")
     return np.concatenate(y_true), np.concatenate(y_pred)
+
+
+def split_labels(data_dir: str | os.PathLike, split: str) -> np.ndarray:
+    """The labels of a split, in file order (no model needed)."""
+    info = DatasetInfo.load(data_dir)
+    labels = [y.numpy() for _, y in make_dataset(info, split, 4096)]
+    return np.concatenate(labels) if labels else np.zeros(0, np.int64)
+
+
+def generate_text(
+    model,
+    vocabulary: list[str],
+    prompt: str,
+    length: int = 300,
+    temperature: float = 0.8,
+    seed: int = 0,
+    context: int = 100,
+) -> str:
+    """Samples ``length`` characters after ``prompt`` (at most ``context`` characters seen)."""
+    rng = np.random.default_rng(seed)
+    index = {c: i for i, c in enumerate(vocabulary)}
+    ids = [index.get(c, 0) for c in prompt] or [1]
+    out = []
+    for _ in range(length):
+        logits = model(np.array([ids[-context:]], dtype=np.int32), training=False).numpy()[0, -1]
+        logits = logits / max(temperature, 1e-6)
+        probs = np.exp(logits - logits.max())
+        probs[0] = 0.0  # never emit the out-of-vocabulary symbol
+        probs /= probs.sum()
+        nxt = int(rng.choice(len(probs), p=probs))
+        ids.append(nxt)
+        out.append(vocabulary[nxt])
+    return "".join(out)
+
+
+def evaluate_language_model(
+    model_path: str | os.PathLike,
+    data_dir: str | os.PathLike,
+    split: str = "validation",
+    temperature: float = 0.8,
+    sample_length: int = 300,
+) -> dict:
+    """Scores a character language model on a split's windows.
+
+    Returns nats/char, bits/char, perplexity and next-character accuracy, and a sample
+    generated from the start of the split's first book.
+    """
+    from distrain.baselines import language_model_scores
+    from distrain.preprocess.gutenberg import read_texts
+
+    info = DatasetInfo.load(data_dir)
+    model = load_model(model_path)
+    nats = correct = count = 0.0
+    import tensorflow as tf
+
+    for x, y in make_dataset(info, split, 256):
+        logits = model(x, training=False)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        nats += float(tf.reduce_sum(losses))
+        correct += float(
+            tf.reduce_sum(tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == y, tf.float32))
+        )
+        count += float(tf.size(y))
+    if not count:
+        raise ValueError(f"{data_dir}: split {split!r} has no windows")
+    scores = language_model_scores(nats / count, correct / count)
+    texts = read_texts(data_dir, split)
+    prompt = next(iter(texts.values()), "")[:100] if texts else ""
+    scores.update(
+        split=split,
+        characters=int(count),
+        prompt=prompt,
+        temperature=temperature,
+        sample=generate_text(
+            model, info.metadata["vocabulary"], prompt, sample_length, temperature
+        ),
+    )
+    return scores

@@ -1,4 +1,4 @@
-"""KFP components of the MNIST pipeline: interfaces only; the logic is in distrain.steps."""
+"""KFP components for data: fetch raw files, Beam preprocessing. Interfaces only."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Output
@@ -7,45 +7,38 @@ from distrain.images import BEAM_IMAGE
 
 
 @dsl.component(base_image=BEAM_IMAGE, install_kfp_package=False)
-def fetch_mnist(
+def fetch_data(
     raw: Output[Dataset],
+    dataset: str,
     source: str = "sample",
-    sample_train_size: int = 10000,
-    sample_test_size: int = 2000,
+    sample_size: int = 0,
     seed: int = 0,
 ):
-    """Puts the MNIST IDX files in ``raw``: a generated sample, a download or a directory."""
-    from distrain.steps import fetch_mnist as step
+    """Raw files of ``dataset`` in ``raw``: the generated sample, a download or a directory."""
+    from distrain.steps import fetch
 
-    summary = step(
-        source,
-        raw.path,
-        sample_train_size=sample_train_size,
-        sample_test_size=sample_test_size,
-        seed=seed,
-    )
-    raw.metadata.update(summary)
+    raw.metadata.update(fetch(dataset, source, raw.path, sample_size=sample_size, seed=seed))
 
 
 @dsl.component(base_image=BEAM_IMAGE, install_kfp_package=False)
-def preprocess_mnist(
+def preprocess(
     raw: Input[Dataset],
     examples: Output[Dataset],
     stats: Output[Metrics],
+    dataset: str,
     validation_fraction: float = 0.1,
     seed: int = 0,
-    num_shards: int = 2,
     beam_runner: str = "DirectRunner",
 ):
-    """Beam: IDX files to sharded TFRecords of tf.train.Example plus metadata.json."""
-    from distrain.steps import preprocess_mnist as step
+    """Beam: raw files to TFRecords, metadata.json and dead letters (rejects with reasons)."""
+    from distrain.steps import preprocess as step
 
     meta = step(
+        dataset,
         raw.path,
         examples.path,
         validation_fraction=validation_fraction,
         seed=seed,
-        num_shards=num_shards,
         beam_args=[f"--runner={beam_runner}"],
     )
     for split, count in meta["splits"].items():

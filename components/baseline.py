@@ -1,0 +1,21 @@
+"""KFP component: the data set's count-based baseline as a run report. Interface only."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Output
+
+from distrain.images import TRAINER_IMAGE
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def baseline(examples: Input[Dataset], report: Output[Artifact], metrics: Output[Metrics]):
+    """Majority class (classifiers) or a character 5-gram (language models)."""
+    import json
+
+    from distrain.steps import baseline as step
+
+    result = step(examples.path)
+    for key in ("accuracy", "macro_f1", "bits_per_char", "perplexity"):
+        if result["evaluation"].get(key) is not None:
+            metrics.log_metric(key, round(float(result["evaluation"][key]), 6))
+    with open(report.path, "w") as f:
+        json.dump(result, f)

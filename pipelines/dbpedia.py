@@ -1,0 +1,21 @@
+"""The DBPedia-14 pipeline: 14-class text classification with a fastText-style model.
+
+Compile it with ``kfp dsl compile --py pipelines/dbpedia.py --output dbpedia.yaml`` or
+``distrain compile dbpedia``; run it locally with ``distrain run dbpedia``.
+"""
+
+from distrain.pipelines.common import PipelineDefaults, build_pipeline
+
+DEFAULTS = PipelineDefaults(
+    dataset="dbpedia",
+    description="DBPedia-14: Beam CSV parsing with dead letters, a training-split n-gram "
+    "vocabulary, a fastText-style classifier in each distributed mode, evaluation against the "
+    "majority class and a side-by-side comparison.",
+    model="fasttext",
+    epochs=5,
+    batch_size=64,
+    learning_rate=0.005,
+    target_accuracy=0.9,
+)
+
+dbpedia_pipeline = build_pipeline(DEFAULTS)
