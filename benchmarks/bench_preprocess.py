@@ -76,13 +76,13 @@ def main() -> None:
         for workers, mode in ((1, "in_memory"), (2, "multi_processing")):
             cfg = MnistPreprocessConfig(str(raw), str(Path(tmp, f"beam{workers}")))
             beam_args = [
-                "--runner=DirectRunner",
+                "--runner=FnApiRunner",
                 f"--direct_running_mode={mode}",
                 f"--direct_num_workers={workers}",
             ]
             start = time.perf_counter()
             preprocess_mnist(cfg, beam_args)
-            results.append((f"Beam DirectRunner ({mode})", workers, time.perf_counter() - start))
+            results.append((f"Beam FnApiRunner ({mode})", workers, time.perf_counter() - start))
 
     base = results[0][2]
     print(f"\nPreprocessing {total} MNIST-format records on {os.cpu_count()} cores")

@@ -4,7 +4,6 @@ fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> eval
 the data set's baseline -> compare (fan-in with ``dsl.Collected``).
 """
 
-
 from dataclasses import dataclass, field
 
 from kfp import dsl

@@ -84,17 +84,18 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
-    """Beam options from the command line; the runner defaults to the in-memory DirectRunner.
+    """Beam options from the command line; local runs use the FnApiRunner in memory.
 
-    Naming the runner avoids Beam's default, which first tries to download a runner binary.
+    ``DirectRunner`` (and no runner at all) become the FnApiRunner: in Beam 2.77 the
+    DirectRunner first tries to download the Prism runner binary, which fails or stalls on
+    machines without that network access, before it falls back to the same FnApiRunner.
+    Distributed runners (Dataflow, Flink, Spark) pass through unchanged.
     """
-    args = list(beam_args or [])
+    args = [a for a in (beam_args or []) if a not in ("--runner=DirectRunner",)]
     if not any(a.startswith("--runner") for a in args):
-        args += ["--runner=DirectRunner"]
-    if "--runner=DirectRunner" in args and not any(
-        a.startswith("--direct_running_mode") for a in args
-    ):
-        args += ["--direct_running_mode=in_memory"]
+        args.append("--runner=FnApiRunner")
+        if not any(a.startswith("--direct_running_mode") for a in args):
+            args.append("--direct_running_mode=in_memory")
     return PipelineOptions(args)
 
 

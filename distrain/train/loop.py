@@ -394,7 +394,9 @@ class _Trainer:
                 read = self.version.read_value()
                 with tf.control_dependencies([read]):
                     loss_sum, correct, grads = self.gradients(x, y)
-                # [syncreplicas] the gradient goes back to the chief with its version.
+                # [syncreplicas] the gradient goes back to the chief with its version
+                # (dense: sparse embedding gradients become full tensors to be averaged).
+                grads = [tf.convert_to_tensor(g) for g in grads]
                 return loss_sum, correct, read, worker, tf.timestamp(), grads
 
             return strategy.run(replica, args=(x, y))

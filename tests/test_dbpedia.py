@@ -1,0 +1,156 @@
+"""DBPedia-14: the sample's layout, CSV edge cases, dead letters, vocabulary, the Beam job."""
+
+import csv
+import io
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
+from distrain.preprocess.common import BadRecordsError, read_tfrecords
+from distrain.preprocess.dbpedia import (
+    DbpediaFormatError,
+    DbpediaPreprocessConfig,
+    EncodeText,
+    build_vocabulary,
+    encode,
+    parse_csv,
+    preprocess_dbpedia,
+    read_classes,
+    tokenize,
+)
+
+OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+
+def test_sample_is_the_dbpedia_csv_layout(tmp_path):
+    cfg = DbpediaSampleConfig(train_per_class=20, test_per_class=5, seed=1)
+    summary = write_dbpedia_sample(tmp_path, cfg)
+    assert summary["counts"] == {"train": 280, "test": 70}
+    assert (tmp_path / "classes.txt").read_text().splitlines() == CLASSES
+    rows = list(csv.reader(io.StringIO((tmp_path / "train.csv").read_text(), newline="")))
+    assert len(rows) == 280 and all(len(r) == 3 for r in rows)
+    assert {int(r[0]) for r in rows} == set(range(1, 15))
+    first = (tmp_path / "train.csv").read_text().splitlines()[0]
+    assert first.split(",")[0].isdigit() and first.split(",", 1)[1].startswith('"')
+    again = tmp_path / "again"
+    write_dbpedia_sample(again, cfg)
+    assert (again / "train.csv").read_bytes() == (tmp_path / "train.csv").read_bytes()
+
+
+EDGE = (
+    b'1,"Acme, Inc.","A company, with ""quotes"" and\na line break."\n'
+    b'2,"Only two columns"\n'
+    b'x,"Bad index","text"\n'
+    b'15,"Out of range","text"\n'
+    b'3,"","   "\n'
+    b'4,"Caf\xe9","latin-1 byte"\n'
+    b'5,"Fine","All good here."\n'
+)
+
+
+def test_csv_edge_cases_each_get_their_reason():
+    out = list(parse_csv("train.csv", EDGE, num_classes=14))
+    ok = [o for o in out if o[0] == "ok"]
+    bad = {o[1]: o[3] for o in out if o[0] == "bad"}
+    assert [(o[1], o[2]) for o in ok] == [(1, 0), (8, 4)]
+    assert ok[0][3] == 'Acme, Inc. A company, with "quotes" and\na line break.'
+    assert bad == {
+        3: "expected 3 columns, found 2",
+        4: "class index 'x' is not a number",
+        5: "class index 15 outside 1..14",
+        6: "empty text",
+        7: "bytes that are not UTF-8",
+    }
+
+
+def test_unbalanced_quote_is_rejected_with_its_line():
+    data = b'1,"Good","fine"\n2,"Broken,"never closed\n3,"x","y"\n'
+    out = list(parse_csv("t.csv", data, 14))
+    assert out[0][0] == "ok"
+    assert any(o[0] == "bad" and o[1] == 2 for o in out)
+
+
+def test_tokenize_and_encode():
+    assert tokenize("It's the U.S.A., 1999!") == ["it's", "the", "u", "s", "a", "1999"]
+    vocab = build_vocabulary(
+        ({"a": 5, "b": 3, "c": 1}, {"a b": 2, "b c": 1}),
+        min_count=2,
+        max_unigrams=10,
+        max_bigrams=10,
+    )
+    assert vocab == ["<pad>", "<oov>", "a", "b", "a b"]
+    index = {w: i for i, w in enumerate(vocab)}
+    assert encode("a b c a", index, 10, True) == [2, 3, 1, 2, 4]
+    assert encode("a b c a", index, 3, True) == [2, 3, 1]
+
+
+def test_encode_text_transform():
+    rows = [("train", (1, 0, "alpha beta")), ("test", (3, 2, "beta gamma"))]
+    with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
+        vocab = p | "V" >> beam.Create([["<pad>", "<oov>", "alpha", "beta", "alpha beta"]])
+        out = p | beam.Create(rows) | EncodeText(vocab, 3, 10, True)
+
+        def decode(record):
+            from tensorflow.core.example import example_pb2
+
+            f = example_pb2.Example.FromString(record).features.feature
+            return list(f["tokens"].int64_list.value), f["label"].int64_list.value[0]
+
+        assert_that(
+            out["train"] | "DT" >> beam.Map(decode), equal_to([([2, 3, 4], 0)]), label="Train"
+        )
+        assert_that(out["test"] | "DE" >> beam.Map(decode), equal_to([([3, 1], 2)]), label="Test")
+
+
+def _layout(path, train: bytes, test: bytes = b'1,"t","some text"\n'):
+    path.mkdir()
+    (path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    (path / "train.csv").write_bytes(train)
+    (path / "test.csv").write_bytes(test)
+    return path
+
+
+def test_job_counts_dead_letters_and_builds_vocabulary_from_training_only(tmp_path):
+    train = b"".join(b'%d,"T%d","alpha beta common words"\n' % (i % 14 + 1, i) for i in range(60))
+    test = b'1,"Test","zebra zebra zebra only in test"\n' + EDGE
+    raw = _layout(tmp_path / "raw", train, test)
+    cfg = DbpediaPreprocessConfig(
+        str(raw), str(tmp_path / "out"), validation_fraction=0.2, min_count=1, max_bad_ratio=0.5
+    )
+    meta = preprocess_dbpedia(cfg, OPTIONS)
+    assert meta["input_records"] == {"train": 60, "test": 8}
+    assert meta["rejected"]["count"] == 5
+    assert sum(meta["splits"].values()) + 5 == 68
+    assert meta["splits"]["test"] == 3
+    vocab = (tmp_path / "out" / "vocab.txt").read_text().splitlines()
+    assert "alpha" in vocab and "alpha beta" in vocab
+    assert "zebra" not in vocab and "quotes" not in vocab  # test words stay out
+    dead = [
+        json.loads(line)
+        for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert sorted(d["line"] for d in dead) == [4, 5, 6, 7, 8]
+    assert all(d["file"].endswith("test.csv") for d in dead)
+    records = read_tfrecords(str(tmp_path / "out" / "train" / "part-*.tfrecord"))
+    assert len(records) == meta["splits"]["train"]
+
+
+def test_too_many_bad_rows_fail_clearly(tmp_path):
+    raw = _layout(tmp_path / "raw", b'1,"a","b c"\n99,"x","y"\n')
+    with pytest.raises(BadRecordsError, match="1 of 3 records rejected"):
+        preprocess_dbpedia(DbpediaPreprocessConfig(str(raw), str(tmp_path / "o")), OPTIONS)
+
+
+def test_missing_pieces_are_named(tmp_path):
+    raw = _layout(tmp_path / "raw", b"")
+    with pytest.raises(DbpediaFormatError, match="train.csv: empty split"):
+        preprocess_dbpedia(DbpediaPreprocessConfig(str(raw), str(tmp_path / "o")), OPTIONS)
+    (raw / "classes.txt").unlink()
+    with pytest.raises(DbpediaFormatError, match="classes.txt: file not found"):
+        read_classes(raw)

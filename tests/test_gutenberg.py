@@ -1,0 +1,128 @@
+"""Project Gutenberg: book layout, markers (current and legacy), rejects, windows, baseline."""
+
+import json
+import math
+
+import pytest
+
+from distrain.baselines import CharNgramModel
+from distrain.data.gutenberg_sample import GutenbergSampleConfig, book_text, write_gutenberg_sample
+from distrain.preprocess.gutenberg import (
+    GutenbergPreprocessConfig,
+    decode_book,
+    preprocess_gutenberg,
+    read_texts,
+    split_book,
+    strip_gutenberg,
+    windows,
+)
+
+OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+BODY = "CHAPTER I.\r\n\r\nIt was a dark night.\r\n"
+
+
+def test_sample_book_layout(tmp_path):
+    summary = write_gutenberg_sample(tmp_path, GutenbergSampleConfig(books=2, chars_per_book=2000))
+    text = open(summary["files"][0], encoding="utf-8", newline="").read()
+    assert text.startswith("The Project Gutenberg eBook of ")
+    assert "\r\n*** START OF THE PROJECT GUTENBERG EBOOK " in text
+    assert "*** END OF THE PROJECT GUTENBERG EBOOK " in text
+    assert "THE FULL PROJECT GUTENBERG LICENSE" in text
+    assert "\r\n" in text and "\n" not in text.replace("\r\n", "")
+
+
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        (
+            "*** START OF THE PROJECT GUTENBERG EBOOK PRIDE ***",
+            "*** END OF THE PROJECT GUTENBERG EBOOK PRIDE ***",
+        ),
+        (
+            "*** START OF THIS PROJECT GUTENBERG EBOOK PRIDE ***",
+            "*** END OF THIS PROJECT GUTENBERG EBOOK PRIDE ***",
+        ),
+        (
+            "***START OF THE PROJECT GUTENBERG EBOOK PRIDE***",
+            "***END OF THE PROJECT GUTENBERG EBOOK PRIDE***",
+        ),
+        (
+            "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*",
+            "End of the Project Gutenberg EBook of Pride",
+        ),
+        (
+            "*** START OF THE PROJECT GUTENBERG ETEXT PRIDE ***",
+            "End of Project Gutenberg's Pride, by Jane",
+        ),
+    ],
+)
+def test_marker_variants(start, end):
+    text = f"Header lines\r\nTitle: Pride\r\n\r\n{start}\r\n\r\n{BODY}\r\n{end}\r\nLicence text\r\n"
+    body, reason = strip_gutenberg(text)
+    assert reason == "ok"
+    assert body == "CHAPTER I.\n\nIt was a dark night.\n"
+    assert "Licence" not in body and "Header" not in body
+
+
+def test_books_without_markers_or_body_are_rejected():
+    assert strip_gutenberg("just some text\nwith no markers\n") == (None, "no START marker")
+    no_end = "*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody\n"
+    assert strip_gutenberg(no_end) == (None, "no END marker")
+    empty = (
+        "*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n\n"
+        "*** END OF THE PROJECT GUTENBERG EBOOK X ***\n"
+    )
+    assert strip_gutenberg(empty) == (None, "empty body")
+
+
+def test_decoding_binary_and_latin1():
+    assert decode_book(b"\x00\x01\x02binary") == (None, "binary file (NUL bytes)")
+    assert decode_book(b"  \n") == (None, "empty file")
+    assert decode_book("caf\u00e9".encode()) == ("caf\u00e9", "utf-8")
+    assert decode_book(b"caf\xe9 au lait") == ("caf\u00e9 au lait", "latin-1")
+
+
+def test_split_and_windows():
+    parts = split_book("a" * 90 + "b" * 10, 0.1)
+    assert parts == {"train": "a" * 90, "validation": "b" * 10}
+    ids = list(range(10))
+    assert windows(ids, 4, 2) == [[0, 1, 2, 3, 4], [2, 3, 4, 5, 6], [4, 5, 6, 7, 8]]
+    assert windows(ids, 20, 5) == []
+
+
+def test_job_rejects_counts_and_keeps_validation_out_of_vocabulary(tmp_path):
+    raw = tmp_path / "raw"
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=3))
+    body = "Ordinary words. " * 200 + "\n" + "QQQ ZZZ " * 40
+    (raw / "pg5.txt").write_bytes(book_text("Odd", "Anon", body.replace("\n", "\r\n"), 5).encode())
+    (raw / "nomarkers.txt").write_text("no markers in this one\n" * 20)
+    (raw / "binary.txt").write_bytes(b"\x00\xff" * 100)
+    cfg = GutenbergPreprocessConfig(str(raw), str(tmp_path / "out"), seq_len=20, stride=10)
+    meta = preprocess_gutenberg(cfg, OPTIONS)
+    assert meta["books"]["accepted"] == 3 and meta["rejected"]["count"] == 2
+    assert meta["rejected"]["reasons"] == {"no START marker": 1, "binary file (NUL bytes)": 1}
+    assert meta["labels_per_example"] == 20
+    # 'Q' and 'Z' appear only in the last 10 % of pg5.txt: validation, not vocabulary.
+    assert "Q" not in meta["vocabulary"] and meta["oov_characters"]["validation"] > 0
+    texts = read_texts(tmp_path / "out", "validation")
+    assert set(texts) == {"pg5.txt", "pg90001.txt", "pg90002.txt"}
+    expected = sum(
+        len(range(0, len(t) - 20, 10)) for t in read_texts(tmp_path / "out", "train").values()
+    )
+    assert meta["splits"]["train"] == expected
+    dead = [
+        json.loads(x)
+        for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    assert sorted(d["reason"] for d in dead) == ["binary file (NUL bytes)", "no START marker"]
+
+
+def test_ngram_baseline_probabilities_and_learning():
+    model = CharNgramModel(order=3, discount=0.5, vocab_size=4).fit(["abcabcabcabc"])
+    total = sum(model.prob("ab", c) for c in "abc") + model.prob("ab", "d")
+    assert total == pytest.approx(1.0)
+    assert model.prob("ab", "c") > 0.8
+    assert model.nats_per_char(["abcabc"]) < math.log(4) / 2
+    with pytest.raises(ValueError):
+        CharNgramModel(order=0)
