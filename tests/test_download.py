@@ -198,3 +198,43 @@ def test_good_archives_extract(tmp_path):
         zf.writestr("../escape.txt", "no")
     with pytest.raises(UnsafeArchiveError, match="outside"):
         safe_extract(tmp_path / "bad.zip", tmp_path / "z2")
+
+
+def test_md5_pinned_files_and_dbpedia_archive(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    layout = tmp_path / "layout" / "dbpedia_csv"
+    layout.mkdir(parents=True)
+    (layout / "classes.txt").write_text("Company\n")
+    (layout / "train.csv").write_text('1,"a","b"\n')
+    (layout / "test.csv").write_text('1,"a","b"\n')
+    archive = src / "dbpedia_csv.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(layout, arcname="dbpedia_csv")
+    from distrain.data import download
+
+    # The pinned MD5 (and size) are the real archive's: a look-alike is refused and removed.
+    with pytest.raises(ChecksumError, match="expected 68341698"):
+        download.download_dbpedia(tmp_path / "out", url=archive.as_uri())
+    assert not (tmp_path / "out" / "dbpedia_csv.tar.gz").exists()
+    digest = hashlib.md5(archive.read_bytes()).hexdigest()
+    remote = RemoteFile(archive.as_uri(), "", archive.stat().st_size, md5=digest)
+    path = fetch(remote, tmp_path / "ok", progress=False)
+    assert safe_extract(path, tmp_path / "ok")[0].name in {"classes.txt", "train.csv", "test.csv"}
+    with pytest.raises(ChecksumError, match="md5"):
+        fetch(RemoteFile(archive.as_uri(), "", md5="0" * 32), tmp_path / "bad", progress=False)
+
+
+def test_gutenberg_books_cached_with_a_manifest(server, tmp_path):
+    from distrain.data.download import fetch_gutenberg
+
+    pattern = server.url.replace("data.bin", "pg{id}.txt")
+    first = fetch_gutenberg([11], tmp_path, url_pattern=pattern)
+    assert first[0].read_bytes() == PAYLOAD
+    manifest = (tmp_path / "manifest.json").read_text()
+    assert DIGEST in manifest
+    fetch_gutenberg([11], tmp_path, url_pattern=pattern)
+    assert len(server.requests) == 1  # the cached book matched its recorded digest
+    first[0].write_bytes(b"tampered")
+    fetch_gutenberg([11], tmp_path, url_pattern=pattern)
+    assert len(server.requests) == 2 and first[0].read_bytes() == PAYLOAD
