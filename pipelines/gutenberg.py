@@ -12,7 +12,7 @@ DEFAULTS = PipelineDefaults(
     "windows, a 2-layer character LSTM in each distributed mode, bits per character against "
     "a 5-gram baseline, a generated sample, and a side-by-side comparison.",
     model="lstm",
-    epochs=12,
+    epochs=10,
     batch_size=32,
     learning_rate=0.003,
     target_accuracy=0.5,
