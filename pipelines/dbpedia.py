@@ -13,8 +13,8 @@ DEFAULTS = PipelineDefaults(
     "majority class and a side-by-side comparison.",
     model="fasttext",
     epochs=5,
-    batch_size=64,
-    learning_rate=0.005,
+    batch_size=512,
+    learning_rate=0.04,
     target_accuracy=0.9,
 )
 

@@ -421,7 +421,9 @@ class _Trainer:
             self.staleness_by_worker.setdefault(key, []).extend(delays)
 
         def run_async_epochs():
-            calls = max(1, info.splits["train"] // cfg.batch_size // steps_per_call)
+            # Enough calls to cover the epoch's steps (the last call may run a few more).
+            steps = max(1, info.splits["train"] // cfg.batch_size)
+            calls = -(-steps // steps_per_call)
             start = time.perf_counter()
             for epoch in range(int(self.epoch_var), cfg.epochs):
                 t0 = time.perf_counter()
