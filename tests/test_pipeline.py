@@ -116,9 +116,13 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     comparison = json.loads((out / "comparison.json").read_text())
     rows = {row["name"]: row for row in comparison["rows"]}
-    assert set(rows) == {"single:1", "sync:2", "async:2", "syncreplicas:3"}
+    assert set(rows) == {"single:1", "sync:2", "async:2", "syncreplicas:3", "majority"}
+    assert rows["majority"]["mode"] == "baseline"
     assert rows["single:1"]["speedup"] == pytest.approx(1.0)
     for row in rows.values():
+        if row["mode"] == "baseline":
+            assert row["accuracy"] < 0.2  # always the most frequent digit
+            continue
         assert 0.5 < row["accuracy"] <= 1.0
         assert row["examples_per_second"] > 0
     assert comparison["best"] in rows
@@ -170,7 +174,7 @@ def test_text_pipelines_run_end_to_end(tmp_path, cli_env, dataset, runs, size, b
         *(r.split(":")[0] + ":" + r.split(":")[1] for r in runs.split(",")),
         baseline,
     }
-    assert rows[baseline]["mode"] == "baseline" and rows[baseline]["train_seconds"] is None
+    assert rows[baseline]["mode"] == "baseline" and rows[baseline].get("train_seconds") is None
     assert comparison["best"] != baseline
     for name in runs.split(","):
         assert rows[name][best_metric] is not None
