@@ -143,3 +143,25 @@ def test_config_validation():
         MnistPreprocessConfig("a", "b", validation_fraction=1.0)
     with pytest.raises(ValueError, match="max_bad_ratio"):
         MnistPreprocessConfig("a", "b", max_bad_ratio=2)
+
+
+def test_command_line_entry(tmp_path, capsys):
+    from distrain.preprocess.mnist import run
+
+    _write_raw(tmp_path / "raw", n_train=50, n_test=20)
+    meta = run(
+        [
+            "--input-dir",
+            str(tmp_path / "raw"),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--num-shards",
+            "1",
+            "--validation-fraction",
+            "0.2",
+            *OPTIONS,
+        ]
+    )
+    assert meta["config"]["num_shards"] == 1 and meta["config"]["validation_fraction"] == 0.2
+    assert '"splits"' in capsys.readouterr().out
+    assert len(list((tmp_path / "out" / "train").glob("*.tfrecord"))) == 1

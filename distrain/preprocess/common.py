@@ -99,6 +99,49 @@ def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
     return PipelineOptions(args)
 
 
+class WriteJsonLines(beam.PTransform):
+    """Writes dicts as JSON lines into one file.
+
+    The file is ``<prefix>-00000-of-00001<suffix>``, or exactly ``<prefix><suffix>`` with
+    ``exact_name`` (for single small outputs).
+    """
+
+    def __init__(self, prefix: str, suffix: str = ".jsonl", exact_name: bool = False):
+        super().__init__()
+        self.prefix, self.suffix, self.exact_name = prefix, suffix, exact_name
+
+    def expand(self, items):
+        extra = {"shard_name_template": ""} if self.exact_name else {}
+        return (
+            items
+            | "ToJson" >> beam.Map(json.dumps)
+            | "Write"
+            >> beam.io.WriteToText(self.prefix, file_name_suffix=self.suffix, num_shards=1, **extra)
+        )
+
+
+def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
+    """Command-line entry of a preprocessing job.
+
+    Every field of its config dataclass is an option (``--input-dir``, ``--max-bad-ratio``,
+    ...); what is left goes to Beam.
+    """
+    import argparse
+    import dataclasses
+
+    parser = argparse.ArgumentParser(description=description)
+    for f in dataclasses.fields(config_cls):
+        flag = "--" + f.name.replace("_", "-")
+        if f.default is dataclasses.MISSING:
+            parser.add_argument(flag, required=True, dest=f.name)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default, dest=f.name)
+    args, beam_args = parser.parse_known_args(argv)
+    metadata = job(config_cls(**vars(args)), beam_args)
+    print(json.dumps({"splits": metadata["splits"], "rejected": metadata["rejected"]}))
+    return metadata
+
+
 def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio: float) -> None:
     """Fails when the share of rejected records is above ``max_bad_ratio``."""
     if input_records and rejected / input_records > max_bad_ratio:

@@ -15,10 +15,8 @@ bigrams; 0 is padding, 1 out-of-vocabulary) and ``label`` (0-based), ``vocab.txt
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-import json
 import os
 import re
 from collections import Counter
@@ -29,9 +27,11 @@ import apache_beam as beam
 import numpy as np
 
 from distrain.preprocess.common import (
+    WriteJsonLines,
     check_bad_ratio,
     pipeline_options,
     read_single_json,
+    run_job,
     validation_mask,
     write_metadata,
 )
@@ -380,13 +380,8 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
                 str(out / "vocab"), file_name_suffix=".txt", num_shards=1, shard_name_template=""
             )
         )
-        _ = (
-            parsed.dead_letter
-            | "DeadLetterJson" >> beam.Map(json.dumps)
-            | "WriteDeadLetter"
-            >> beam.io.WriteToText(
-                str(out / "dead_letter" / "part"), file_name_suffix=".jsonl", num_shards=1
-            )
+        _ = parsed.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
+            str(out / "dead_letter" / "part")
         )
         reasons = parsed.dead_letter | "Reasons" >> beam.Map(
             lambda d: {"rejected": {d["reason"].split(" (")[0]: 1}}
@@ -395,11 +390,7 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             (parsed.stats, encoded["histogram"], reasons)
             | "AllStats" >> beam.Flatten()
             | "SumStats" >> beam.CombineGlobally(SumStatsFn())
-            | "StatsJson" >> beam.Map(json.dumps)
-            | "WriteStats"
-            >> beam.io.WriteToText(
-                str(out / "stats"), file_name_suffix=".json", num_shards=1, shard_name_template=""
-            )
+            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
@@ -438,26 +429,8 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Command-line entry: our options, then any Beam pipeline options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input-dir", required=True)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--validation-fraction", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-count", type=int, default=2)
-    parser.add_argument("--max-bad-ratio", type=float, default=0.01)
-    args, beam_args = parser.parse_known_args(argv)
-    config = DbpediaPreprocessConfig(
-        input_dir=args.input_dir,
-        output_dir=args.output_dir,
-        validation_fraction=args.validation_fraction,
-        seed=args.seed,
-        min_count=args.min_count,
-        max_bad_ratio=args.max_bad_ratio,
-    )
-    metadata = preprocess_dbpedia(config, beam_args)
-    print(json.dumps({"splits": metadata["splits"], "rejected": metadata["rejected"]}))
-    return metadata
+    """Command-line entry: every config field as an option, then any Beam options."""
+    return run_job(DbpediaPreprocessConfig, preprocess_dbpedia, argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ baselines and prompts; ``metadata.json`` has the counts, vocabulary and rejects.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -26,9 +25,11 @@ import apache_beam as beam
 
 from distrain.preprocess.common import (
     SumStatsFn,
+    WriteJsonLines,
     check_bad_ratio,
     pipeline_options,
     read_single_json,
+    run_job,
     write_metadata,
 )
 
@@ -273,24 +274,14 @@ def preprocess_gutenberg(
             )
         _ = (
             read.books
-            | "TextJson"
+            | "TextRecords"
             >> beam.FlatMap(
-                lambda b: [
-                    json.dumps({"book": b[0], "split": s, "text": t}) for s, t in b[1].items()
-                ]
+                lambda b: [{"book": b[0], "split": s, "text": t} for s, t in b[1].items()]
             )
-            | "WriteText"
-            >> beam.io.WriteToText(
-                str(out / "text" / "part"), file_name_suffix=".jsonl", num_shards=1
-            )
+            | "WriteText" >> WriteJsonLines(str(out / "text" / "part"))
         )
-        _ = (
-            read.dead_letter
-            | "DeadLetterJson" >> beam.Map(json.dumps)
-            | "WriteDeadLetter"
-            >> beam.io.WriteToText(
-                str(out / "dead_letter" / "part"), file_name_suffix=".jsonl", num_shards=1
-            )
+        _ = read.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
+            str(out / "dead_letter" / "part")
         )
         vocab = result["vocabulary"] | "VocabStats" >> beam.Map(lambda v: {"vocabulary": v})
         _ = (
@@ -298,11 +289,7 @@ def preprocess_gutenberg(
             | "AllStats" >> beam.Flatten()
             | "SumStats" >> beam.CombineGlobally(SumStatsFn())
             | "WithVocab" >> beam.Map(lambda s, v: {**s, **v}, beam.pvalue.AsSingleton(vocab))
-            | "StatsJson" >> beam.Map(json.dumps)
-            | "WriteStats"
-            >> beam.io.WriteToText(
-                str(out / "stats"), file_name_suffix=".json", num_shards=1, shard_name_template=""
-            )
+            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
@@ -356,24 +343,8 @@ def read_texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Command-line entry: our options, then any Beam pipeline options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input-dir", required=True)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--seq-len", type=int, default=100)
-    parser.add_argument("--stride", type=int, default=50)
-    parser.add_argument("--validation-fraction", type=float, default=0.1)
-    args, beam_args = parser.parse_known_args(argv)
-    config = GutenbergPreprocessConfig(
-        input_dir=args.input_dir,
-        output_dir=args.output_dir,
-        seq_len=args.seq_len,
-        stride=args.stride,
-        validation_fraction=args.validation_fraction,
-    )
-    metadata = preprocess_gutenberg(config, beam_args)
-    print(json.dumps({"splits": metadata["splits"], "books": metadata["books"]}))
-    return metadata
+    """Command-line entry: every config field as an option, then any Beam options."""
+    return run_job(GutenbergPreprocessConfig, preprocess_gutenberg, argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ with an error naming the file; per-record problems go to the dead-letter output.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,9 +21,11 @@ import numpy as np
 from distrain.data.idx import MNIST_FILES, mnist_paths, read_mnist_split
 from distrain.preprocess.common import (
     SumStatsFn,
+    WriteJsonLines,
     check_bad_ratio,
     pipeline_options,
     read_single_json,
+    run_job,
     validation_mask,
     write_metadata,
 )
@@ -203,24 +203,11 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
                 file_name_suffix=".tfrecord",
                 num_shards=config.num_shards,
             )
-        _ = (
-            result["dead_letter"]
-            | "DeadLetterJson" >> beam.Map(json.dumps)
-            | "WriteDeadLetter"
-            >> beam.io.WriteToText(
-                str(out / "dead_letter" / "part"), file_name_suffix=".jsonl", num_shards=1
-            )
+        _ = result["dead_letter"] | "WriteDeadLetter" >> WriteJsonLines(
+            str(out / "dead_letter" / "part")
         )
-        _ = (
-            result["stats"]
-            | "StatsJson" >> beam.Map(json.dumps)
-            | "WriteStats"
-            >> beam.io.WriteToText(
-                str(out / "stats"),
-                file_name_suffix=".json",
-                num_shards=1,
-                shard_name_template="",
-            )
+        _ = result["stats"] | "WriteStats" >> WriteJsonLines(
+            str(out / "stats"), ".json", exact_name=True
         )
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
@@ -254,28 +241,8 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Command-line entry: our options, then any Beam pipeline options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input-dir", required=True)
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--validation-fraction", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-shards", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--max-bad-ratio", type=float, default=0.0)
-    args, beam_args = parser.parse_known_args(argv)
-    config = MnistPreprocessConfig(
-        input_dir=args.input_dir,
-        output_dir=args.output_dir,
-        validation_fraction=args.validation_fraction,
-        seed=args.seed,
-        num_shards=args.num_shards,
-        batch_size=args.batch_size,
-        max_bad_ratio=args.max_bad_ratio,
-    )
-    metadata = preprocess_mnist(config, beam_args)
-    print(json.dumps({"splits": metadata["splits"], "rejected": metadata["rejected"]}))
-    return metadata
+    """Command-line entry: every config field as an option, then any Beam options."""
+    return run_job(MnistPreprocessConfig, preprocess_mnist, argv, __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":
