@@ -142,6 +142,15 @@ def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
     return metadata
 
 
+def check_fraction(name: str, value: float, *, low_open: bool = False, high_open: bool = False):
+    """Raises ValueError unless ``value`` lies in [0, 1] (ends open as asked)."""
+    low_ok = value > 0.0 if low_open else value >= 0.0
+    high_ok = value < 1.0 if high_open else value <= 1.0
+    if not (low_ok and high_ok):
+        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
 def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio: float) -> None:
     """Fails when the share of rejected records is above ``max_bad_ratio``."""
     if input_records and rejected / input_records > max_bad_ratio:

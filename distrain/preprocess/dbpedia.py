@@ -29,6 +29,7 @@ import numpy as np
 from distrain.preprocess.common import (
     WriteJsonLines,
     check_bad_ratio,
+    check_fraction,
     pipeline_options,
     read_single_json,
     run_job,
@@ -74,14 +75,10 @@ class DbpediaPreprocessConfig:
     max_bad_ratio: float = 0.01
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(
-                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
-            )
+        check_fraction("validation_fraction", self.validation_fraction, high_open=True)
+        check_fraction("max_bad_ratio", self.max_bad_ratio)
         if self.min_count < 1 or self.max_unigrams < 1 or self.max_tokens < 1:
             raise ValueError("min_count, max_unigrams and max_tokens must be positive")
-        if not 0.0 <= self.max_bad_ratio <= 1.0:
-            raise ValueError(f"max_bad_ratio must be in [0, 1], got {self.max_bad_ratio}")
 
 
 def tokenize(text: str) -> list[str]:

@@ -27,6 +27,7 @@ from distrain.preprocess.common import (
     SumStatsFn,
     WriteJsonLines,
     check_bad_ratio,
+    check_fraction,
     pipeline_options,
     read_single_json,
     run_job,
@@ -78,10 +79,10 @@ class GutenbergPreprocessConfig:
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.stride < 1:
             raise ValueError("seq_len and stride must be positive")
-        if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError("validation_fraction must be in (0, 1)")
-        if not 0.0 <= self.max_bad_ratio <= 1.0:
-            raise ValueError("max_bad_ratio must be in [0, 1]")
+        check_fraction(
+            "validation_fraction", self.validation_fraction, low_open=True, high_open=True
+        )
+        check_fraction("max_bad_ratio", self.max_bad_ratio)
 
 
 def decode_book(data: bytes) -> tuple[str | None, str]:

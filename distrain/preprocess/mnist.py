@@ -23,6 +23,7 @@ from distrain.preprocess.common import (
     SumStatsFn,
     WriteJsonLines,
     check_bad_ratio,
+    check_fraction,
     pipeline_options,
     read_single_json,
     run_job,
@@ -57,14 +58,10 @@ class MnistPreprocessConfig:
     max_bad_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(
-                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
-            )
+        check_fraction("validation_fraction", self.validation_fraction, high_open=True)
+        check_fraction("max_bad_ratio", self.max_bad_ratio)
         if self.num_shards < 1 or self.batch_size < 1:
             raise ValueError("num_shards and batch_size must be positive")
-        if not 0.0 <= self.max_bad_ratio <= 1.0:
-            raise ValueError(f"max_bad_ratio must be in [0, 1], got {self.max_bad_ratio}")
 
 
 class ReadIdxBatches(beam.DoFn):

@@ -152,16 +152,16 @@ class _Trainer:
         return [float(v) for v in summed.numpy()]
 
     def evaluate(self) -> tuple[float, float]:
-        tf, keras, model = self.tf, self.keras, self.model
+        if not hasattr(self, "_eval_step"):  # one traced function for every epoch
+            tf, keras, model = self.tf, self.keras, self.model
 
-        @tf.function
-        def eval_step(x, y):
-            logits = model(x, training=False)
-            loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            correct = tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == y, tf.float32)
-            return tf.reduce_sum(loss), tf.reduce_sum(correct)
+            @tf.function
+            def eval_step(x, y):
+                logits = model(x, training=False)
+                loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                correct = tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == y, tf.float32)
+                return tf.reduce_sum(loss), tf.reduce_sum(correct)
 
-        if not hasattr(self, "_eval_step"):
             self._eval_step = eval_step
         loss_sum = correct = count = 0.0
         for x, y in self.val_ds:
