@@ -16,9 +16,26 @@ def train(
     batch_size: int = 64,
     learning_rate: float = 0.001,
     seed: int = 0,
+    launcher: str = "local",
+    worker_image: str = "",
+    namespace: str = "",
+    gpus_per_worker: int = 0,
+    cpu_per_worker: str = "2",
+    memory_per_worker: str = "4Gi",
+    node_selector: dict = {},  # noqa: B006 (KFP parameter default, never mutated)
+    tolerations: list = [],  # noqa: B006
+    volume_claim: str = "distrain-data",
+    mount_path: str = "/mnt/distrain",
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
 ):
     """Trains ``run_spec`` (``MODE:WORKERS[:ps=P][:aggregate=A]``) on the examples.
 
+    With ``launcher="kubernetes"``, runs of more than one worker run as an MPIJob (sync)
+    or parameter-server Jobs (async, syncreplicas) of ``worker_image`` with the given
+    resources, node selector and tolerations; the volume claim is shared with this step.
+    ``accelerator_type`` / ``accelerator_count`` are this step's own GPUs (set on the
+    task by the pipeline); they are recorded with the model.
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
     """
     from distrain.steps import train as step
@@ -27,6 +44,18 @@ def train(
         examples.path,
         trained.path,
         run_spec,
+        launcher=launcher,
+        kubernetes={
+            "namespace": namespace,
+            "image": worker_image,
+            "gpus_per_worker": gpus_per_worker,
+            "cpu_per_worker": cpu_per_worker,
+            "memory_per_worker": memory_per_worker,
+            "node_selector": node_selector,
+            "tolerations": tolerations,
+            "volume_claim": volume_claim,
+            "mount_path": mount_path,
+        },
         model=model,
         epochs=epochs,
         batch_size=batch_size,
@@ -38,5 +67,6 @@ def train(
             "run": history["run"]["name"],
             "train_seconds": history["train_seconds"],
             "examples_per_second": history["examples_per_second"],
+            "accelerator": f"{accelerator_count} x {accelerator_type}" if accelerator_count else "",
         }
     )

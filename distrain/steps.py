@@ -155,21 +155,46 @@ def train(
     data_dir: str | os.PathLike,
     output_dir: str | os.PathLike,
     run_spec: str,
+    *,
+    launcher: str = "local",
+    kubernetes: dict | None = None,
     **settings,
 ) -> dict:
-    """Trains one run with local processes; returns its history.
+    """Trains one run; returns its history.
 
     Args:
         data_dir: Preprocessed data.
         output_dir: Where the model, checkpoints and history go.
         run_spec: ``MODE:WORKERS[:ps=P][:aggregate=A]``.
+        launcher: ``local`` (processes in this container or machine) or ``kubernetes``
+            (runs of more than one worker become an MPIJob or PS jobs on the cluster;
+            one-worker runs still train here).
+        kubernetes: :class:`distrain.k8s.config.KubernetesConfig` fields, with
+            ``node_selector`` and ``tolerations`` as JSON strings or objects.
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
-    """
-    from distrain.train.launch import run_training
 
+    Raises:
+        StepError: Unknown launcher or invalid cluster settings, before any work starts.
+    """
+    from distrain.train.config import ConfigError
+
+    if launcher not in ("local", "kubernetes"):
+        raise StepError(f"unknown launcher {launcher!r}; expected 'local' or 'kubernetes'")
     cfg = TrainConfig(
         data_dir=str(data_dir), output_dir=str(output_dir), run=RunSpec.parse(run_spec), **settings
     )
+    if launcher == "kubernetes":
+        from distrain.k8s.config import KubernetesConfig
+        from distrain.k8s.train import needs_cluster, train_on_cluster
+
+        try:
+            k = KubernetesConfig.from_params(**(kubernetes or {}))
+        except (ConfigError, TypeError) as err:
+            raise StepError(f"kubernetes settings: {err}") from err
+        if needs_cluster(cfg):
+            return train_on_cluster(cfg, k)
+    from distrain.train.launch import run_training
+
     return run_training(cfg)
 
 

@@ -1,7 +1,8 @@
 # distrain Beam preprocessing image: Apache Beam 2.77 + TensorFlow (for tf.train.Example) + distrain.
-# Build from the repository root:
+# Build with scripts/build_images.sh (tag = package version), or from the repository root:
 #   docker build -f images/beam.Dockerfile -t distrain/beam:0.1.0 .
-FROM python:3.11-slim-bookworm
+# Base images are pinned by tag; Debian packages by version (bookworm).
+FROM python:3.11.14-slim-bookworm
 RUN useradd --create-home --uid 1000 distrain
 WORKDIR /src
 COPY requirements/ requirements/

@@ -1,10 +1,14 @@
-# distrain CPU trainer: TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 (gloo) + distrain.
-# Build from the repository root:
+# distrain CPU trainer: TensorFlow 2.21 (CPU) + tf-keras + Horovod 0.28.1 (gloo and MPI) + distrain.
+# Build with scripts/build_images.sh (tag = package version), or from the repository root:
 #   docker build -f images/trainer.Dockerfile -t distrain/trainer:0.1.0 .
-# Horovod is built with the same script as the local setup (scripts/build_horovod.sh).
-FROM python:3.11-slim-bookworm AS build
+# Horovod is built by the same script as the local setup (scripts/build_horovod.sh), here with
+# the MPI controller too: the MPI Operator's launcher starts the ranks with mpirun over ssh.
+# Base images are pinned by tag; Debian packages by version (bookworm).
+FROM python:3.11.14-slim-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        build-essential cmake git && rm -rf /var/lib/apt/lists/*
+        build-essential=12.9 cmake=3.25.1-1 git=1:2.39.5-0+deb12u3 \
+        libopenmpi-dev=4.1.4-3+b1 openmpi-bin=4.1.4-3+b1 \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY requirements/ requirements/
 RUN python -m venv /opt/venv
@@ -12,17 +16,23 @@ ENV PATH=/opt/venv/bin:$PATH
 RUN pip install --no-cache-dir -r requirements/pins.txt \
  && . requirements/horovod.env && pip install --no-cache-dir --no-deps "tf-keras==${TF_KERAS_VERSION}"
 COPY scripts/build_horovod.sh scripts/
-RUN DISTRAIN_CACHE=/tmp/cache bash scripts/build_horovod.sh /opt/venv/bin/python
+RUN DISTRAIN_CACHE=/tmp/cache DISTRAIN_HOROVOD_MPI=1 bash scripts/build_horovod.sh /opt/venv/bin/python
 COPY pyproject.toml README.md ./
 COPY distrain/ distrain/
 COPY components/ components/
 COPY pipelines/ pipelines/
 RUN pip install --no-cache-dir --no-deps .
 
-FROM python:3.11-slim-bookworm
-RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 openssh-client \
+FROM python:3.11.14-slim-bookworm
+# openmpi + ssh: MPIJob workers run sshd (as the non-root user, on port 2222) and the
+# launcher runs mpirun; see manifests/ and distrain/k8s/objects.py.
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        libgomp1=12.2.0-14+deb12u1 openmpi-bin=4.1.4-3+b1 \
+        openssh-client=1:9.2p1-2+deb12u10 openssh-server=1:9.2p1-2+deb12u10 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 1000 distrain
+COPY images/ssh/ /etc/distrain/ssh/
+RUN sh /etc/distrain/ssh/configure.sh
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH TF_USE_LEGACY_KERAS=1 PYTHONUNBUFFERED=1
 USER 1000

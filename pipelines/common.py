@@ -1,19 +1,26 @@
 """One pipeline shape for every data set.
 
 fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> evaluate;
-the data set's baseline -> compare (fan-in with ``dsl.Collected``).
+the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate.
 """
 
 from dataclasses import dataclass, field
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 
 from distrain.components.baseline import baseline
 from distrain.components.compare import compare
 from distrain.components.data import fetch_data, preprocess
 from distrain.components.evaluate import evaluate
+from distrain.components.gate import quality_gate
 from distrain.components.train import train
+from distrain.images import image
 from distrain.train.config import DEFAULT_RUNS
+
+# Where the shared volume claim is mounted in training steps and in the pods they launch.
+MOUNT_PATH = "/mnt/distrain"
+# The display name of the gate step, which `distrain submit` looks for in a failed run.
+GATE_TASK = "quality gate"
 
 
 @dataclass(frozen=True)
@@ -31,15 +38,29 @@ class PipelineDefaults:
     sample_size: int = 0
 
 
-def build_pipeline(defaults: PipelineDefaults, parallelism: int = 0):
+def build_pipeline(
+    defaults: PipelineDefaults, parallelism: int = 0, gpu: bool = False, cluster: bool = True
+):
     """Builds the ``@dsl.pipeline`` function of a data set.
+
+    Images default to :mod:`distrain.images` (registry from ``DISTRAIN_IMAGE_REGISTRY`` at
+    compile time) and can be changed per run. Cluster placement comes from parameters:
+    ``accelerator_type`` / ``accelerator_count``, ``node_selector`` and ``tolerations`` go
+    on every training step (kfp-kubernetes), and with ``launcher="kubernetes"`` the pods a
+    training step launches get ``gpus_per_worker``, the same selector and tolerations.
 
     Args:
         defaults: The data set and its parameter defaults.
         parallelism: How many training runs may execute at once (0: no limit). Local runs
             use 1 so that runs do not compete for the same cores and their times compare.
+        gpu: Default to the GPU trainer image and one GPU per training step and worker.
+        cluster: Set the cluster placement of training steps (accelerators, node selector,
+            tolerations, volume). ``kfp.local`` runs leave it out: its runner cannot
+            resolve an accelerator count given as a parameter inside a ParallelFor.
     """
     d = defaults
+    trainer_image_default = image("trainer-gpu" if gpu else "trainer")
+    gpus_default = 1 if gpu else 0
 
     @dsl.pipeline(name=f"distrain-{d.dataset}", description=d.description)
     def pipeline(
@@ -54,10 +75,24 @@ def build_pipeline(defaults: PipelineDefaults, parallelism: int = 0):
         validation_fraction: float = 0.1,
         target_accuracy: float = d.target_accuracy,
         beam_runner: str = "DirectRunner",
+        beam_image: str = image("beam"),
+        trainer_image: str = trainer_image_default,
+        launcher: str = "local",
+        namespace: str = "",
+        accelerator_type: str = "nvidia.com/gpu",
+        accelerator_count: int = gpus_default,
+        gpus_per_worker: int = gpus_default,
+        cpu_per_worker: str = "2",
+        memory_per_worker: str = "4Gi",
+        node_selector: dict = {},  # noqa: B006 (pipeline parameter default)
+        tolerations: list = [],  # noqa: B006
+        volume_claim: str = "distrain-data",
+        gate: str = "",
     ) -> dsl.Artifact:
         data = fetch_data(
             dataset=d.dataset, source=source, sample_size=sample_size, seed=seed
         ).set_display_name("fetch data")
+        data.set_container_image(beam_image)
         prep = preprocess(
             raw=data.outputs["raw"],
             dataset=d.dataset,
@@ -65,6 +100,7 @@ def build_pipeline(defaults: PipelineDefaults, parallelism: int = 0):
             seed=seed,
             beam_runner=beam_runner,
         ).set_display_name("preprocess (Beam)")
+        prep.set_container_image(beam_image)
         base = baseline(examples=prep.outputs["examples"]).set_display_name("baseline")
         with dsl.ParallelFor(runs, parallelism=parallelism, name="runs") as run_spec:
             trained = train(
@@ -75,7 +111,31 @@ def build_pipeline(defaults: PipelineDefaults, parallelism: int = 0):
                 batch_size=batch_size,
                 learning_rate=learning_rate,
                 seed=seed,
+                launcher=launcher,
+                worker_image=trainer_image,
+                namespace=namespace,
+                gpus_per_worker=gpus_per_worker,
+                cpu_per_worker=cpu_per_worker,
+                memory_per_worker=memory_per_worker,
+                node_selector=node_selector,
+                tolerations=tolerations,
+                volume_claim=volume_claim,
+                mount_path=MOUNT_PATH,
+                # Also passed as arguments: KFP 2.17 does not route channels that only
+                # set_accelerator_* uses into a ParallelFor's inputs.
+                accelerator_type=accelerator_type,
+                accelerator_count=accelerator_count,
             ).set_display_name("train")
+            if cluster:
+                _place_training(
+                    trained,
+                    trainer_image,
+                    accelerator_type,
+                    accelerator_count,
+                    node_selector,
+                    tolerations,
+                    volume_claim,
+                )
             scored = evaluate(
                 examples=prep.outputs["examples"], trained=trained.outputs["trained"]
             ).set_display_name("evaluate")
@@ -84,7 +144,20 @@ def build_pipeline(defaults: PipelineDefaults, parallelism: int = 0):
             baseline=base.outputs["report"],
             target_accuracy=target_accuracy,
         ).set_display_name("compare")
+        quality_gate(comparison=result.outputs["comparison"], gate=gate).set_display_name(GATE_TASK)
         return result.outputs["comparison"]
 
     pipeline.__doc__ = f"{d.description} Returns the comparison directory."
     return pipeline
+
+
+def _place_training(
+    task, trainer_image, accelerator_type, accelerator_count, node_selector, tolerations, claim
+):
+    """Image, GPUs, node pool and shared volume of a training step (ignored by kfp.local)."""
+    task.set_container_image(trainer_image)
+    task.set_accelerator_type(accelerator_type)
+    task.set_accelerator_limit(accelerator_count)
+    kubernetes.add_node_selector_json(task, node_selector)
+    kubernetes.add_toleration_json(task, tolerations)
+    kubernetes.mount_pvc(task, pvc_name=claim, mount_path=MOUNT_PATH)

@@ -11,6 +11,12 @@
 # second setup and CI's fresh clone reuse it.
 #
 # Usage: scripts/build_horovod.sh [PYTHON]   (default: python on PATH)
+#
+# The same script builds the images' Horovod; they choose the variant by environment:
+#   DISTRAIN_HOROVOD_MPI=1    also build the MPI controller (MPIJob launchers use mpirun)
+#   DISTRAIN_HOROVOD_NCCL=1   GPU collectives with NCCL (GPU trainer; needs nvcc and NCCL,
+#                             HOROVOD_NCCL_HOME / HOROVOD_CUDA_HOME where they are not default)
+# Local setup uses neither: TF + gloo only.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck disable=SC1091
@@ -26,7 +32,10 @@ tf_version="$(TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c 'import tensorflow as tf; print(tf
 [ -n "$tf_version" ] || { echo "horovod: TensorFlow must be installed first" >&2; exit 1; }
 py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 cache_root="${DISTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain}"
-cache="$cache_root/wheels/horovod-${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-$(uname -m)"
+variant=""
+[ "${DISTRAIN_HOROVOD_MPI:-0}" = 1 ] && variant="${variant}-mpi"
+[ "${DISTRAIN_HOROVOD_NCCL:-0}" = 1 ] && variant="${variant}-nccl"
+cache="$cache_root/wheels/horovod-${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-$(uname -m)${variant}"
 mkdir -p "$cache"
 
 wheel="$(ls "$cache"/horovod-*.whl 2>/dev/null | head -n 1 || true)"
@@ -52,9 +61,18 @@ if [ -z "$wheel" ]; then
   else
     "$PY" -m pip install -q 'cmake<4'
   fi
-  # (3) TF + gloo only, no build isolation (TF must be importable by the build).
-  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+  # (3) TF + gloo (+ MPI, + NCCL for the images), no build isolation (TF must be
+  # importable by the build).
+  export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+  if [ "${DISTRAIN_HOROVOD_MPI:-0}" = 1 ]; then
+    export HOROVOD_WITH_MPI=1
+  else
+    export HOROVOD_WITHOUT_MPI=1
+  fi
+  if [ "${DISTRAIN_HOROVOD_NCCL:-0}" = 1 ]; then
+    export HOROVOD_GPU_OPERATIONS=NCCL
+  fi
   export MAKEFLAGS="-j$(nproc)"
   "$PY" -m pip wheel --no-deps --no-build-isolation -w "$work/dist" "$src"
   cp "$work"/dist/horovod-*.whl "$cache/"

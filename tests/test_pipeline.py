@@ -14,17 +14,35 @@ from .conftest import ROOT, VENV_BIN
 
 
 def _load(path):
-    return yaml.safe_load(path.read_text())
+    """The pipeline spec, with kfp-kubernetes' platform spec (a second document) under
+    ``_platform``."""
+    docs = list(yaml.safe_load_all(path.read_text()))
+    spec = docs[0]
+    spec["_platform"] = docs[1]["platforms"]["kubernetes"] if len(docs) > 1 else {}
+    return spec
 
 
 DATASETS = ["mnist", "dbpedia", "gutenberg"]
 
 
-def _check_ir(spec: dict, dataset: str) -> None:
+def _param(name: str) -> str:
+    return "{{$.inputs.parameters['pipelinechannel--" + name + "']}}"
+
+
+def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) -> None:
     assert spec["pipelineInfo"]["name"] == f"distrain-{dataset}"
     executors = spec["deploymentSpec"]["executors"]
-    images = {e["container"]["image"] for e in executors.values()}
-    assert images == {BEAM_IMAGE, TRAINER_IMAGE}
+    images = {name: e["container"]["image"] for name, e in executors.items()}
+    # Data steps run the Beam image and training the trainer image, both pipeline
+    # parameters whose defaults are the configured images; the other steps name the
+    # trainer image directly.
+    assert images.pop("exec-fetch-data") == _param("beam_image")
+    assert images.pop("exec-preprocess") == _param("beam_image")
+    assert images.pop("exec-train") == _param("trainer_image")
+    assert set(images.values()) == {trainer}
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["beam_image"]["defaultValue"] == beam
+    assert params["trainer_image"]["defaultValue"] == trainer
     tasks = spec["root"]["dag"]["tasks"]
     assert {"fetch-data", "preprocess", "baseline", "compare"} <= set(tasks)
     loop = next(t for name, t in tasks.items() if name.startswith("for-loop"))
@@ -107,6 +125,8 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
             str(out),
             "--epochs",
             "2",
+            "--gate",
+            "accuracy>=0.5",
         ],
         capture_output=True,
         text=True,
@@ -114,6 +134,8 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The quality-gate step ran on the comparison and passed.
+    assert "**PASSED**" in proc.stdout + proc.stderr
     comparison = json.loads((out / "comparison.json").read_text())
     rows = {row["name"]: row for row in comparison["rows"]}
     assert set(rows) == {"single:1", "sync:2", "async:2", "syncreplicas:3", "majority"}
@@ -196,3 +218,98 @@ def test_pipeline_modules_are_importable_by_path():
             text=True,
         )
         assert proc.returncode == 0, proc.stderr
+
+
+def test_compiled_pipeline_names_the_configured_registry(tmp_path, cli_env):
+    import distrain
+
+    out = tmp_path / "mnist.yaml"
+    env = dict(cli_env, DISTRAIN_IMAGE_REGISTRY="registry.example.com/team/")
+    subprocess.run(
+        [str(VENV_BIN / "distrain"), "compile", "mnist", "--output", str(out)], check=True, env=env
+    )
+    v = distrain.__version__
+    _check_ir(
+        _load(out),
+        "mnist",
+        beam=f"registry.example.com/team/beam:{v}",
+        trainer=f"registry.example.com/team/trainer:{v}",
+    )
+
+
+def test_gpu_placement_comes_from_pipeline_parameters(tmp_path, cli_env):
+    import distrain
+
+    out = tmp_path / "mnist-gpu.yaml"
+    subprocess.run(
+        [str(VENV_BIN / "distrain"), "compile", "mnist", "--gpu", "--output", str(out)],
+        check=True,
+        env=cli_env,
+    )
+    spec = _load(out)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["trainer_image"]["defaultValue"] == f"distrain/trainer-gpu:{distrain.__version__}"
+    assert params["accelerator_count"]["defaultValue"] == 1
+    assert params["gpus_per_worker"]["defaultValue"] == 1
+    assert params["node_selector"]["parameterType"] == "STRUCT"
+    assert params["tolerations"]["parameterType"] == "LIST"
+
+    train = spec["deploymentSpec"]["executors"]["exec-train"]["container"]
+    assert train["resources"]["accelerator"] == {
+        "resourceType": _param("accelerator_type"),
+        "resourceCount": _param("accelerator_count"),
+    }
+    placement = spec["_platform"]["deploymentSpec"]["executors"]["exec-train"]
+    assert placement["nodeSelector"]["nodeSelectorJson"] == {
+        "componentInputParameter": "pipelinechannel--node_selector"
+    }
+    assert placement["tolerations"] == [
+        {"tolerationJson": {"componentInputParameter": "pipelinechannel--tolerations"}}
+    ]
+    assert placement["pvcMount"][0]["mountPath"] == "/mnt/distrain"
+    # Only training steps are placed on the GPU pool.
+    assert set(spec["_platform"]["deploymentSpec"]["executors"]) == {"exec-train"}
+
+    # The channels lead to the pipeline's own parameters, and the launched pods get the
+    # same selector, tolerations and GPU count.
+    tasks = spec["root"]["dag"]["tasks"]
+    loop = next(t for name, t in tasks.items() if name.startswith("for-loop"))
+    for name in ("node_selector", "tolerations", "accelerator_type", "accelerator_count"):
+        assert loop["inputs"]["parameters"][f"pipelinechannel--{name}"] == {
+            "componentInputParameter": name
+        }
+    inner = spec["components"][loop["componentRef"]["name"]]["dag"]["tasks"]["train"]
+    args = inner["inputs"]["parameters"]
+    for name in ("node_selector", "tolerations", "gpus_per_worker", "launcher"):
+        assert args[name] == {"componentInputParameter": f"pipelinechannel--{name}"}
+    assert args["worker_image"] == {"componentInputParameter": "pipelinechannel--trainer_image"}
+
+
+def test_quality_gate_step_fails_a_local_run(tmp_path):
+    from kfp import dsl, local
+    from kfp.dsl import Artifact, Output
+
+    from distrain.components.gate import quality_gate
+
+    @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+    def fake_comparison(comparison: Output[Artifact]):
+        import json
+        import os
+
+        os.makedirs(comparison.path, exist_ok=True)
+        rows = [{"name": "sync:2", "mode": "sync", "accuracy": 0.9}]
+        with open(f"{comparison.path}/comparison.json", "w") as f:
+            json.dump({"best": "sync:2", "rows": rows}, f)
+
+    @dsl.pipeline(name="gate-check")
+    def gated(gate: str):
+        quality_gate(comparison=fake_comparison().outputs["comparison"], gate=gate)
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path),
+        raise_on_error=True,
+    )
+    gated(gate="accuracy>=0.85")
+    with pytest.raises(RuntimeError, match="quality-gate"):
+        gated(gate="accuracy>=0.95")

@@ -23,9 +23,10 @@ def test_missing_metadata_is_a_clear_error(tmp_path):
 
 def test_launch_commands_per_mode(tmp_path):
     single = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="single:1")
-    assert launch_command(single, "c.json")[-4:] == [
+    assert launch_command(single, "c.json")[-5:] == [
         "-m",
-        "distrain.train.worker",
+        "distrain",
+        "worker",
         "--config",
         "c.json",
     ]
@@ -102,7 +103,7 @@ def _server_processes() -> set[int]:
 
     found = set()
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if "distrain.train.server" in " ".join(proc.info["cmdline"] or []):
+        if "-m distrain server" in " ".join(proc.info["cmdline"] or []):
             found.add(proc.info["pid"])
     return found
 
@@ -180,7 +181,7 @@ def test_parameter_server_death_fails_the_run_clearly(mnist_examples, tmp_path):
             for proc in psutil.process_iter(["pid", "environ", "cmdline"]):
                 cmd = " ".join(proc.info["cmdline"] or [])
                 env = proc.info.get("environ") or {}
-                if "distrain.train.server" in cmd and '"type": "ps"' in env.get("TF_CONFIG", ""):
+                if "-m distrain server" in cmd and '"type": "ps"' in env.get("TF_CONFIG", ""):
                     if (tmp_path / "d" / "checkpoints").exists():
                         proc.kill()
                         return

@@ -33,14 +33,29 @@ def _horovodrun() -> str:
     return found
 
 
+# How this machine runs the ``distrain`` command; in the images it is the entrypoint
+# ``distrain`` itself. Only the prefix differs: the subcommands below are the same.
+LOCAL_PREFIX = (sys.executable, "-m", "distrain")
+
+
+def worker_args(config_path: str | os.PathLike) -> list[str]:
+    """The ``distrain`` subcommand of a training process (a rank, or the PS coordinator)."""
+    return ["worker", "--config", str(config_path)]
+
+
+def server_args(threads: int) -> list[str]:
+    """The ``distrain`` subcommand of a parameter-server or worker server (PS modes)."""
+    return ["server", "--threads", str(threads)]
+
+
 def worker_command(config_path: str | os.PathLike) -> list[str]:
-    """The command of a training process (the same locally and in images)."""
-    return [sys.executable, "-m", "distrain.train.worker", "--config", str(config_path)]
+    """The local command of a training process."""
+    return [*LOCAL_PREFIX, *worker_args(config_path)]
 
 
 def server_command(threads: int) -> list[str]:
-    """The command of a parameter-server or worker server process (PS modes)."""
-    return [sys.executable, "-m", "distrain.train.server", "--threads", str(threads)]
+    """The local command of a server process (PS modes)."""
+    return [*LOCAL_PREFIX, *server_args(threads)]
 
 
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:

@@ -1,7 +1,7 @@
-"""A parameter-server or worker process of the PS modes: ``python -m distrain.train.server``.
+"""A parameter-server or worker process of the PS modes: ``distrain server``.
 
 It reads its role from ``TF_CONFIG`` (as on Kubernetes), serves until it is stopped, and
-holds no training logic: the coordinator (``distrain.train.worker`` as chief) drives it.
+holds no training logic: the coordinator (``distrain worker`` as chief) drives it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entry point of one training process: ``python -m distrain.train.worker --config FILE``.
+"""Entry point of one training process: ``distrain worker --config FILE``.
 
 ``horovodrun`` starts one of these per rank (sync); ``single`` starts one.
 """

@@ -1,0 +1,254 @@
+"""manifests/ (kustomize) and the launcher's objects: rendered, schema-valid, least privilege."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from distrain.k8s.config import KubernetesConfig
+from distrain.k8s.objects import RUN_LABEL, build_objects
+from distrain.k8s.validate import ManifestError, validate_all, validate_object
+from distrain.train.config import ConfigError, TrainConfig
+
+from .conftest import ROOT
+
+MANIFESTS = ROOT / "manifests"
+KUSTOMIZATIONS = sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
+# What the launcher may do, and nothing else.
+ALLOWED_RESOURCES = {
+    "mpijobs",
+    "mpijobs/status",
+    "jobs",
+    "jobs/status",
+    "pods",
+    "pods/log",
+    "services",
+}
+ALLOWED_VERBS = {"create", "get", "list", "watch", "delete"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PersistentVolume",
+    "StorageClass",
+    "CustomResourceDefinition",
+    "Node",
+}
+
+
+def _render(directory) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (Debian's kubernetes-client) is needed to render the overlays"
+    out = subprocess.run(
+        [kubectl, "kustomize", str(directory)], check=True, capture_output=True, text=True
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_every_kustomization_is_found():
+    names = {str(p.relative_to(MANIFESTS)) for p in KUSTOMIZATIONS}
+    assert {
+        "base",
+        "templates",
+        "overlays/gke-gpu",
+        "overlays/eks-gpu",
+        "examples/gke-gpu",
+    } <= names
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(MANIFESTS)))
+def test_overlay_renders_and_validates(directory):
+    objects = _render(directory)
+    assert objects
+    assert validate_all(objects) == len(objects)
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(MANIFESTS)))
+def test_rbac_grants_nothing_cluster_wide(directory):
+    objects = _render(directory)
+    for obj in objects:
+        kind = obj["kind"]
+        assert kind not in ("ClusterRole", "ClusterRoleBinding"), obj["metadata"]["name"]
+        if kind in CLUSTER_SCOPED:
+            assert kind == "Namespace", f"{kind} is cluster-scoped"
+            continue
+        assert (
+            obj["metadata"].get("namespace")
+            or directory.name in ("templates",)
+            or (directory.parent.name == "examples")
+        ), f"{kind}/{obj['metadata']['name']} has no namespace"
+        if kind == "Role":
+            for rule in obj["rules"]:
+                assert set(rule["resources"]) <= ALLOWED_RESOURCES, rule
+                assert set(rule["verbs"]) <= ALLOWED_VERBS, rule
+                assert "*" not in rule.get("apiGroups", []), rule
+        if kind == "RoleBinding":
+            ns = obj["metadata"]["namespace"]
+            assert obj["roleRef"]["kind"] == "Role"
+            for subject in obj["subjects"]:
+                # A binding without the subject's namespace is rejected by the API server;
+                # one to another namespace would grant rights across namespaces.
+                assert subject["kind"] == "ServiceAccount"
+                assert subject.get("namespace") == ns, subject
+
+
+def test_gpu_examples_place_only_compute_pods_on_the_gpu_pool():
+    for cloud, label in (
+        ("gke-gpu", "cloud.google.com/gke-accelerator"),
+        ("eks-gpu", "eks.amazonaws.com/nodegroup"),
+    ):
+        objects = _render(MANIFESTS / "examples" / cloud)
+        mpijob = next(o for o in objects if o["kind"] == "MPIJob")
+        worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+        assert label in worker["nodeSelector"]
+        assert worker["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert worker["containers"][0]["image"].split(":")[0].endswith("trainer-gpu")
+        jobs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Job"}
+        for name, job in jobs.items():
+            spec = job["spec"]["template"]["spec"]
+            on_gpu = "-worker-" in name
+            assert (label in spec.get("nodeSelector", {})) == on_gpu, name
+            limits = spec["containers"][0]["resources"]["limits"]
+            assert ("nvidia.com/gpu" in limits) == on_gpu, name
+
+
+def test_templates_are_what_the_launcher_creates(tmp_path):
+    # scripts/gen_manifests.sh regenerates them; a stale copy fails here.
+    for run, name, file in (
+        ("sync:2", "distrain-sync", "mpijob.yaml"),
+        ("async:2:ps=1", "distrain-async", "ps.yaml"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "distrain", "manifests", "--run", run, "--name", name],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert out == (MANIFESTS / "templates" / file).read_text(), (
+            f"manifests/templates/{file} is stale: run scripts/gen_manifests.sh"
+        )
+
+
+# -- the launcher's objects, per mode --------------------------------------------------
+
+GPU_POOL = KubernetesConfig.from_params(
+    namespace="team-a",
+    image="registry.example.com/distrain/trainer-gpu:0.1.0",
+    gpus_per_worker=2,
+    node_selector='{"cloud.google.com/gke-accelerator": "nvidia-l4"}',
+    tolerations='[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
+)
+
+
+def _cfg(run: str) -> TrainConfig:
+    return TrainConfig(data_dir="/mnt/distrain/d", output_dir="/mnt/distrain/o", run=run)
+
+
+def _containers(obj: dict) -> list[tuple[str, dict, dict]]:
+    if obj["kind"] == "MPIJob":
+        return [
+            (role.lower(), spec["template"]["spec"], spec["template"]["spec"]["containers"][0])
+            for role, spec in obj["spec"]["mpiReplicaSpecs"].items()
+        ]
+    if obj["kind"] == "Job":
+        pod = obj["spec"]["template"]["spec"]
+        role = obj["spec"]["template"]["metadata"]["labels"]["distrain.dev/role"]
+        return [(role, pod, pod["containers"][0])]
+    return []
+
+
+@pytest.mark.parametrize(
+    "run", ["sync:2", "sync:4", "async:2:ps=1", "async:3:ps=2", "syncreplicas:3:aggregate=2"]
+)
+def test_launcher_objects_validate_and_carry_the_placement(run):
+    objects = build_objects(_cfg(run), GPU_POOL, "r1", "/mnt/distrain/o/train_config.json")
+    assert validate_all(objects) == len(objects)
+    gpu_pods = 0
+    for obj in objects:
+        assert obj["metadata"]["namespace"] == "team-a"
+        for role, pod, container in _containers(obj):
+            assert container["image"] == GPU_POOL.image
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            gpus = container["resources"]["limits"].get("nvidia.com/gpu")
+            if role == "worker":
+                gpu_pods += 1
+                assert gpus == "2"
+                assert pod["nodeSelector"] == GPU_POOL.node_selector
+                assert pod["tolerations"] == GPU_POOL.tolerations
+            else:
+                assert gpus is None and "nodeSelector" not in pod, role
+    assert gpu_pods >= 1
+
+
+def test_sync_run_is_one_mpijob_with_a_rank_per_gpu():
+    (job,) = build_objects(_cfg("sync:4"), GPU_POOL, "r1", "/c.json")
+    spec = job["spec"]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert spec["slotsPerWorker"] == 2 and spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    args = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["-np", "4"]
+    assert args[-4:] == ["distrain", "worker", "--config", "/c.json"]
+    with pytest.raises(ConfigError, match="whole pods"):
+        build_objects(_cfg("sync:3"), GPU_POOL, "r1", "/c.json")
+
+
+def test_ps_run_addresses_are_its_services():
+    objects = build_objects(_cfg("syncreplicas:3:aggregate=2"), GPU_POOL, "r1", "/c.json")
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    assert len(jobs) == len(services) == 1 + 3 + 1
+    for job in jobs:
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        tf_config = json.loads(env["TF_CONFIG"])
+        task = tf_config["task"]
+        own = tf_config["cluster"][task["type"]][task["index"]]
+        service = services[own.split(":")[0]]
+        # The Service named in TF_CONFIG selects exactly this Job's pod.
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        assert labels[RUN_LABEL] == "r1"
+        addresses = [a for group in tf_config["cluster"].values() for a in group]
+        assert {a.split(":")[0] for a in addresses} == set(services)
+
+
+def test_one_worker_runs_need_no_cluster_job():
+    with pytest.raises(ConfigError, match="step's own pod"):
+        build_objects(_cfg("single:1"), GPU_POOL, "r1", "/c.json")
+
+
+def test_validation_rejects_what_the_apis_would():
+    (job,) = build_objects(_cfg("sync:2"), KubernetesConfig(), "r1", "/c.json")
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["launcherCreationPolicy"] = "Eventually"
+    with pytest.raises(ManifestError, match="launcherCreationPolicy"):
+        validate_object(bad)
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["gpu"] = 1
+    with pytest.raises(ManifestError, match="Worker template.*gpu"):
+        validate_object(bad)
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2
+    with pytest.raises(ManifestError, match="Launcher"):
+        validate_object(bad)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {"ports": [{"port": "grpc"}]},
+    }
+    with pytest.raises(ManifestError, match="Service/s"):
+        validate_object(service)
+
+
+def test_kubernetes_settings_are_checked():
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        KubernetesConfig.from_params(node_selector="{pool: gpu}")
+    with pytest.raises(ConfigError, match="quantity"):
+        KubernetesConfig(memory_per_worker="lots")
+    with pytest.raises(ConfigError, match="toleration"):
+        KubernetesConfig(tolerations=[{"key": "a", "tainted": True}])
