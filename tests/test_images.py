@@ -98,8 +98,8 @@ def test_pods_run_the_same_commands_as_local_processes():
     # Locally: `python -m distrain <subcommand>`; in a pod: the entrypoint `distrain` with
     # the same subcommand and arguments.
     assert LOCAL_PREFIX == (sys.executable, "-m", "distrain")
-    cfg = TrainConfig(data_dir="/d", output_dir="/o", run="async:2:ps=1", threads_per_worker=3)
-    objects = build_objects(cfg, KubernetesConfig(), "r", "/o/train_config.json")
+    cfg = TrainConfig(data_dir="/d", output_dir="/o", run="async:2:ps=1")
+    objects = build_objects(cfg, KubernetesConfig(cpu_per_worker="3"), "r", "/o/train_config.json")
     local_worker = worker_command("/o/train_config.json")[len(LOCAL_PREFIX) :]
     local_server = server_command(3)[len(LOCAL_PREFIX) :]
     seen = set()

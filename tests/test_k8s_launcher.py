@@ -287,6 +287,8 @@ def test_train_on_cluster_stages_data_and_collects_the_output(tmp_path):
         config = json.loads(Path(launcher["containers"][0]["args"][-1]).read_text())
         # What the ranks see: the staged copy of the data, an output dir on the claim.
         assert Path(config["data_dir"], "metadata.json").exists()
+        # Threads follow the pod's CPU limit (2 by default), not the node's cores.
+        assert config["threads_per_worker"] == 2
         out = Path(config["output_dir"])
         (out / "history.json").write_text(json.dumps({"run": {"name": "sync:2"}}))
         (out / "model.keras").write_text("weights")

@@ -252,3 +252,8 @@ def test_kubernetes_settings_are_checked():
         KubernetesConfig(memory_per_worker="lots")
     with pytest.raises(ConfigError, match="toleration"):
         KubernetesConfig(tolerations=[{"key": "a", "tainted": True}])
+    with pytest.raises(ConfigError, match="CPU quantity"):
+        KubernetesConfig(cpu_per_worker="2Gi")
+    assert KubernetesConfig(cpu_per_worker="1500m").cpu_threads() == 1
+    assert KubernetesConfig(cpu_per_worker="8").cpu_threads() == 8
+    assert KubernetesConfig(cpu_per_worker="250m").cpu_threads() == 1

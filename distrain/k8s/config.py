@@ -12,6 +12,7 @@ from distrain.train.config import ConfigError
 LAUNCHERS = ("local", "kubernetes")
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
+_CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 
 
@@ -67,6 +68,8 @@ class KubernetesConfig:
                 raise ConfigError(
                     f"toleration {tol!r}: expected keys among {', '.join(sorted(_TOLERATION_KEYS))}"
                 )
+        if not _CPU.match(str(self.cpu_per_worker)):
+            raise ConfigError(f"cpu_per_worker: {self.cpu_per_worker!r} is not a CPU quantity")
         if not self.mount_path.startswith("/"):
             raise ConfigError(f"mount_path must be absolute: {self.mount_path!r}")
         if self.timeout_seconds < 0 or self.poll_seconds <= 0:
@@ -111,6 +114,15 @@ class KubernetesConfig:
         from distrain.images import image
 
         return self.image or image("trainer-gpu" if self.gpus_per_worker else "trainer")
+
+    def cpu_threads(self) -> int:
+        """Whole CPUs of each training pod (``cpu_per_worker``), at least 1.
+
+        Pods see the node's cores, not their limit, so thread counts come from here.
+        """
+        cpu = str(self.cpu_per_worker)
+        cores = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
+        return max(1, int(cores))
 
     def to_dict(self) -> dict:
         """A JSON-able form (for logs and the run's history)."""

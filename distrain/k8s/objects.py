@@ -202,7 +202,7 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
             args, gpus = worker_args(config_path), 0
         else:
             # Workers do the model's compute; parameter servers hold the variables.
-            args = server_args(cfg.threads)
+            args = server_args(k.cpu_threads())
             gpus = k.gpus_per_worker if job == "worker" else 0
         container = {
             "name": "tensorflow",
@@ -229,9 +229,9 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": labels},
-                "spec": _pod_spec(
-                    k, container, data_volume=job == "chief", computes=job == "worker"
-                ),
+                # The chief and the workers read the data (workers run the input
+                # pipeline the coordinator hands them); parameter servers do not.
+                "spec": _pod_spec(k, container, data_volume=job != "ps", computes=job == "worker"),
             },
         }
         if k.timeout_seconds:

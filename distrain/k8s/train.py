@@ -48,7 +48,10 @@ def train_on_cluster(
     data, output = run_dir / "data", run_dir / "output"
     shutil.copytree(cfg.data_dir, data, dirs_exist_ok=True)
     output.mkdir(parents=True, exist_ok=True)
-    pod_cfg = replace(cfg, data_dir=str(data), output_dir=str(output))
+    # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
+    # the ranks of a sync pod (one per GPU).
+    threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.gpus_per_worker))
+    pod_cfg = replace(cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads)
     config_path = pod_cfg.save(output / "train_config.json")
     objects = build_objects(pod_cfg, k, name, str(config_path))
     validate_all(objects)
