@@ -90,7 +90,7 @@ def test_tokenize_and_encode():
 
 
 def test_encode_text_transform():
-    rows = [("train", (1, 0, "alpha beta")), ("test", (3, 2, "beta gamma"))]
+    rows = [("train", [(1, 0, "alpha beta")]), ("test", [(3, 2, "beta gamma")])]
     with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
         vocab = p | "V" >> beam.Create([["<pad>", "<oov>", "alpha", "beta", "alpha beta"]])
         out = p | beam.Create(rows) | EncodeText(vocab, 3, 10, True)
@@ -101,10 +101,20 @@ def test_encode_text_transform():
             f = example_pb2.Example.FromString(record).features.feature
             return list(f["tokens"].int64_list.value), f["label"].int64_list.value[0]
 
+        def records(split):
+            return out[split] | f"Records{split}" >> beam.FlatMap(lambda batch: batch[1])
+
         assert_that(
-            out["train"] | "DT" >> beam.Map(decode), equal_to([([2, 3, 4], 0)]), label="Train"
+            records("train") | "DT" >> beam.Map(decode), equal_to([([2, 3, 4], 0)]), label="Train"
         )
-        assert_that(out["test"] | "DE" >> beam.Map(decode), equal_to([([3, 1], 2)]), label="Test")
+        assert_that(
+            records("test") | "DE" >> beam.Map(decode), equal_to([([3, 1], 2)]), label="Test"
+        )
+        assert_that(
+            out["histogram"],
+            equal_to([{"histogram": {"train": [1, 0, 0]}}, {"histogram": {"test": [0, 0, 1]}}]),
+            label="Histogram",
+        )
 
 
 def _layout(path, train: bytes, test: bytes = b'1,"t","some text"\n'):

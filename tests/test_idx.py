@@ -125,3 +125,33 @@ def test_split_reads_and_paths(tmp_path):
     with pytest.raises(ValueError, match="unknown MNIST split"):
         mnist_paths(tmp_path, "dev")
     assert LABELS_MAGIC == 0x801
+
+
+def test_inspect_checks_header_and_length_without_decoding(tmp_path):
+    import gzip
+
+    from distrain.data.idx import IMAGES_MAGIC, inspect_idx, inspect_mnist_split
+
+    images = np.zeros((5, 4, 3), np.uint8)
+    write_idx(tmp_path / "i.gz", images)
+    write_idx(tmp_path / "l.gz", np.zeros(5, np.uint8))
+    write_idx(tmp_path / "raw", images)
+    assert inspect_idx(tmp_path / "i.gz", IMAGES_MAGIC)[1] == (5, 4, 3)
+    assert inspect_mnist_split(tmp_path / "i.gz", tmp_path / "l.gz") == (5, 4, 3)
+    assert inspect_idx(tmp_path / "raw")[1] == (5, 4, 3)
+    # Truncated: the gzip trailer no longer matches what the header needs.
+    data = (tmp_path / "i.gz").read_bytes()
+    (tmp_path / "t.gz").write_bytes(data[: len(data) - 7])
+    with pytest.raises(IdxFormatError, match=r"t\.gz: corrupt or truncated gzip"):
+        inspect_idx(tmp_path / "t.gz")
+    # A gzip stream whose content is shorter than its header says.
+    payload = gzip.decompress(data)[:-10]
+    (tmp_path / "s.gz").write_bytes(gzip.compress(payload))
+    with pytest.raises(IdxFormatError, match=r"need 76"):
+        inspect_idx(tmp_path / "s.gz")
+    (tmp_path / "r2").write_bytes((tmp_path / "raw").read_bytes()[:-1])
+    with pytest.raises(IdxFormatError, match="need 60 data bytes, file has 59"):
+        inspect_idx(tmp_path / "r2")
+    write_idx(tmp_path / "l4.gz", np.zeros(4, np.uint8))
+    with pytest.raises(IdxFormatError, match="has 5 images but .* has 4 labels"):
+        inspect_mnist_split(tmp_path / "i.gz", tmp_path / "l4.gz")

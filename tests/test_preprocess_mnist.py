@@ -39,7 +39,9 @@ def test_to_examples_splits_encodes_and_dead_letters():
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
         out = p | beam.Create([train, test]) | MnistToExamples(seed=1, validation_fraction=0.25)
         labels = {
-            s: out[s] | f"Label{s}" >> beam.Map(lambda r: _decode(r)[1])
+            s: out[s]
+            | f"Records{s}" >> beam.FlatMap(lambda batch: batch[1])
+            | f"Label{s}" >> beam.Map(lambda r: _decode(r)[1])
             for s in ("train", "validation", "test")
         }
         assert_that(labels["train"], equal_to(expected_train), label="CheckTrain")
@@ -63,7 +65,8 @@ def test_examples_round_trip_pixels():
     batch = _batch("test", 100, [7, 1])
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
         out = p | beam.Create([batch]) | MnistToExamples()
-        decoded = out["test"] | beam.Map(lambda r: (_decode(r)[0].tobytes(), _decode(r)[1]))
+        records = out["test"] | beam.FlatMap(lambda batch: batch[1])
+        decoded = records | beam.Map(lambda r: (_decode(r)[0].tobytes(), _decode(r)[1]))
         assert_that(decoded, equal_to([(batch[2][0].tobytes(), 7), (batch[2][1].tobytes(), 1)]))
 
 
@@ -165,3 +168,29 @@ def test_command_line_entry(tmp_path, capsys):
     assert meta["config"]["num_shards"] == 1 and meta["config"]["validation_fraction"] == 0.2
     assert '"splits"' in capsys.readouterr().out
     assert len(list((tmp_path / "out" / "train").glob("*.tfrecord"))) == 1
+
+
+def test_batched_tfrecord_sink_writes_every_shard_in_order(tmp_path):
+    from distrain.preprocess.common import WriteTFRecordBatches, read_tfrecords, shard_of
+
+    batches = [((0, i), [f"r{i}-{j}".encode() for j in range(3)]) for i in range(7)]
+
+    def run():
+        with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+            written = (
+                p | beam.Create(batches[::-1]) | WriteTFRecordBatches(str(tmp_path / "part"), 3)
+            )
+            assert_that(
+                written | beam.Map(lambda fc: fc[1]) | beam.CombineGlobally(sum),
+                equal_to([21]),
+            )
+
+    run()
+    files = sorted(tmp_path.glob("part-*.tfrecord"))
+    assert [f.name for f in files] == [f"part-0000{i}-of-00003.tfrecord" for i in range(3)]
+    for shard, path in enumerate(files):
+        expected = [r for key, recs in batches if shard_of(key, 3) == shard for r in recs]
+        assert read_tfrecords(str(path)) == expected  # batch order, whatever the input order
+    before = {p.name: p.read_bytes() for p in files}
+    run()  # a rerun (or a retried bundle) rewrites the same files
+    assert {p.name: p.read_bytes() for p in sorted(tmp_path.glob("part-*"))} == before

@@ -195,3 +195,24 @@ def test_parameter_server_death_fails_the_run_clearly(mnist_examples, tmp_path):
         run_training(cfg, timeout=300)
     killer.join(timeout=5)
     assert _server_processes() == before
+
+
+def test_sync_ranks_bind_to_their_own_cores(monkeypatch):
+    from distrain.train import worker
+
+    calls = []
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    monkeypatch.setattr(worker.os, "sched_setaffinity", lambda pid, cores: calls.append(cores))
+    monkeypatch.delenv("DISTRAIN_BIND_CORES", raising=False)
+    monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "2")
+    monkeypatch.setenv("HOROVOD_LOCAL_RANK", "1")
+    assert worker.bind_rank_to_cores() == {2, 3}
+    monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "8")  # fewer cores than ranks: leave it
+    assert worker.bind_rank_to_cores() is None
+    monkeypatch.setenv("HOROVOD_LOCAL_SIZE", "2")
+    monkeypatch.setenv("DISTRAIN_BIND_CORES", "0")
+    assert worker.bind_rank_to_cores() is None
+    monkeypatch.delenv("HOROVOD_LOCAL_RANK")
+    monkeypatch.delenv("DISTRAIN_BIND_CORES")
+    assert worker.bind_rank_to_cores() is None  # not a Horovod rank
+    assert calls == [{2, 3}]

@@ -63,20 +63,8 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def parse_idx(data: bytes, name: str = "<bytes>", expect_magic: int | None = None) -> np.ndarray:
-    """Parses the bytes of an (uncompressed) IDX file.
-
-    Args:
-        data: The file's bytes, after any gzip decompression.
-        name: What to call the source in error messages (usually its path).
-        expect_magic: If given, the magic number the file must carry.
-
-    Returns:
-        The array with the file's shape and dtype (native byte order).
-
-    Raises:
-        IdxFormatError: The header or the data length is wrong.
-    """
+def _parse_header(data: bytes, name: str, expect_magic: int | None):
+    """``(dtype, dims, header length)`` of an IDX file from (at least) its first bytes."""
     if len(data) < 4:
         raise IdxFormatError(f"{name}: {len(data)} bytes, too short for an IDX header (4 bytes)")
     zero, code, ndim = struct.unpack(">HBB", data[:4])
@@ -92,7 +80,70 @@ def parse_idx(data: bytes, name: str = "<bytes>", expect_magic: int | None = Non
     if len(data) < header:
         raise IdxFormatError(f"{name}: header declares {ndim} dimensions but the file ends early")
     dims = struct.unpack(f">{ndim}I", data[4:header])
-    dtype = _DTYPES[code]
+    return _DTYPES[code], tuple(int(d) for d in dims), header
+
+
+def inspect_idx(path: str | os.PathLike, expect_magic: int | None = None):
+    """Checks an IDX file's header and length without decoding its data.
+
+    For a gzipped file only the first bytes are decompressed; the length comes from the
+    gzip trailer (ISIZE), so a truncated file is caught without reading it all. What only
+    a full read can find (a bad CRC in the middle) is found by :func:`read_idx`.
+
+    Returns:
+        ``(dtype, shape)``.
+
+    Raises:
+        IdxFormatError: The file is missing, empty, not gzip as named, or its header or
+            length is wrong.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise IdxFormatError(f"{path}: file not found")
+    raw = path.read_bytes()
+    if not raw:
+        raise IdxFormatError(f"{path}: file is empty, expected an IDX header")
+    gzipped = raw[:2] == b"\x1f\x8b"
+    if gzipped:
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(raw, 4 + 4 * 255)
+        except zlib.error as err:
+            raise IdxFormatError(f"{path}: corrupt or truncated gzip stream ({err})") from err
+        length = int.from_bytes(raw[-4:], "little")  # uncompressed size mod 2**32
+    elif path.suffix == ".gz":
+        raise IdxFormatError(f"{path}: not a gzip file (name ends in .gz, bytes do not)")
+    else:
+        head, length = raw[:1024], len(raw)
+    dtype, dims, header = _parse_header(head, str(path), expect_magic)
+    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if gzipped and length != expected % 2**32:
+        raise IdxFormatError(
+            f"{path}: corrupt or truncated gzip stream (its trailer gives {length} bytes, "
+            f"the header's dimensions {list(dims)} need {expected})"
+        )
+    if not gzipped and length != expected:
+        raise IdxFormatError(
+            f"{path}: dimensions {list(dims)} need {expected - header} data bytes, "
+            f"file has {length - header}"
+        )
+    return dtype, dims
+
+
+def parse_idx(data: bytes, name: str = "<bytes>", expect_magic: int | None = None) -> np.ndarray:
+    """Parses the bytes of an (uncompressed) IDX file.
+
+    Args:
+        data: The file's bytes, after any gzip decompression.
+        name: What to call the source in error messages (usually its path).
+        expect_magic: If given, the magic number the file must carry.
+
+    Returns:
+        The array with the file's shape and dtype (native byte order).
+
+    Raises:
+        IdxFormatError: The header or the data length is wrong.
+    """
+    dtype, dims, header = _parse_header(data, name, expect_magic)
     expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     got = len(data) - header
     if got != expected:
@@ -170,6 +221,26 @@ def read_mnist_split(images_path: str | os.PathLike, labels_path: str | os.PathL
             f"{labels.shape[0]} labels; the counts must match"
         )
     return images, labels
+
+
+def inspect_mnist_split(images_path: str | os.PathLike, labels_path: str | os.PathLike):
+    """The checks of :func:`read_mnist_split` from headers and lengths only.
+
+    Returns:
+        The shape of the images, ``(N, rows, cols)``.
+    """
+    image_type, images = inspect_idx(images_path, IMAGES_MAGIC)
+    label_type, labels = inspect_idx(labels_path, LABELS_MAGIC)
+    if image_type != np.uint8 or label_type != np.uint8:
+        raise IdxFormatError(f"{images_path}, {labels_path}: MNIST files must hold unsigned bytes")
+    if images[1] == 0 or images[2] == 0:
+        raise IdxFormatError(f"{images_path}: image dimensions {images[1:]} are empty")
+    if images[0] != labels[0]:
+        raise IdxFormatError(
+            f"{images_path} has {images[0]} images but {labels_path} has "
+            f"{labels[0]} labels; the counts must match"
+        )
+    return images
 
 
 def mnist_paths(directory: str | os.PathLike, split: str) -> tuple[Path, Path]:

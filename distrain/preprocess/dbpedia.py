@@ -28,6 +28,7 @@ import numpy as np
 
 from distrain.preprocess.common import (
     WriteJsonLines,
+    WriteTFRecordBatches,
     check_bad_ratio,
     check_fraction,
     pipeline_options,
@@ -205,15 +206,16 @@ class ParseCsvFile(beam.DoFn):
 
 
 def _split_batch(batch, seed: int, fraction: float):
+    """A source batch to one batch per split: ``(split, [(line, label, text), ...])``."""
     source, rows = batch
-    lines = np.array([r[0] for r in rows])
-    if source == "train":
-        to_val = validation_mask(lines, seed, fraction)
-        for row, val in zip(rows, to_val, strict=True):
-            yield ("validation" if val else "train"), row
-    else:
-        for row in rows:
-            yield "test", row
+    if source != "train":
+        yield "test", rows
+        return
+    to_val = validation_mask(np.array([r[0] for r in rows]), seed, fraction)
+    for split, chosen in (("train", ~to_val), ("validation", to_val)):
+        part = [row for row, keep in zip(rows, chosen, strict=True) if keep]
+        if part:
+            yield split, part
 
 
 class _CountNgrams(beam.CombineFn):
@@ -266,8 +268,10 @@ def encode(text: str, index: dict[str, int], max_tokens: int, with_bigrams: bool
 class EncodeText(beam.PTransform):
     """Rows split by name to serialised ``tf.train.Example`` per split, given a vocabulary.
 
-    Input: ``(split, (line, label, text))``; side input: the vocabulary list. Output: a dict
-    of PCollections per split, plus ``histogram`` (class counts per split).
+    Input: batches ``(split, [(line, label, text), ...])``; side input: the vocabulary list.
+    Output: a dict of PCollections per split of batches ``((split, first_line), [record,
+    ...])`` (one Beam element per batch, not per row), plus ``histogram`` (class counts per
+    split, one dict per batch).
     """
 
     def __init__(self, vocabulary, num_classes: int, max_tokens: int, with_bigrams: bool):
@@ -290,33 +294,26 @@ class EncodeText(beam.PTransform):
             def process(self, item, vocabulary):
                 if self._index is None:
                     self._index = {w: i for i, w in enumerate(vocabulary)}
-                split, (_, label, text) = item
-                example = self._example()
-                feature = example.features.feature
-                feature["tokens"].int64_list.value.extend(
-                    encode(text, self._index, max_tokens, with_bigrams)
-                )
-                feature["label"].int64_list.value.append(label)
-                yield beam.pvalue.TaggedOutput(split, example.SerializeToString())
-                yield beam.pvalue.TaggedOutput("labels", (split, label))
+                split, batch = item
+                records, histogram = [], [0] * k
+                for _, label, text in batch:
+                    example = self._example()
+                    feature = example.features.feature
+                    feature["tokens"].int64_list.value.extend(
+                        encode(text, self._index, max_tokens, with_bigrams)
+                    )
+                    feature["label"].int64_list.value.append(label)
+                    records.append(example.SerializeToString())
+                    histogram[label] += 1
+                yield beam.pvalue.TaggedOutput(split, ((split, batch[0][0]), records))
+                yield beam.pvalue.TaggedOutput("histogram", {"histogram": {split: histogram}})
 
         out = rows | "Encode" >> beam.ParDo(
             _Encode(), beam.pvalue.AsSingleton(self.vocabulary)
-        ).with_outputs(*SPLITS, "labels")
+        ).with_outputs(*SPLITS, "histogram")
         result = {s: out[s] for s in SPLITS}
-        result["histogram"] = (
-            out.labels
-            | "CountLabels" >> beam.combiners.Count.PerElement()
-            | "ToDict"
-            >> beam.Map(lambda kv: {"histogram": {kv[0][0]: _onehot(kv[0][1], kv[1], k)}})
-        )
+        result["histogram"] = out.histogram
         return result
-
-
-def _onehot(label: int, count: int, k: int) -> list[int]:
-    out = [0] * k
-    out[label] = count
-    return out
 
 
 def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -355,7 +352,7 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         vocabulary = (
             rows
             | "TrainOnly" >> beam.Filter(lambda item: item[0] == "train")
-            | "Rows" >> beam.Map(lambda item: [item[1]])
+            | "Rows" >> beam.Map(lambda item: item[1])
             | "CountNgrams" >> beam.CombineGlobally(_CountNgrams(with_bigrams))
             | "Vocabulary"
             >> beam.Map(build_vocabulary, config.min_count, config.max_unigrams, config.max_bigrams)
@@ -364,10 +361,8 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             vocabulary, len(classes), config.max_tokens, with_bigrams
         )
         for split in SPLITS:
-            _ = encoded[split] | f"Write{split.title()}" >> beam.io.WriteToTFRecord(
-                str(out / split / "part"),
-                file_name_suffix=".tfrecord",
-                num_shards=config.num_shards,
+            _ = encoded[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
+                str(out / split / "part"), config.num_shards
             )
         _ = (
             vocabulary

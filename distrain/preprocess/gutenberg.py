@@ -26,6 +26,7 @@ import apache_beam as beam
 from distrain.preprocess.common import (
     SumStatsFn,
     WriteJsonLines,
+    WriteTFRecordBatches,
     check_bad_ratio,
     check_fraction,
     pipeline_options,
@@ -186,8 +187,8 @@ class BooksToWindows(beam.PTransform):
     """Split books to serialised windows per split, with the vocabulary from training text.
 
     Input: ``(book, {"train": text, "validation": text})``. Output: dict with ``train`` and
-    ``validation`` (serialised ``tf.train.Example`` of ``chars``), ``vocabulary`` (a
-    singleton list) and ``stats``.
+    ``validation`` (per book, a batch ``((book, split), [record, ...])`` of serialised
+    ``tf.train.Example`` of ``chars``), ``vocabulary`` (a singleton list) and ``stats``.
     """
 
     def __init__(self, seq_len: int, stride: int, min_char_count: int):
@@ -217,10 +218,13 @@ class BooksToWindows(beam.PTransform):
                 for split, text in parts.items():
                     ids = [self._index.get(c, OOV) for c in text]
                     made = windows(ids, seq_len, stride)
+                    records = []
                     for w in made:
                         example = self._example()
                         example.features.feature["chars"].int64_list.value.extend(w)
-                        yield beam.pvalue.TaggedOutput(split, example.SerializeToString())
+                        records.append(example.SerializeToString())
+                    # One element per (book, split), not per window.
+                    yield beam.pvalue.TaggedOutput(split, ((book[0], split), records))
                     yield beam.pvalue.TaggedOutput(
                         "stats",
                         {
@@ -268,10 +272,8 @@ def preprocess_gutenberg(
             config.seq_len, config.stride, config.min_char_count
         )
         for split in SPLITS:
-            _ = result[split] | f"Write{split.title()}" >> beam.io.WriteToTFRecord(
-                str(out / split / "part"),
-                file_name_suffix=".tfrecord",
-                num_shards=config.num_shards,
+            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
+                str(out / split / "part"), config.num_shards
             )
         _ = (
             read.books

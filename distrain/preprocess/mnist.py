@@ -18,10 +18,11 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
-from distrain.data.idx import MNIST_FILES, mnist_paths, read_mnist_split
+from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths, read_mnist_split
 from distrain.preprocess.common import (
     SumStatsFn,
     WriteJsonLines,
+    WriteTFRecordBatches,
     check_bad_ratio,
     check_fraction,
     pipeline_options,
@@ -121,12 +122,15 @@ class _EncodeBatchFn(beam.DoFn):
             if not len(chosen):
                 continue
             stats["histogram"][split] = np.bincount(labels[chosen], minlength=NUM_CLASSES).tolist()
+            records = []
             for i in chosen:
                 example = self._example()
                 feature = example.features.feature
                 feature["image"].bytes_list.value.append(images[i].tobytes())
                 feature["label"].int64_list.value.append(int(labels[i]))
-                yield beam.pvalue.TaggedOutput(split, example.SerializeToString())
+                records.append(example.SerializeToString())
+            # One element per batch, not per record: Beam's per-element cost is paid once.
+            yield beam.pvalue.TaggedOutput(split, ((source, start), records))
         yield beam.pvalue.TaggedOutput("stats", stats)
 
 
@@ -134,7 +138,8 @@ class MnistToExamples(beam.PTransform):
     """Batches of MNIST records to serialised ``tf.train.Example`` per split.
 
     Input: ``(source_split, start_index, images, labels)`` batches. Output: a dict of
-    PCollections: ``train``, ``validation`` and ``test`` (serialised examples),
+    PCollections: ``train``, ``validation`` and ``test`` (batches of serialised examples:
+    ``((source_split, start_index), [record, ...])``, in source order within a batch),
     ``dead_letter`` (dicts with the record and its reason) and ``stats`` (one dict of
     counts: records read per source, rejects per reason, class histogram per split).
     """
@@ -156,13 +161,16 @@ class MnistToExamples(beam.PTransform):
 def validate_inputs(input_dir: str | os.PathLike) -> dict[str, tuple[int, list[int]]]:
     """Checks every IDX file before Beam starts; returns (count, image shape) per split.
 
+    Headers and lengths only (the gzip trailer gives the length): the data are decoded
+    once, by the job, not twice.
+
     Raises:
         IdxFormatError: A file is missing or malformed (the message names it).
     """
     found = {}
     for split in MNIST_FILES:
-        images, labels = read_mnist_split(*mnist_paths(input_dir, split))
-        found[split] = (len(labels), list(images.shape[1:]))
+        shape = inspect_mnist_split(*mnist_paths(input_dir, split))
+        found[split] = (shape[0], list(shape[1:]))
     return found
 
 
@@ -195,10 +203,8 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
         )
         result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
         for split in SPLITS:
-            _ = result[split] | f"Write{split.title()}" >> beam.io.WriteToTFRecord(
-                str(out / split / "part"),
-                file_name_suffix=".tfrecord",
-                num_shards=config.num_shards,
+            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
+                str(out / split / "part"), config.num_shards
             )
         _ = result["dead_letter"] | "WriteDeadLetter" >> WriteJsonLines(
             str(out / "dead_letter" / "part")

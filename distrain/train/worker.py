@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,11 +14,42 @@ import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads
 from distrain.train.config import TrainConfig
 
 
+def bind_rank_to_cores() -> set[int] | None:
+    """[sync] Binds this rank to its own slice of the cores it may use.
+
+    As ``mpirun --bind-to core`` does: with ``HOROVOD_LOCAL_RANK`` / ``HOROVOD_LOCAL_SIZE``
+    (horovodrun) or Open MPI's local rank and size in the environment, local rank r of s
+    gets the r-th of s equal slices. Called before TensorFlow starts its threads, so they
+    all inherit it; it keeps ranks from competing for the same core. Off with
+    ``DISTRAIN_BIND_CORES=0`` or when there are fewer cores than ranks.
+
+    Returns:
+        The cores bound to, or None when nothing was changed.
+    """
+    env = os.environ
+    if env.get("DISTRAIN_BIND_CORES", "1") == "0":
+        return None
+    rank = env.get("HOROVOD_LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+    size = env.get("HOROVOD_LOCAL_SIZE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE"))
+    if rank is None or size is None or int(size) < 2:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    per_rank = len(cores) // int(size)
+    if per_rank < 1:
+        return None
+    mine = set(cores[int(rank) * per_rank : (int(rank) + 1) * per_rank])
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one training process from a config file written by the launcher."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train_config.json")
     args = parser.parse_args(argv)
+    bound = bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools
+    if bound:
+        print(f"local rank {os.environ.get('HOROVOD_LOCAL_RANK')}: cores {sorted(bound)}")
     cfg = TrainConfig.from_json(Path(args.config).read_text())
     from distrain.train.loop import train
 

@@ -1,0 +1,127 @@
+"""Plain-Python versions of the three Beam preprocessing jobs: the baselines of the suite.
+
+Each does the same parsing, the same train/validation assignment, the same vocabulary and
+the same ``tf.train.Example`` records as its Beam job, with the library's own functions,
+and writes one TFRecord file per split: no Beam, one process.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from distrain.data.idx import mnist_paths, read_mnist_split
+from distrain.preprocess import dbpedia as db
+from distrain.preprocess import gutenberg as gb
+from distrain.preprocess.common import validation_mask
+
+
+def _writers(out: Path, splits):
+    import tensorflow as tf
+
+    out.mkdir(parents=True, exist_ok=True)
+    return {s: tf.io.TFRecordWriter(str(out / f"{s}.tfrecord")) for s in splits}
+
+
+def mnist(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
+    """MNIST IDX files to TFRecords; returns the records written."""
+    from tensorflow.core.example import example_pb2
+
+    writers = _writers(out, ("train", "validation", "test"))
+    count = 0
+    for source in ("train", "test"):
+        images, labels = read_mnist_split(*mnist_paths(raw, source))
+        to_val = (
+            validation_mask(np.arange(len(labels)), seed, fraction)
+            if source == "train"
+            else np.zeros(len(labels), bool)
+        )
+        for i in range(len(labels)):
+            example = example_pb2.Example()
+            feature = example.features.feature
+            feature["image"].bytes_list.value.append(images[i].tobytes())
+            feature["label"].int64_list.value.append(int(labels[i]))
+            split = source if source == "test" else ("validation" if to_val[i] else "train")
+            writers[split].write(example.SerializeToString())
+            count += 1
+    for w in writers.values():
+        w.close()
+    return count
+
+
+def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
+    """dbpedia_csv to TFRecords (vocabulary from the training split); returns records."""
+    from tensorflow.core.example import example_pb2
+
+    cfg = db.DbpediaPreprocessConfig(str(raw), str(out), fraction, seed)
+    classes = db.read_classes(raw)
+    rows = {"train": [], "validation": [], "test": []}
+    for source in ("train", "test"):
+        path = raw / f"{source}.csv"
+        good = [
+            (line, a, b)
+            for kind, line, a, b in db.parse_csv(str(path), path.read_bytes(), len(classes))
+            if kind == "ok"
+        ]
+        if source == "test":
+            rows["test"] = good
+            continue
+        to_val = validation_mask(np.array([r[0] for r in good]), seed, fraction)
+        for row, val in zip(good, to_val, strict=True):
+            rows["validation" if val else "train"].append(row)
+    with_bigrams = cfg.max_bigrams > 0
+    uni, bi = Counter(), Counter()
+    for _, _, text in rows["train"]:
+        u, b = db.ngrams(db.tokenize(text), with_bigrams)
+        uni.update(u)
+        bi.update(b)
+    vocab = db.build_vocabulary((uni, bi), cfg.min_count, cfg.max_unigrams, cfg.max_bigrams)
+    index = {w: i for i, w in enumerate(vocab)}
+    writers = _writers(out, rows)
+    count = 0
+    for split, items in rows.items():
+        for _, label, text in items:
+            example = example_pb2.Example()
+            feature = example.features.feature
+            feature["tokens"].int64_list.value.extend(
+                db.encode(text, index, cfg.max_tokens, with_bigrams)
+            )
+            feature["label"].int64_list.value.append(label)
+            writers[split].write(example.SerializeToString())
+            count += 1
+    for w in writers.values():
+        w.close()
+    return count
+
+
+def gutenberg(raw: Path, out: Path, fraction: float = 0.1) -> int:
+    """Books to TFRecord windows (vocabulary from training text); returns records."""
+    from tensorflow.core.example import example_pb2
+
+    cfg = gb.GutenbergPreprocessConfig(str(raw), str(out), validation_fraction=fraction)
+    books = {}
+    for path in sorted(raw.glob("*.txt")):
+        text, _ = gb.decode_book(path.read_bytes())
+        body, _ = (None, "") if text is None else gb.strip_gutenberg(text)
+        if body is not None:
+            books[path.name] = gb.split_book(body, fraction)
+    counts = Counter()
+    for parts in books.values():
+        counts.update(parts["train"])
+    vocab = gb.build_char_vocabulary(counts, cfg.min_char_count)
+    index = {c: i for i, c in enumerate(vocab)}
+    writers = _writers(out, ("train", "validation"))
+    count = 0
+    for parts in books.values():
+        for split, text in parts.items():
+            ids = [index.get(c, gb.OOV) for c in text]
+            for w in gb.windows(ids, cfg.seq_len, cfg.stride):
+                example = example_pb2.Example()
+                example.features.feature["chars"].int64_list.value.extend(w)
+                writers[split].write(example.SerializeToString())
+                count += 1
+    for w in writers.values():
+        w.close()
+    return count

@@ -1,0 +1,216 @@
+"""The benchmark suite: its cost model, its targets and report, and a smoke run."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.suite import (
+    _per_record,
+    ps_throughput,
+    render_markdown,
+    ring_step,
+    targets,
+)
+
+from .conftest import ROOT
+
+
+def test_ring_allreduce_cost_model():
+    # N = 1: no communication. N = 4: K = 2(N-1) = 6 messages of S/N bytes.
+    assert ring_step(0.1, 8e6, 1, 1e9, 1e-5) == 0.1
+    assert ring_step(0.1, 8e6, 4, 1e9, 1e-5) == pytest.approx(0.1 + 6 * (1e-5 + 2e6 / 1e9))
+    # More workers on the same link: longer steps, never shorter.
+    steps = [ring_step(0.05, 1e8, n, 1.25e9, 2e-5) for n in (2, 4, 8, 16)]
+    assert steps == sorted(steps)
+
+
+def test_parameter_server_cost_model_saturates_the_servers():
+    # Small model: compute-bound, throughput grows with workers.
+    small = [ps_throughput(0.1, 1e5, n, 1, 1e9, 1e-5, 100) for n in (1, 2, 4)]
+    assert small[1] == pytest.approx(2 * small[0])
+    # Big model: the servers' links cap it at P B / (2 S) steps/second.
+    cap = 1 * 1e9 / (2 * 1e9) * 100
+    assert ps_throughput(0.001, 1e9, 64, 1, 1e9, 1e-5, 100) == pytest.approx(cap)
+    assert ps_throughput(0.001, 1e9, 64, 4, 1e9, 1e-5, 100) == pytest.approx(4 * cap)
+
+
+def test_link_fitted_to_allreduce_times():
+    from benchmarks.suite import fit_link
+
+    # 2 ranks, 1 ms per message, 1 GB/s: t = 2e-3 + S / 1e9.
+    rows = [{"bytes": s, "seconds": 2e-3 + s / 1e9} for s in (4, 4096, 2**20, 2**24)]
+    bandwidth, latency = fit_link({"ranks": 2, "rows": rows})
+    assert bandwidth == pytest.approx(1e9, rel=1e-6)
+    assert latency == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_per_record_cost_cancels_start_up():
+    # 2 s start-up + 10 µs per record.
+    assert _per_record([(1000, 2.01), (2000, 2.02)]) == pytest.approx(1e-5)
+    # Noise can make the bigger run faster; the floor keeps it positive.
+    assert _per_record([(1000, 2.0), (2000, 1.9)]) > 0
+
+
+def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
+    prep = []
+    for ds in ("mnist", "dbpedia", "gutenberg"):
+        for name, ratio in (
+            ("plain loop", 1.0),
+            ("Beam, 1 worker", beam1),
+            ("Beam, 2 workers", beam2),
+        ):
+            prep.append(
+                {
+                    "dataset": ds,
+                    "pipeline": name,
+                    "records": [10, 20],
+                    "seconds": [1.0, 1.5],
+                    "records_per_second": 13.3,
+                    "per_record_us": 50.0 * ratio,
+                    "startup_seconds": 0.5,
+                    "per_record_vs_plain": ratio,
+                }
+            )
+    row = {
+        "run": "sync:2",
+        "cores": "all cores",
+        "workers": 2,
+        "examples_per_second": 1000.0,
+        "vs_single_all_cores": 1.1,
+        "efficiency": sync_eff,
+        "val_accuracy": 0.9,
+    }
+    step = {"step": "train", "run": "sync:2", "seconds": 3.0, "peak_rss_mb": 900.0}
+    return {
+        "machine": {
+            "date": "2026-11-22",
+            "cores": 2,
+            "cpu": "x",
+            "python": "3.11",
+            "tensorflow": "2.21",
+            "beam": "2.77",
+            "horovod": "0.28.1",
+            "kfp": "2.17",
+            "quick": False,
+        },
+        "suite_seconds": 600.0,
+        "preprocessing": prep,
+        "training": {
+            "rows": [row],
+            "sync_efficiency": sync_eff,
+            "sync_vs_all_cores": 1.1,
+            "machine_ceiling": 0.95,
+            "batch": 1024,
+            "cores": 2,
+        },
+        "steps": {
+            "mnist": {
+                "target": 0.97,
+                "steps": [step],
+                "time_to_target": [
+                    {"run": "sync:2", "seconds": None, "final": 0.96, "train_seconds": 9.0}
+                ],
+            }
+        },
+        "overhead": {
+            "tasks": 11,
+            "wall_seconds": 110.0,
+            "compute_seconds": 100.0,
+            "overhead": overhead,
+            "process_startup_seconds": 20.0,
+        },
+        "allreduce": {
+            "ranks": 2,
+            "link": {"bytes_per_second": 2e9, "latency_seconds": 1e-5},
+            "rows": [
+                {
+                    "bytes": 4096,
+                    "seconds": 1e-3,
+                    "algbw_bytes_per_second": 4.1e6,
+                    "bound_seconds": 2e-6,
+                    "fraction_of_bound": 0.002,
+                }
+            ],
+        },
+        "scaling": {
+            "t_comp": 0.06,
+            "model_bytes": 4.4e5,
+            "batch": 1024,
+            "link": {"gbps": 10, "latency_us": 20},
+            "tcp_link": {"bytes_per_second": 2e9, "latency_seconds": 1e-5},
+            "local_link": {"bytes_per_second": 1e9, "latency_seconds": 1e-3},
+            "checks": [
+                {
+                    "run": "sync:2",
+                    "workers": 2,
+                    "predicted_tcp": 1.1,
+                    "predicted": 1.0,
+                    "measured": 1.0,
+                    "error": 0.0,
+                }
+            ],
+            "plan": [
+                {
+                    "workers": 4,
+                    "sync_step_seconds": 0.07,
+                    "sync_examples_per_second": 1.0,
+                    "sync_efficiency": 0.9,
+                    "parameter_servers": 1,
+                    "async_examples_per_second": 1.0,
+                    "async_efficiency": 0.9,
+                }
+            ],
+        },
+    }
+
+
+def test_targets_say_whether_met_and_by_how_much():
+    met = targets(_results())
+    assert len(met) == 8 and all(t["met"] for t in met)
+    missed = {t["target"]: t for t in targets(_results(sync_eff=0.8, overhead=0.4, beam1=3.0))}
+    sync = missed["sync scaling efficiency at N = 2 >= 0.90"]
+    assert not sync["met"] and sync["miss"] == "0.10 short"
+    assert missed["kfp.local orchestration overhead <= 15 %"]["miss"] == "25 points over"
+    assert missed["mnist: Beam (1 worker) per-record cost <= 1.5x the plain loop"]["miss"] == (
+        "2.00x over"
+    )
+
+
+def test_report_has_every_section_and_marks_misses():
+    results = _results(sync_eff=0.8)
+    results["targets"] = targets(results)
+    md = render_markdown(results)
+    for n in range(1, 8):
+        assert f"## {n}. " in md
+    assert "| sync scaling efficiency at N = 2 >= 0.90 | 0.80 | **no** (0.10 short) |" in md
+    assert "not reached" in md
+
+
+@pytest.mark.slow
+def test_quick_suite_runs_end_to_end(tmp_path):
+    md, js = tmp_path / "B.md", tmp_path / "r.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.suite",
+            "--quick",
+            "--output",
+            str(md),
+            "--json",
+            str(js),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=1200,
+    )
+    results = json.loads(js.read_text())
+    assert results["machine"]["quick"] is True
+    assert len(results["targets"]) == 8
+    assert "tiny workloads, not measurements" in md.read_text()
+    train = {r["run"] for r in results["training"]["rows"]}
+    assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
+    assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
