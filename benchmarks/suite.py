@@ -68,7 +68,7 @@ class SuiteConfig:
     mnist_records: int = 30000
     dbpedia_rows: int = 14000
     gutenberg_chars: int = 1_500_000
-    train_size: int = 30000
+    train_size: int = 60000
     train_batch: int = 1024
     train_epochs: int = 4
     link_gbps: float = 10.0
@@ -243,7 +243,9 @@ def _mnist_data(tmp: Path, size: int) -> Path:
     return data
 
 
-def _train(data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, threads=0) -> dict:
+def _train(
+    data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, threads=0, batch=0
+) -> dict:
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
@@ -253,7 +255,7 @@ def _train(data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, thread
         run=run,
         model="cnn",
         epochs=cfg.train_epochs,
-        batch_size=cfg.train_batch,
+        batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
     )
     allowed = os.sched_getaffinity(0)
@@ -324,8 +326,27 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     for r in rows:
         r["vs_single_all_cores"] = r["examples_per_second"] / all_cores
         r["efficiency"] = r["examples_per_second"] / (r["workers"] * one_core)
+    # Sync efficiency against the per-worker batch: the compute per allreduce.
+    sweep = []
+    for batch in (256, 1024, 4096) if not cfg.quick else (128,):
+        if batch == cfg.train_batch:
+            single, sync = one_core, sync2
+        else:
+            single = _train(data, tmp / f"b1-{batch}", "single:1", cfg, {cores[0]}, 1, batch)
+            sync = _train(data, tmp / f"b2-{batch}", "sync:2", cfg, None, 0, batch)
+            single, sync = single["examples_per_second"], sync["examples_per_second"]
+        sweep.append(
+            {
+                "batch": batch,
+                "single_one_core": single,
+                "sync2": sync,
+                "efficiency": sync / (2 * single),
+            }
+        )
+        log(f"sync efficiency at batch {batch}/worker: {sweep[-1]['efficiency']:.2f}")
     model_bytes = _model_bytes(data)
     return {
+        "batch_sweep": sweep,
         "rows": rows,
         "sync_efficiency": sync2 / (2 * one_core),
         "sync_vs_all_cores": sync2 / all_cores,
@@ -430,8 +451,16 @@ def _time_to_target(dataset: str, report: dict, target: float) -> dict:
 
 
 def bench_overhead(cfg: SuiteConfig, steps: dict, tmp: Path) -> dict:
-    """Section 5: ``distrain run`` (kfp.local) wall time against its steps' compute time."""
+    """Section 5: ``distrain run`` (kfp.local) wall time against its steps' compute time.
+
+    Each step of that same run records its own compute time (``$DISTRAIN_STEP_TIMES``,
+    see :func:`distrain.steps._timed`); the rest of the wall time is orchestration: task
+    processes, imports, artifact copies, the runner's bookkeeping.
+    """
+    from distrain.steps import STEP_TIMES_ENV
+
     mnist = steps["mnist"]
+    times = tmp / "kfp-step-times.jsonl"
     cmd = [
         PY,
         "-m",
@@ -448,17 +477,27 @@ def bench_overhead(cfg: SuiteConfig, steps: dict, tmp: Path) -> dict:
         str(mnist["epochs"]),
     ]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    subprocess.run(
+        cmd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, STEP_TIMES_ENV: str(times)},
+    )
     wall = time.perf_counter() - start
-    compute = mnist["compute_seconds"]
-    startup = sum(s["process_seconds"] - s["seconds"] for s in mnist["steps"])
+    recorded = [json.loads(line) for line in times.read_text().splitlines()]
+    compute = sum(r["seconds"] for r in recorded)
+    by_step: dict[str, float] = {}
+    for r in recorded:
+        by_step[r["step"]] = by_step.get(r["step"], 0.0) + r["seconds"]
     return {
         "pipeline": "mnist",
-        "tasks": len(mnist["steps"]),
+        "tasks": len(recorded) + 1,  # + the quality gate, which is not a distrain.steps call
         "wall_seconds": wall,
         "compute_seconds": compute,
+        "compute_by_step": by_step,
         "overhead": wall / compute - 1.0,
-        "process_startup_seconds": startup,
+        "process_startup_seconds": sum(s["process_seconds"] - s["seconds"] for s in mnist["steps"]),
     }
 
 
@@ -772,6 +811,16 @@ def render_markdown(results: dict) -> str:
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
+        "Sync efficiency at N = 2 against the per-worker batch (more compute per allreduce):",
+        "",
+        "| batch per worker | one worker, one core, examples/s | sync:2 examples/s | efficiency |",
+        "|---|---|---|---|",
+        *[
+            f"| {b['batch']} | {b['single_one_core']:,.0f} | {b['sync2']:,.0f} | "
+            f"{b['efficiency']:.2f} |"
+            for b in tr["batch_sweep"]
+        ],
+        "",
         "## 3. Time to accuracy",
         "",
         "Each data set's pipeline settings (model, batch, learning rate) on its generated "
@@ -813,12 +862,13 @@ def render_markdown(results: dict) -> str:
         "",
         "## 5. Orchestration overhead",
         "",
-        f"`distrain run mnist` (kfp.local, {ov['tasks']} tasks) took {ov['wall_seconds']:.1f} s; "
-        f"the same steps' own compute time (each run alone in a fresh process, time inside "
-        f"the step) sums to {ov['compute_seconds']:.1f} s: overhead "
-        f"**{ov['overhead'] * 100:.0f} %**. Starting a process and importing TensorFlow and "
-        f"Beam for each step accounts for {ov['process_startup_seconds']:.1f} s of it when "
-        "the steps run as plain processes.",
+        f"`distrain run mnist` (kfp.local, {ov['tasks']} tasks, the section 3 settings) took "
+        f"{ov['wall_seconds']:.1f} s; its steps' own compute time, recorded by each step of "
+        f"that same run, sums to {ov['compute_seconds']:.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in ov["compute_by_step"].items())
+        + f"): overhead **{ov['overhead'] * 100:.0f} %**. For comparison, starting a fresh "
+        f"process and importing TensorFlow for each of those steps costs "
+        f"{ov['process_startup_seconds']:.1f} s in all (section 6's runs).",
         "",
         "## 6. Peak memory",
         "",

@@ -12,6 +12,36 @@ from pathlib import Path
 
 from distrain.train.config import RunSpec, TrainConfig
 
+STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
+
+
+def _timed(func):
+    """Records the step's own compute time when ``$DISTRAIN_STEP_TIMES`` names a file.
+
+    One JSON line per call (step, seconds, pid), appended: what the benchmark suite sums to
+    measure an orchestrator's overhead. Nothing is written when the variable is unset.
+    """
+    import functools
+    import time
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            path = os.environ.get(STEP_TIMES_ENV)
+            if path:
+                line = {
+                    "step": func.__name__,
+                    "seconds": time.perf_counter() - start,
+                    "pid": os.getpid(),
+                }
+                with open(path, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+
+    return wrapper
+
 
 class StepError(ValueError):
     """A step's inputs are invalid; raised before any work starts."""
@@ -25,6 +55,7 @@ def _check_dataset(dataset: str) -> None:
         raise StepError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
 
 
+@_timed
 def fetch(
     dataset: str,
     source: str,
@@ -122,6 +153,7 @@ def _copy_raw(dataset: str, src: Path, out: Path) -> None:
         shutil.copyfile(path, out / path.name)
 
 
+@_timed
 def preprocess(
     dataset: str,
     raw_dir: str | os.PathLike,
@@ -151,6 +183,7 @@ def preprocess(
     return gutenberg.preprocess_gutenberg(cfg, args)
 
 
+@_timed
 def train(
     data_dir: str | os.PathLike,
     output_dir: str | os.PathLike,
@@ -198,6 +231,7 @@ def train(
     return run_training(cfg)
 
 
+@_timed
 def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: str = "") -> dict:
     """Scores a trained run and returns its run report.
 
@@ -236,6 +270,7 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     return {"run": history["run"], "history": history, "evaluation": evaluation}
 
 
+@_timed
 def baseline(data_dir: str | os.PathLike) -> dict:
     """The count-based baseline of a data set, as a run report.
 
@@ -274,6 +309,7 @@ def baseline(data_dir: str | os.PathLike) -> dict:
     return {"run": run, "history": None, "evaluation": evaluation}
 
 
+@_timed
 def compare(
     reports: list[dict], output_dir: str | os.PathLike, *, target_accuracy: float = 0.95
 ) -> dict:

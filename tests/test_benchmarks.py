@@ -99,6 +99,9 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
         "preprocessing": prep,
         "training": {
             "rows": [row],
+            "batch_sweep": [
+                {"batch": 256, "single_one_core": 10.0, "sync2": 15.0, "efficiency": 0.75}
+            ],
             "sync_efficiency": sync_eff,
             "sync_vs_all_cores": 1.1,
             "machine_ceiling": 0.95,
@@ -118,6 +121,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
             "tasks": 11,
             "wall_seconds": 110.0,
             "compute_seconds": 100.0,
+            "compute_by_step": {"train": 90.0, "fetch": 10.0},
             "overhead": overhead,
             "process_startup_seconds": 20.0,
         },
@@ -186,6 +190,7 @@ def test_report_has_every_section_and_marks_misses():
         assert f"## {n}. " in md
     assert "| sync scaling efficiency at N = 2 >= 0.90 | 0.80 | **no** (0.10 short) |" in md
     assert "not reached" in md
+    assert "| 256 | 10 | 15 | 0.75 |" in md
 
 
 @pytest.mark.slow

@@ -338,3 +338,20 @@ def test_train_step_checks_the_launcher_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "run_training", lambda cfg: ran.append(cfg.run.name) or {})
     steps.train(tmp_path, tmp_path / "o", "single:1", launcher="kubernetes")
     assert ran == ["single:1"]
+
+
+def test_a_failed_deletion_does_not_hide_the_runs_own_error():
+    def script(c, poll):
+        c.pod("r1-chief-abc", "chief", "Failed", terminated=_terminated(3, "Error"))
+        c.job_status["r1-chief"] = client.V1JobStatus(failed=1)
+
+    run, cluster, out, _ = _run("async:2", script)
+
+    def forbidden(name, namespace, **kwargs):
+        raise client.ApiException(status=403, reason="Forbidden")
+
+    run.api.core.delete_namespaced_service = forbidden
+    with pytest.raises(TrainingError, match="chief failed"):
+        run.run()
+    assert "also: could not delete: Service/" in out.getvalue()
+    assert not any(kind == "Job" for kind, _ in cluster.objects)  # the jobs did go

@@ -194,3 +194,15 @@ def test_batched_tfrecord_sink_writes_every_shard_in_order(tmp_path):
     before = {p.name: p.read_bytes() for p in files}
     run()  # a rerun (or a retried bundle) rewrites the same files
     assert {p.name: p.read_bytes() for p in sorted(tmp_path.glob("part-*"))} == before
+
+
+def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
+    from distrain.preprocess.common import WriteTFRecordBatches, batch_file_name, read_tfrecords
+
+    batches = [(("train", 2048), [b"c", b"d"]), (("book 1.txt", "train"), [b"e"])]
+    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+        _ = p | beam.Create(batches) | WriteTFRecordBatches(str(tmp_path / "part"))
+    assert batch_file_name(("train", 2048)) == "train-000002048"
+    assert read_tfrecords(str(tmp_path / "part-train-000002048.tfrecord")) == [b"c", b"d"]
+    assert read_tfrecords(str(tmp_path / "part-book_1.txt-train.tfrecord")) == [b"e"]
+    assert not list(tmp_path.glob("*.tmp-*"))

@@ -88,8 +88,14 @@ class ClusterRun:
         try:
             self.create()
             self.wait()
-        finally:
-            self.cleanup()
+        except BaseException:
+            # The run's own failure is the error to report; a failed deletion is logged.
+            try:
+                self.cleanup()
+            except TrainingError as err:
+                self._say(f"also: {err}")
+            raise
+        self.cleanup()
 
     # -- creation and deletion -------------------------------------------------------
     def create(self) -> None:

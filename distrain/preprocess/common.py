@@ -127,24 +127,61 @@ class _WriteShard(beam.DoFn):
         self.prefix, self.num_shards, self.suffix = prefix, num_shards, suffix
 
     def process(self, item):
-        import uuid
-
-        import tensorflow as tf
-
         shard, grouped = item
         batches = sorted(grouped["batches"], key=lambda batch: batch[0])
         final = f"{self.prefix}-{shard:05d}-of-{self.num_shards:05d}{self.suffix}"
-        tf.io.gfile.makedirs(os.path.dirname(final) or ".")
-        # A retried bundle writes the same content again: the rename makes it idempotent.
-        tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-        count = 0
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for _, records in batches:
-                for record in records:
-                    writer.write(record)
-                count += len(records)
-        tf.io.gfile.rename(tmp, final, overwrite=True)
-        yield final, count
+        yield final, _write_records(final, (r for _, records in batches for r in records))
+
+
+def _write_records(final: str, records) -> int:
+    """Writes records to ``final`` atomically; returns how many.
+
+    A temporary file is renamed into place, so a retried bundle rewrites the same file
+    instead of adding a second one.
+    """
+    import uuid
+
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(os.path.dirname(final) or ".")
+    tmp = f"{final}.tmp-{uuid.uuid4().hex}"
+    count = 0
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+            count += 1
+    tf.io.gfile.rename(tmp, final, overwrite=True)
+    return count
+
+
+def batch_file_name(order_key) -> str:
+    """A file-name part for a batch key.
+
+    Integers are zero-padded (files sort in batch order); anything else is reduced to
+    ``[A-Za-z0-9_.]``.
+    """
+    import re
+
+    parts = order_key if isinstance(order_key, tuple) else (order_key,)
+    out = []
+    for part in parts:
+        if isinstance(part, int | np.integer):
+            out.append(f"{int(part):09d}")
+        else:
+            out.append(re.sub(r"[^A-Za-z0-9_.]+", "_", str(part)))
+    return "-".join(out)
+
+
+class _WriteBatchFile(beam.DoFn):
+    """Writes each batch to its own file, named by its key, in the stage that made it."""
+
+    def __init__(self, prefix: str, suffix: str):
+        self.prefix, self.suffix = prefix, suffix
+
+    def process(self, batch):
+        key, records = batch
+        final = f"{self.prefix}-{batch_file_name(key)}{self.suffix}"
+        yield final, _write_records(final, records)
 
 
 def shard_of(order_key, num_shards: int) -> int:
@@ -155,23 +192,33 @@ def shard_of(order_key, num_shards: int) -> int:
 
 
 class WriteTFRecordBatches(beam.PTransform):
-    """Writes batches of serialised records as ``num_shards`` TFRecord files.
+    """Writes batches of serialised records, ``(order_key, [record, ...])``, as TFRecords.
 
-    The per-record sink (``WriteToTFRecord``) costs a Beam element per record; this one
-    takes ``(order_key, [record, ...])`` batches, groups them by shard and writes each shard
-    in ``order_key`` order, so the output does not depend on bundling or the runner. Every
-    shard file exists, empty or not: ``<prefix>-SSSSS-of-NNNNN<suffix>``. Output:
-    ``(file name, record count)`` per shard.
+    The per-record sink (``WriteToTFRecord``) costs a Beam element per record and moves
+    every record through a shuffle; this one takes batches. Two layouts, both independent
+    of bundling and runner, both written atomically:
+
+    * ``num_shards=0`` (default): one file per batch, ``<prefix>-<key><suffix>``, written
+      in the stage that made the batch: no record crosses a shuffle.
+    * ``num_shards=N``: exactly N files ``<prefix>-SSSSS-of-NNNNN<suffix>`` (empty ones
+      too), batches grouped by a stable hash of their key and written in key order; one
+      shuffle of all records.
+
+    Output: ``(file name, record count)`` per file.
     """
 
-    def __init__(self, prefix: str, num_shards: int, suffix: str = ".tfrecord"):
+    def __init__(self, prefix: str, num_shards: int = 0, suffix: str = ".tfrecord"):
         super().__init__()
-        if num_shards < 1:
-            raise ValueError("num_shards must be positive")
+        if num_shards < 0:
+            raise ValueError("num_shards must be 0 (a file per batch) or positive")
         self.prefix, self.num_shards, self.suffix = prefix, num_shards, suffix
 
     def expand(self, batches):
         n = self.num_shards
+        if n == 0:
+            return batches | "WriteBatchFiles" >> beam.ParDo(
+                _WriteBatchFile(self.prefix, self.suffix)
+            )
         keyed = batches | "KeyByShard" >> beam.Map(lambda batch: (shard_of(batch[0], n), batch))
         every_shard = batches.pipeline | "EveryShard" >> beam.Create([(i, None) for i in range(n)])
         return (

@@ -60,7 +60,8 @@ class DbpediaPreprocessConfig:
         max_unigrams: Most unigrams kept (the most frequent).
         max_bigrams: Most word bigrams kept (0: unigrams only).
         max_tokens: Longest token sequence kept per example.
-        num_shards: TFRecord files per split.
+        num_shards: TFRecord files per split; 0 (default): one file per batch, written
+            where the batch is made, with no shuffle of the records.
         max_bad_ratio: Largest share of rejected rows before the job fails.
     """
 
@@ -72,7 +73,7 @@ class DbpediaPreprocessConfig:
     max_unigrams: int = 50_000
     max_bigrams: int = 100_000
     max_tokens: int = 400
-    num_shards: int = 2
+    num_shards: int = 0
     max_bad_ratio: float = 0.01
 
     def __post_init__(self) -> None:

@@ -64,7 +64,8 @@ class GutenbergPreprocessConfig:
         stride: Characters between window starts.
         validation_fraction: Share at the end of each book held out for validation.
         min_char_count: Least occurrences in the training text for a vocabulary entry.
-        num_shards: TFRecord files per split.
+        num_shards: TFRecord files per split; 0 (default): one file per batch, written
+            where the batch is made, with no shuffle of the records.
         max_bad_ratio: Largest share of rejected books before the job fails.
     """
 
@@ -74,7 +75,7 @@ class GutenbergPreprocessConfig:
     stride: int = 50
     validation_fraction: float = 0.1
     min_char_count: int = 1
-    num_shards: int = 2
+    num_shards: int = 0
     max_bad_ratio: float = 0.5
 
     def __post_init__(self) -> None:

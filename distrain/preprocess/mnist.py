@@ -45,7 +45,8 @@ class MnistPreprocessConfig:
         output_dir: Where TFRecords, dead letters and metadata go.
         validation_fraction: Share of the training file held out for validation.
         seed: Seed of the train/validation assignment.
-        num_shards: TFRecord files per split.
+        num_shards: TFRecord files per split; 0 (default): one file per batch, written
+            where the batch is made, with no shuffle of the records.
         batch_size: Records per batch inside the DoFns.
         max_bad_ratio: Largest share of rejected records before the job fails.
     """
@@ -54,15 +55,15 @@ class MnistPreprocessConfig:
     output_dir: str
     validation_fraction: float = 0.1
     seed: int = 0
-    num_shards: int = 2
+    num_shards: int = 0
     batch_size: int = 1024
     max_bad_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if self.num_shards < 1 or self.batch_size < 1:
-            raise ValueError("num_shards and batch_size must be positive")
+        if self.num_shards < 0 or self.batch_size < 1:
+            raise ValueError("num_shards must be >= 0 and batch_size positive")
 
 
 class ReadIdxBatches(beam.DoFn):
