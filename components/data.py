@@ -45,3 +45,31 @@ def preprocess(
         stats.log_metric(f"{split}_examples", count)
     stats.log_metric("rejected_records", meta["rejected"]["count"])
     examples.metadata.update({"splits": meta["splits"], "dataset": meta["dataset"]})
+
+
+@dsl.component(base_image=BEAM_IMAGE, install_kfp_package=False)
+def check_parameters(
+    dataset: str,
+    source: str,
+    runs: list,
+    model: str,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    validation_fraction: float,
+    launcher: str,
+):
+    """Every pipeline parameter, checked before any step does work; all problems at once."""
+    from distrain.steps import check_parameters as step
+
+    step(
+        dataset,
+        source,
+        runs,
+        model=model,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        validation_fraction=validation_fraction,
+        launcher=launcher,
+    )

@@ -126,7 +126,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from distrain.steps import train
 
     history = train(
-        args.data, args.output, args.run, model=args.model, epochs=args.epochs, seed=args.seed
+        args.data,
+        args.output,
+        args.run,
+        model=args.model,
+        epochs=args.epochs,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        checkpoint_every_steps=args.checkpoint_every_steps,
     )
     print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
     return 0
@@ -181,6 +188,17 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(header + yaml.safe_dump_all(objects, sort_keys=False))
     return 0
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    """``distrain faults``: run the reliability matrix's tests and print the matrix."""
+    from pathlib import Path
+
+    from distrain.faults import run_matrix
+
+    root = Path(args.root).resolve() if args.root else Path(__file__).resolve().parents[1]
+    extra = ["-m", "case and not slow"] if args.quick else []
+    return run_matrix(root, extra)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -265,6 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--model", default="mlp")
     tr.add_argument("--epochs", type=int, default=5)
     tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--batch-size", type=int, default=64, help="per worker")
+    tr.add_argument(
+        "--checkpoint-every-steps",
+        type=int,
+        default=500,
+        help="mid-epoch checkpoint period in global steps (0: epoch ends only); "
+        "rerunning with the same --output resumes from the newest checkpoint",
+    )
     tr.set_defaults(func=cmd_train)
 
     man = sub.add_parser(
@@ -314,6 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
     sv.set_defaults(func=cmd_server)
+
+    fl = sub.add_parser(
+        "faults",
+        help="run the bad-input and fault tests; print the reliability matrix, a line per case",
+    )
+    fl.add_argument("--root", help="repository checkout (default: this package's)")
+    fl.add_argument("--quick", action="store_true", help="leave out the slow (minutes) cases")
+    fl.set_defaults(func=cmd_faults)
     return parser
 
 

@@ -56,6 +56,77 @@ def _check_dataset(dataset: str) -> None:
 
 
 @_timed
+def check_parameters(
+    dataset: str,
+    source: str,
+    runs: list[str] | str,
+    *,
+    model: str = "mlp",
+    epochs: int = 1,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    validation_fraction: float = 0.1,
+    launcher: str = "local",
+) -> dict:
+    """A pipeline's parameters, all checked at once: the first step, before any work.
+
+    Args:
+        dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        source: ``sample``, ``download`` / ``download:IDS`` or an existing directory.
+        runs: Run specs (``MODE:WORKERS[:ps=P][:aggregate=A]``).
+        model: Model name.
+        epochs: Passes over the training split.
+        batch_size: Examples per step per worker.
+        learning_rate: Base learning rate.
+        validation_fraction: Share of the training files held out.
+        launcher: ``local`` or ``kubernetes``.
+
+    Returns:
+        The run names, in order.
+
+    Raises:
+        StepError: Every problem found, one per line.
+    """
+    from distrain.train.config import ConfigError, parse_run_specs
+
+    problems = []
+    if dataset not in DATASETS:
+        problems.append(f"dataset {dataset!r}: expected one of {', '.join(DATASETS)}")
+    keyword = source in ("sample", "download") or source.startswith("download:")
+    if not keyword and not Path(source).is_dir():
+        problems.append(
+            f"source {source!r}: no such data directory "
+            "(expected 'sample', 'download' or a directory with the raw files)"
+        )
+    specs = []
+    try:
+        specs = parse_run_specs(runs)
+    except ConfigError as err:
+        problems.append(f"runs: {err}")
+    for spec in specs:
+        try:
+            TrainConfig(
+                data_dir="-",
+                output_dir="-",
+                run=spec,
+                model=model,
+                epochs=epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+            )
+        except ConfigError as err:
+            problems.append(f"run {spec.name}: {err}")
+            break  # the same settings for every run: once is enough
+    if not 0 < validation_fraction < 1:
+        problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
+    if launcher not in ("local", "kubernetes"):
+        problems.append(f"launcher {launcher!r}: expected 'local' or 'kubernetes'")
+    if problems:
+        raise StepError("invalid pipeline parameters:\n  " + "\n  ".join(problems))
+    return {"runs": [s.name for s in specs]}
+
+
+@_timed
 def fetch(
     dataset: str,
     source: str,

@@ -10,7 +10,7 @@ from kfp import dsl, kubernetes
 
 from distrain.components.baseline import baseline
 from distrain.components.compare import compare
-from distrain.components.data import fetch_data, preprocess
+from distrain.components.data import check_parameters, fetch_data, preprocess
 from distrain.components.evaluate import evaluate
 from distrain.components.gate import quality_gate
 from distrain.components.train import train
@@ -89,10 +89,23 @@ def build_pipeline(
         volume_claim: str = "distrain-data",
         gate: str = "",
     ) -> dsl.Artifact:
+        checked = check_parameters(
+            dataset=d.dataset,
+            source=source,
+            runs=runs,
+            model=model,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            validation_fraction=validation_fraction,
+            launcher=launcher,
+        ).set_display_name("check parameters")
+        checked.set_container_image(beam_image)
         data = fetch_data(
             dataset=d.dataset, source=source, sample_size=sample_size, seed=seed
         ).set_display_name("fetch data")
-        data.set_container_image(beam_image)
+        data.set_container_image(beam_image).after(checked)
+        _retry(data)
         prep = preprocess(
             raw=data.outputs["raw"],
             dataset=d.dataset,
@@ -101,6 +114,7 @@ def build_pipeline(
             beam_runner=beam_runner,
         ).set_display_name("preprocess (Beam)")
         prep.set_container_image(beam_image)
+        _retry(prep)
         base = baseline(examples=prep.outputs["examples"]).set_display_name("baseline")
         with dsl.ParallelFor(runs, parallelism=parallelism, name="runs") as run_spec:
             trained = train(
@@ -126,6 +140,7 @@ def build_pipeline(
                 accelerator_type=accelerator_type,
                 accelerator_count=accelerator_count,
             ).set_display_name("train")
+            _retry(trained)
             if cluster:
                 _place_training(
                     trained,
@@ -149,6 +164,26 @@ def build_pipeline(
 
     pipeline.__doc__ = f"{d.description} Returns the comparison directory."
     return pipeline
+
+
+# Steps that read data or train retry on failure (a preempted node, a lost pod), waiting
+# 30 s, then 60 s, ... up to 10 minutes. Caching stays on: with the same inputs, a rerun
+# after a failure reuses every step that finished.
+RETRIES = 2
+RETRY_BACKOFF = "30s"
+RETRY_BACKOFF_FACTOR = 2.0
+RETRY_BACKOFF_MAX = "600s"
+
+
+def _retry(task):
+    task.set_retry(
+        num_retries=RETRIES,
+        backoff_duration=RETRY_BACKOFF,
+        backoff_factor=RETRY_BACKOFF_FACTOR,
+        backoff_max_duration=RETRY_BACKOFF_MAX,
+    )
+    task.set_caching_options(enable_caching=True)
+    return task
 
 
 def _place_training(

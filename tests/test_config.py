@@ -43,6 +43,7 @@ def test_parse_run_spec(text, mode, workers, ps, agg):
         ("", "empty run spec"),
     ],
 )
+@pytest.mark.case("params/mode", "params/workers", "params/aggregate")
 def test_bad_run_specs_are_refused(text, message):
     with pytest.raises(ConfigError, match=message):
         RunSpec.parse(text)

@@ -53,6 +53,9 @@ EDGE = (
 )
 
 
+@pytest.mark.case(
+    "dbpedia/columns", "dbpedia/class-index", "dbpedia/empty-text", "dbpedia/non-utf8"
+)
 def test_csv_edge_cases_each_get_their_reason():
     out = list(parse_csv("train.csv", EDGE, num_classes=14))
     ok = [o for o in out if o[0] == "ok"]
@@ -68,6 +71,7 @@ def test_csv_edge_cases_each_get_their_reason():
     }
 
 
+@pytest.mark.case("dbpedia/unbalanced-quotes")
 def test_unbalanced_quote_is_rejected_with_its_line():
     data = b'1,"Good","fine"\n2,"Broken,"never closed\n3,"x","y"\n'
     out = list(parse_csv("t.csv", data, 14))
@@ -125,6 +129,7 @@ def _layout(path, train: bytes, test: bytes = b'1,"t","some text"\n'):
     return path
 
 
+@pytest.mark.case("dbpedia/dead-letter")
 def test_job_counts_dead_letters_and_builds_vocabulary_from_training_only(tmp_path):
     train = b"".join(b'%d,"T%d","alpha beta common words"\n' % (i % 14 + 1, i) for i in range(60))
     test = b'1,"Test","zebra zebra zebra only in test"\n' + EDGE
@@ -151,12 +156,14 @@ def test_job_counts_dead_letters_and_builds_vocabulary_from_training_only(tmp_pa
     assert len(records) == meta["splits"]["train"]
 
 
+@pytest.mark.case("dbpedia/dead-letter")
 def test_too_many_bad_rows_fail_clearly(tmp_path):
     raw = _layout(tmp_path / "raw", b'1,"a","b c"\n99,"x","y"\n')
     with pytest.raises(BadRecordsError, match="1 of 3 records rejected"):
         preprocess_dbpedia(DbpediaPreprocessConfig(str(raw), str(tmp_path / "o")), OPTIONS)
 
 
+@pytest.mark.case("dbpedia/empty-split", "dbpedia/classes-missing")
 def test_missing_pieces_are_named(tmp_path):
     raw = _layout(tmp_path / "raw", b"")
     with pytest.raises(DbpediaFormatError, match="train.csv: empty split"):

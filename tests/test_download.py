@@ -82,6 +82,7 @@ def test_good_download_and_cached_reuse(server, tmp_path):
     assert len(server.requests) == 1  # the verified copy was reused without a request
 
 
+@pytest.mark.case("download/sha256")
 def test_checksum_mismatch_is_refused_and_removed(server, tmp_path):
     with pytest.raises(ChecksumError, match=f"sha256 {DIGEST}, expected 0+; file removed"):
         fetch(RemoteFile(server.url, "0" * 64), tmp_path, progress=False)
@@ -91,6 +92,7 @@ def test_checksum_mismatch_is_refused_and_removed(server, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.case("download/interrupted")
 def test_interrupted_download_resumes_with_range(tmp_path):
     s = Server(cut_first=True)
     try:
@@ -102,6 +104,7 @@ def test_interrupted_download_resumes_with_range(tmp_path):
     assert not (tmp_path / "data.bin.part").exists()
 
 
+@pytest.mark.case("download/interrupted")
 def test_server_ignoring_range_restarts_cleanly(tmp_path):
     (tmp_path / "data.bin.part").write_bytes(PAYLOAD[:1000])
     s = Server(honour_range=False)
@@ -131,6 +134,7 @@ def test_pinned_mnist_table():
         assert remote.size > 0
 
 
+@pytest.mark.case("download/sha256")
 def test_download_mnist_from_a_mirror_checks_the_pinned_digests(tmp_path):
     mirror = tmp_path / "mirror"
     mirror.mkdir()
@@ -169,6 +173,7 @@ def _link(name, target, kind=tarfile.SYMTYPE):
         (_link("ok/hard", "../../etc/passwd", tarfile.LNKTYPE), "points outside"),
     ],
 )
+@pytest.mark.case("download/unsafe-members")
 def test_unsafe_tar_members_are_refused(tmp_path, member, message):
     archive = _tar(tmp_path / "a.tar.gz", [_file("ok/fine.txt"), member])
     with pytest.raises(UnsafeArchiveError, match=message):
@@ -176,6 +181,7 @@ def test_unsafe_tar_members_are_refused(tmp_path, member, message):
     assert not (tmp_path / "out" / "ok" / "fine.txt").exists()  # nothing was extracted
 
 
+@pytest.mark.case("download/unsafe-members")
 def test_device_member_refused(tmp_path):
     info = tarfile.TarInfo("dev")
     info.type = tarfile.CHRTYPE

@@ -7,6 +7,7 @@ import pytest
 
 from distrain.baselines import CharNgramModel
 from distrain.data.gutenberg_sample import GutenbergSampleConfig, book_text, write_gutenberg_sample
+from distrain.preprocess.common import BadRecordsError
 from distrain.preprocess.gutenberg import (
     GutenbergPreprocessConfig,
     decode_book,
@@ -64,6 +65,7 @@ def test_marker_variants(start, end):
     assert "Licence" not in body and "Header" not in body
 
 
+@pytest.mark.case("gutenberg/no-markers", "gutenberg/empty-body")
 def test_books_without_markers_or_body_are_rejected():
     assert strip_gutenberg("just some text\nwith no markers\n") == (None, "no START marker")
     no_end = "*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody\n"
@@ -75,6 +77,7 @@ def test_books_without_markers_or_body_are_rejected():
     assert strip_gutenberg(empty) == (None, "empty body")
 
 
+@pytest.mark.case("gutenberg/binary")
 def test_decoding_binary_and_latin1():
     assert decode_book(b"\x00\x01\x02binary") == (None, "binary file (NUL bytes)")
     assert decode_book(b"  \n") == (None, "empty file")
@@ -90,6 +93,7 @@ def test_split_and_windows():
     assert windows(ids, 20, 5) == []
 
 
+@pytest.mark.case("gutenberg/dead-letter", "gutenberg/no-markers", "gutenberg/binary")
 def test_job_rejects_counts_and_keeps_validation_out_of_vocabulary(tmp_path):
     raw = tmp_path / "raw"
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=3))
@@ -126,3 +130,26 @@ def test_ngram_baseline_probabilities_and_learning():
     assert model.nats_per_char(["abcabc"]) < math.log(4) / 2
     with pytest.raises(ValueError):
         CharNgramModel(order=0)
+
+
+@pytest.mark.case("gutenberg/mixed-encodings")
+def test_mixed_encodings_are_decoded_line_by_line():
+    data = "Caf\u00e9 in UTF-8\n".encode() + b"Caf\xe9 in Latin-1\n" + "na\u00efve\n".encode()
+    text, encoding = decode_book(data)
+    assert encoding == "mixed"
+    # Neither part turns into mojibake ("CafÃ©").
+    assert text == "Caf\u00e9 in UTF-8\nCaf\u00e9 in Latin-1\nna\u00efve\n"
+    assert decode_book(b"only Latin-1: caf\xe9\n") == ("only Latin-1: caf\u00e9\n", "latin-1")
+
+
+@pytest.mark.case("gutenberg/dead-letter")
+def test_too_many_rejected_books_fail_the_job(tmp_path):
+    raw = tmp_path / "raw"
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=1, chars_per_book=2000, seed=1))
+    for i in range(2):
+        (raw / f"bad{i}.txt").write_text("no markers here\n" * 10)
+    cfg = GutenbergPreprocessConfig(str(raw), str(tmp_path / "out"), max_bad_ratio=0.5)
+    with pytest.raises(BadRecordsError, match="2 of 3 records rejected"):
+        preprocess_gutenberg(cfg, OPTIONS)
+    dead = list((tmp_path / "out" / "dead_letter").glob("*.jsonl"))
+    assert sum(len(f.read_text().splitlines()) for f in dead) == 2

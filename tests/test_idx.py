@@ -47,17 +47,20 @@ def test_other_dtypes_round_trip():
     np.testing.assert_array_equal(parse_idx(raw), data)
 
 
+@pytest.mark.case("mnist/missing-file")
 def test_missing_file(tmp_path):
     with pytest.raises(IdxFormatError, match=r"nope\.gz: file not found"):
         read_idx(tmp_path / "nope.gz")
 
 
+@pytest.mark.case("mnist/empty-file")
 def test_empty_file(tmp_path):
     (tmp_path / "e.gz").write_bytes(b"")
     with pytest.raises(IdxFormatError, match=r"e\.gz: file is empty"):
         read_idx(tmp_path / "e.gz")
 
 
+@pytest.mark.case("mnist/truncated-gzip")
 def test_truncated_gzip(tmp_path):
     write_idx(tmp_path / "t.gz", _images(50))
     data = (tmp_path / "t.gz").read_bytes()
@@ -66,6 +69,7 @@ def test_truncated_gzip(tmp_path):
         read_idx(tmp_path / "t.gz")
 
 
+@pytest.mark.case("mnist/not-gzip")
 def test_non_gzip_bytes_with_gz_name(tmp_path):
     (tmp_path / "n.gz").write_bytes(b"this is not gzip at all")
     with pytest.raises(IdxFormatError, match=r"n\.gz: not a gzip file"):
@@ -80,6 +84,7 @@ def test_non_gzip_bytes_with_gz_name(tmp_path):
         (bytes.fromhex("00000800"), "bad IDX magic 0x00000800"),
     ],
 )
+@pytest.mark.case("mnist/wrong-magic")
 def test_bad_magic(tmp_path, header, message):
     (tmp_path / "m").write_bytes(header + b"\0" * 16)
     with pytest.raises(IdxFormatError, match=message) as err:
@@ -87,6 +92,7 @@ def test_bad_magic(tmp_path, header, message):
     assert str(tmp_path / "m") in str(err.value)
 
 
+@pytest.mark.case("mnist/wrong-magic")
 def test_wrong_kind_of_file(tmp_path):
     write_idx(tmp_path / "labels.gz", np.zeros(4, np.uint8))
     with pytest.raises(IdxFormatError, match="IDX magic 0x00000801, expected 0x00000803"):
@@ -103,6 +109,7 @@ def test_too_short_for_header(tmp_path):
 
 
 @pytest.mark.parametrize("delta", [-1, +1, -784])
+@pytest.mark.case("mnist/wrong-dimensions")
 def test_data_length_must_match_dimensions(tmp_path, delta):
     raw = bytes.fromhex("00000803") + struct.pack(">III", 2, 28, 28)
     (tmp_path / "w").write_bytes(raw + b"\0" * (2 * 784 + delta))
@@ -110,6 +117,7 @@ def test_data_length_must_match_dimensions(tmp_path, delta):
         read_idx(tmp_path / "w")
 
 
+@pytest.mark.case("mnist/count-mismatch")
 def test_split_counts_must_match(tmp_path):
     write_idx(tmp_path / "i.gz", _images(5))
     write_idx(tmp_path / "l.gz", np.zeros(4, np.uint8))

@@ -36,6 +36,7 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     # Data steps run the Beam image and training the trainer image, both pipeline
     # parameters whose defaults are the configured images; the other steps name the
     # trainer image directly.
+    assert images.pop("exec-check-parameters") == _param("beam_image")
     assert images.pop("exec-fetch-data") == _param("beam_image")
     assert images.pop("exec-preprocess") == _param("beam_image")
     assert images.pop("exec-train") == _param("trainer_image")

@@ -30,6 +30,7 @@ def _decode(record: bytes):
     return image, int(feature["label"].int64_list.value[0])
 
 
+@pytest.mark.case("mnist/dead-letter")
 def test_to_examples_splits_encodes_and_dead_letters():
     train = _batch("train", 0, [i % 10 for i in range(40)])
     test = _batch("test", 0, [3, 4, 12, 5])  # 12 is not a digit
@@ -114,6 +115,7 @@ def test_whole_job_writes_shards_and_metadata(tmp_path):
     assert len(records) == meta["splits"]["train"]
 
 
+@pytest.mark.case("mnist/dead-letter")
 def test_bad_records_over_the_ratio_fail_after_dead_lettering(tmp_path):
     _write_raw(tmp_path / "raw", bad_labels=(5, 17))
     cfg = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out"))
@@ -132,6 +134,7 @@ def test_bad_records_over_the_ratio_fail_after_dead_lettering(tmp_path):
     assert sum(meta["splits"].values()) + 2 == 400
 
 
+@pytest.mark.case("mnist/truncated-gzip")
 def test_bad_file_is_named_before_beam_starts(tmp_path):
     _write_raw(tmp_path / "raw")
     (tmp_path / "raw" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8bgarbage")

@@ -88,7 +88,13 @@ class GutenbergPreprocessConfig:
 
 
 def decode_book(data: bytes) -> tuple[str | None, str]:
-    """Text of a book file and its encoding, or ``(None, reason)`` for binary content."""
+    """Text of a book file and its encoding, or ``(None, reason)`` for binary content.
+
+    UTF-8 first; a file that is not UTF-8 is Latin-1 (older Gutenberg files), unless it
+    also holds UTF-8 multi-byte sequences: then it has mixed encodings (pieces pasted
+    together) and each line is decoded on its own, so that neither part turns into
+    mojibake. The encoding returned is ``utf-8``, ``latin-1`` or ``mixed``.
+    """
     if not data.strip():
         return None, "empty file"
     if b"\x00" in data:
@@ -96,12 +102,23 @@ def decode_book(data: bytes) -> tuple[str | None, str]:
     try:
         return data.decode("utf-8-sig"), "utf-8"
     except UnicodeDecodeError:
-        # Older Gutenberg files are Latin-1; every byte decodes, so check it is text.
-        text = data.decode("latin-1")
-        controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t\f")
-        if controls > 0.01 * len(text):
-            return None, "binary file (control bytes)"
-        return text, "latin-1"
+        pass
+    lines = data.splitlines(keepends=True)
+    utf8_lines = 0
+    decoded = []
+    for line in lines:
+        try:
+            text = line.decode("utf-8")
+            utf8_lines += any(b >= 0x80 for b in line)
+        except UnicodeDecodeError:
+            text = line.decode("latin-1")
+        decoded.append(text)
+    text = "".join(decoded)
+    # Every byte decodes as Latin-1, so check it is text.
+    controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\r\n\t\f")
+    if controls > 0.01 * len(text):
+        return None, "binary file (control bytes)"
+    return text.lstrip("\ufeff"), "mixed" if utf8_lines else "latin-1"
 
 
 def strip_gutenberg(text: str) -> tuple[str | None, str]:

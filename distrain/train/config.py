@@ -150,7 +150,12 @@ class TrainConfig:
         seed: Seed for weights and shuffling.
         threads_per_worker: TensorFlow intra-op threads per worker process; 0 gives each
             worker an equal share of this machine's cores.
-        checkpoint_every_epochs: Checkpoint period (the chief writes, atomically).
+        checkpoint_every_epochs: Checkpoint at the end of every this many epochs (and of
+            the last).
+        checkpoint_every_steps: Also checkpoint every this many global steps (updates of
+            the variables) inside an epoch; 0: only at epoch ends. Rank 0 / the chief
+            writes; a rerun in the same output directory resumes from the newest readable
+            checkpoint and ends at the same total step count.
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
@@ -170,6 +175,7 @@ class TrainConfig:
     seed: int = 0
     threads_per_worker: int = 0
     checkpoint_every_epochs: int = 1
+    checkpoint_every_steps: int = 500
     dump_rank_weights: bool = False
     start_timeout: int = 120
     steps_per_call: int = 4
@@ -193,6 +199,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.checkpoint_every_steps < 0:
+            raise ConfigError("checkpoint_every_steps must be 0 (epoch ends only) or positive")
         if self.threads_per_worker < 0:
             raise ConfigError("threads_per_worker must be 0 (automatic) or positive")
 

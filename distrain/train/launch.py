@@ -107,8 +107,28 @@ def tf_config(cluster: dict, task_type: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
+def _die_with_parent() -> None:
+    """In a child, before exec: the kernel kills it (SIGKILL) when the launcher dies.
+
+    A launcher that is itself killed (``kill -9``, a pod evicted, a KFP step cancelled)
+    would otherwise leave its workers and parameter servers running, each in its own
+    session. Linux only; elsewhere the launcher's own cleanup is all there is.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class _Processes:
-    """Child processes of one run, each in its own session so its children go with it."""
+    """Child processes of one run, each in its own session so its children go with it.
+
+    They are started by the thread that waits for them, and each is killed by the kernel
+    if that thread's process dies (``PR_SET_PDEATHSIG``): no run leaves orphans behind.
+    """
 
     def __init__(self):
         self.procs: dict[str, subprocess.Popen] = {}
@@ -117,7 +137,12 @@ class _Processes:
         stdout = open(log, "wb") if log else None  # noqa: SIM115 (closed with the process)
         stderr = subprocess.STDOUT if log else None
         self.procs[name] = subprocess.Popen(
-            cmd, env=env, start_new_session=True, stdout=stdout, stderr=stderr
+            cmd,
+            env=env,
+            start_new_session=True,
+            stdout=stdout,
+            stderr=stderr,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
         )
         if stdout:
             stdout.close()
@@ -127,6 +152,7 @@ class _Processes:
         for proc in self.procs.values():
             if proc.poll() is None:
                 _signal_group(proc, signal.SIGTERM)
+                _signal_group(proc, signal.SIGCONT)  # a stopped process handles it too
         deadline = time.monotonic() + grace
         for proc in self.procs.values():
             try:
@@ -159,10 +185,14 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     Raises:
         TrainingError: A process failed or the run timed out; the message says which.
     """
+    from distrain.train.inputs import DatasetInfo
+
+    DatasetInfo.load(cfg.data_dir)  # a missing or bad data directory fails before any start
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = cfg.save(out / "train_config.json")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1")
+    # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
     env.pop("TF_CONFIG", None)
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None

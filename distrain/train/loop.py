@@ -21,15 +21,18 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from distrain.train.config import PS_MODES, TrainConfig, TrainingError
-from distrain.train.inputs import DatasetInfo, make_dataset
+from distrain.train.inputs import DatasetInfo, make_dataset, shard_size
 from distrain.train.models import build_model
 from distrain.train.staleness import SyncReplicasAggregator, summarize
+
+VAL_BATCH = 512
 
 
 def _atomic_write_json(path: Path, data: dict) -> None:
@@ -49,7 +52,8 @@ def train(cfg: TrainConfig) -> dict:
         cfg: The run's configuration.
 
     Returns:
-        The run's history (the content of ``history.json``).
+        The run's history (the content of ``history.json``). A parameter-server chief
+        does not return: it exits the process once its outputs are written.
     """
     import tensorflow as tf
 
@@ -57,7 +61,16 @@ def train(cfg: TrainConfig) -> dict:
     tf.config.threading.set_inter_op_parallelism_threads(2)
     tf.random.set_seed(cfg.seed)
     np.random.seed(cfg.seed)
-    return _Trainer(cfg).run()
+    trainer = _Trainer(cfg)
+    history = trainer.run()
+    if trainer.coordinator is not None:
+        # [ps] the chief ends here, its outputs written: tearing down the remote eager
+        # context unregisters every function on every worker, and a stalled worker
+        # would hold the finished run forever.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return history
 
 
 class _Trainer:
@@ -102,14 +115,51 @@ class _Trainer:
             # The parameter version: +1 for every update applied to the variables.
             self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
             self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.ckpt = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, epoch=self.epoch_var, version=self.version
-        )
-        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.out / "checkpoints"), 2)
+        self.mirror: list[tuple] = []
+        if self.strategy is None:
+            self.ckpt = tf.train.Checkpoint(
+                model=self.model,
+                optimizer=self.optimizer,
+                epoch=self.epoch_var,
+                version=self.version,
+            )
+        else:
+            # [ps] checkpoints are written from a local copy of the parameter servers'
+            # variables: saving PS variables directly traces a new function on every save,
+            # which every worker must register, so one stalled worker would stall the
+            # chief. The files are the same as in the other modes.
+            local_model = build_model(self.info, cfg.model, cfg.seed)
+            local_optimizer = Adam(cfg.effective_learning_rate)
+            local_optimizer.build(local_model.trainable_variables)
+            local_version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
+            local_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            remote = [*self.model.variables, *self.optimizer.variables]
+            local = [*local_model.variables, *local_optimizer.variables]
+            self.mirror = list(
+                zip(
+                    remote + [self.version, self.epoch_var],
+                    local + [local_version, local_epoch],
+                    strict=True,
+                )
+            )
+            for a, b in self.mirror:
+                if a.shape != b.shape:
+                    raise TrainingError(f"checkpoint copy mismatch: {a.name} vs {b.name}")
+            self.ckpt = tf.train.Checkpoint(
+                model=local_model,
+                optimizer=local_optimizer,
+                epoch=local_epoch,
+                version=local_version,
+            )
+        # TensorFlow writes a checkpoint's files under temporary names and only then
+        # points the ``checkpoint`` state file at it: a run killed while saving leaves
+        # the previous checkpoints as they were.
+        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.out / "checkpoints"), 3)
+        self.resumed_at: list[int] = []
         self.val_ds = make_dataset(
             self.info,
             "validation",
-            512,
+            VAL_BATCH,
             shard=(self.size, self.rank),  # [sync]
         )
         # Batches whose gradients make one update of the variables.
@@ -121,6 +171,7 @@ class _Trainer:
         self.staleness: list[int] = []
         self.staleness_by_worker: dict[str, list[int]] = {}
         self.dropped = 0
+        self.lost_results = 0  # [ps] steps whose results died with their worker
         self.worker_progress: dict[str, list[list[float]]] = {}
 
     # ---- shared by every mode ------------------------------------------------------------
@@ -151,21 +202,39 @@ class _Trainer:
         summed = self.hvd.allreduce(tf.constant(values, tf.float64), op=self.hvd.Sum)  # [sync]
         return [float(v) for v in summed.numpy()]
 
-    def evaluate(self) -> tuple[float, float]:
-        if not hasattr(self, "_eval_step"):  # one traced function for every epoch
+    def eval_function(self):
+        """The traced validation step: one trace, for every batch shape and epoch.
+
+        [ps] Traced before training starts: every trace registers a function on every
+        worker, and a worker that stalls later would stall the chief's first evaluation.
+        """
+        if not hasattr(self, "_eval_step"):
             tf, keras, model = self.tf, self.keras, self.model
 
-            @tf.function
+            @tf.function(input_signature=list(self.val_ds.element_spec))
             def eval_step(x, y):
                 logits = model(x, training=False)
                 loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
                 correct = tf.cast(tf.argmax(logits, -1, output_type=tf.int32) == y, tf.float32)
                 return tf.reduce_sum(loss), tf.reduce_sum(correct)
 
+            eval_step.get_concrete_function()
             self._eval_step = eval_step
+        return self._eval_step
+
+    def evaluate(self) -> tuple[float, float]:
+        eval_step = self.eval_function()
+        if not hasattr(self, "_val_iterator"):
+            # One iterator for the whole run, over the repeated split: each evaluation
+            # takes exactly one pass. [ps] A new iterator would register the input
+            # pipeline's functions on every worker, a stalled one included.
+            rows = shard_size(self.info.splits["validation"], self.size, self.rank)  # [sync]
+            self._val_batches = -(-rows // VAL_BATCH)
+            self._val_iterator = iter(self.val_ds.repeat())
         loss_sum = correct = count = 0.0
-        for x, y in self.val_ds:
-            batch_loss, batch_correct = self._eval_step(x, y)
+        for _ in range(self._val_batches):
+            x, y = next(self._val_iterator)
+            batch_loss, batch_correct = eval_step(x, y)
             loss_sum += float(batch_loss)
             correct += float(batch_correct)
             count += int(np.prod(y.shape))
@@ -173,20 +242,70 @@ class _Trainer:
         return loss_sum / max(count, 1), correct / max(count, 1)
 
     def restore(self) -> None:
-        """Resumes from the last checkpoint, if the output directory has one."""
-        if not self.manager.latest_checkpoint:
+        """Resumes from the newest readable checkpoint, if the output directory has one.
+
+        A checkpoint that cannot be read (a damaged file) is reported and the one before
+        it is tried; when none can be read the run fails rather than start over silently.
+        """
+        candidates = list(reversed(self.manager.checkpoints))
+        if not candidates:
             return
-        self.ckpt.restore(self.manager.latest_checkpoint).expect_partial()
-        path = self.out / "history.json"
-        if path.exists():
-            old = json.loads(path.read_text())
+        errors = []
+        for path in candidates:
+            try:
+                self.ckpt.restore(path).expect_partial()
+                for remote, local in self.mirror:
+                    remote.assign(local.read_value())  # [ps] into the parameter servers
+                break
+            except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
+                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                errors.append(f"{path}: {type(err).__name__}: {first_line}")
+                self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
+        else:
+            raise TrainingError(
+                f"no readable checkpoint in {self.out / 'checkpoints'}: " + "; ".join(errors)
+            )
+        history_path = self.out / "history.json"
+        if history_path.exists():
+            old = json.loads(history_path.read_text())
             self.epochs = old.get("epochs", [])[: int(self.epoch_var)]
-        self.log(f"resumed from {self.manager.latest_checkpoint} (epoch {int(self.epoch_var)})")
+            self.resumed_at = list(old.get("resumed_at_steps", []))
+        step = int(self.version.numpy())
+        self.resumed_at.append(step)
+        self.log(f"resumed from {path} (step {step}, {int(self.epoch_var)} epochs done)")
+
+    def checkpoint(self, step: int) -> None:
+        """The chief's checkpoint at global step ``step`` (rank 0 only in sync)."""
+        if self.rank == 0:  # [sync] rank 0 only / [ps] the chief
+            for remote, local in self.mirror:
+                local.assign(remote.read_value())  # [ps] from the parameter servers
+            self.manager.save(checkpoint_number=step)
+
+    def step_checkpoint_due(self, step: int, last_of_epoch: bool) -> bool:
+        """Whether global step ``step`` gets a mid-epoch checkpoint (epoch ends have theirs)."""
+        k = self.cfg.checkpoint_every_steps
+        return bool(k) and step % k == 0 and not last_of_epoch
+
+    def resume_point(self, updates_per_epoch: int) -> tuple[int, int]:
+        """(first epoch, updates already done in it) from the restored step and epoch.
+
+        Raises:
+            TrainingError: The checkpoint does not fit this run's epochs (its batch size,
+                workers or data changed since it was written).
+        """
+        step, epoch = int(self.version.numpy()), int(self.epoch_var.numpy())
+        done = step - epoch * updates_per_epoch
+        if epoch < self.cfg.epochs and not 0 <= done < updates_per_epoch:
+            raise TrainingError(
+                f"the checkpoint in {self.out / 'checkpoints'} is at step {step} after "
+                f"{epoch} epochs, which does not fit epochs of {updates_per_epoch} updates: "
+                "the batch size, workers or data changed; use a new output directory"
+            )
+        return epoch, max(done, 0)
 
     def end_epoch(self, epoch: int, loss_sum, correct, seen, step_seconds, start) -> None:
         """Validation, the epoch's record and line, and the chief's checkpoint."""
         val_loss, val_acc = self.evaluate()
-        before = self.epochs[-1] if self.epochs else {"wall_seconds": 0.0, "examples": 0}
         record = {
             "epoch": epoch + 1,
             # Losses and accuracy are per label (per character for a language model).
@@ -196,7 +315,8 @@ class _Trainer:
             "val_accuracy": val_acc,
             "wall_seconds": self.resumed_wall + time.perf_counter() - start,
             "step_seconds": step_seconds,
-            "examples": before["examples"] + int(seen),
+            # Examples in all updates so far (a resumed run counts the steps before it).
+            "examples": int(self.version.numpy()) * self.cfg.batch_size * self.gradients_per_update,
         }
         self.epochs.append(record)
         self.epoch_var.assign(epoch + 1)
@@ -213,7 +333,7 @@ class _Trainer:
         )
         last = epoch + 1 == self.cfg.epochs
         if self.rank == 0 and ((epoch + 1) % self.cfg.checkpoint_every_epochs == 0 or last):
-            self.manager.save(checkpoint_number=epoch + 1)  # [sync] rank 0 only / [ps] the chief
+            self.checkpoint(int(self.version.numpy()))
             _atomic_write_json(self.out / "history.json", self.history())
 
     def history(self) -> dict:
@@ -234,6 +354,8 @@ class _Trainer:
             "total_examples": total,
             "examples_per_second": steady_examples / steady_seconds if steady_seconds else 0.0,
             "global_batch_size": cfg.batch_size * self.gradients_per_update,
+            "steps": int(self.version.numpy()),
+            "resumed_at_steps": self.resumed_at,
             "python": sys.version.split()[0],
         }
         if self.mode in PS_MODES:
@@ -243,6 +365,9 @@ class _Trainer:
                 w: summarize(d) for w, d in sorted(self.staleness_by_worker.items())
             }
             history["dropped_gradients"] = self.dropped
+            history["lost_results"] = self.lost_results
+            # Steps still in flight when the run ended (syncreplicas' backups), discarded.
+            history["abandoned_steps"] = getattr(self, "abandoned_steps", 0)
             history["worker_progress"] = self.worker_progress
         else:
             history["staleness"] = [0] * int(self.version.numpy())  # [sync] never stale
@@ -274,6 +399,9 @@ class _Trainer:
             run_epochs = self.run_ps()
         else:
             run_epochs = self.run_spmd()
+        # Held until the process ends: freeing a traced function unregisters it on every
+        # worker [ps], which a stalled worker would never answer.
+        self.run_epochs = run_epochs
         self.log(
             f"{info.dataset}/{cfg.model}: {info.splits['train']} train examples, "
             f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
@@ -302,10 +430,18 @@ class _Trainer:
             drop_remainder=True,
         )
         if self.hvd is not None:
-            # [sync] every rank starts from rank 0's weights and optimizer state.
+            # [sync] every rank starts from rank 0's weights, optimizer state and step.
             self.hvd.broadcast_variables(
-                list(self.model.variables) + list(self.optimizer.variables), root_rank=0
+                list(self.model.variables)
+                + list(self.optimizer.variables)
+                + [self.version, self.epoch_var],
+                root_rank=0,
             )
+        first_epoch, done = self.resume_point(steps)
+        if int(self.version.numpy()):
+            # A resumed run reads on from where the checkpoint was: the same batches, in
+            # the same order, as a run that was never stopped.
+            train_ds = train_ds.skip(int(self.version.numpy()))
 
         @tf.function
         def train_step(x, y):
@@ -317,16 +453,20 @@ class _Trainer:
         def run_epochs():
             iterator = iter(train_ds)
             start = time.perf_counter()
-            for epoch in range(int(self.epoch_var), cfg.epochs):
+            for epoch in range(first_epoch, cfg.epochs):
                 t0 = time.perf_counter()
                 loss_sum = correct = 0.0
-                for _ in range(steps):
+                begin = done if epoch == first_epoch else 0
+                for i in range(begin, steps):
                     batch_loss, batch_correct = train_step(*next(iterator))
                     loss_sum += float(batch_loss)
                     correct += float(batch_correct)
+                    step = epoch * steps + i + 1
+                    if self.step_checkpoint_due(step, i + 1 == steps):
+                        self.checkpoint(step)
                 seconds = time.perf_counter() - t0
                 loss_sum, correct, seen = self.global_sums(
-                    loss_sum, correct, steps * cfg.batch_size
+                    loss_sum, correct, (steps - begin) * cfg.batch_size
                 )
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
 
@@ -351,6 +491,8 @@ class _Trainer:
                 drop_remainder=True,
             )
 
+        self.eval_function()  # [ps] traced while every worker answers
+        self.evaluate()  # [ps] and its input pipeline made: the epoch-0 validation
         per_worker = self.coordinator.create_per_worker_dataset(  # [ps]
             lambda: strategy.distribute_datasets_from_function(dataset_fn)
         )
@@ -359,7 +501,7 @@ class _Trainer:
         steps_per_call = cfg.steps_per_call
 
         @tf.function
-        def async_step(iterator):
+        def async_step(iterator, count):
             worker = tf.distribute.coordinator.experimental_get_current_worker_index()
 
             def replica_step(x, y):
@@ -376,8 +518,8 @@ class _Trainer:
             # not dominate small steps; each step still applies its own gradient at once.
             loss_sum = tf.constant(0.0)
             correct = tf.constant(0.0)
-            delays = tf.TensorArray(tf.int64, size=steps_per_call)
-            for i in tf.range(steps_per_call):
+            delays = tf.TensorArray(tf.int64, size=count)
+            for i in tf.range(count):
                 x, y = next(iterator)
                 step_loss, step_correct, delay = strategy.run(replica_step, args=(x, y))
                 loss_sum += step_loss
@@ -421,25 +563,45 @@ class _Trainer:
             self.staleness_by_worker.setdefault(key, []).extend(delays)
 
         def run_async_epochs():
-            # Enough calls to cover the epoch's steps (the last call may run a few more).
+            # An epoch is one pass's worth of updates, split into calls of steps_per_call
+            # steps; with step checkpoints, the calls up to each checkpoint are joined first.
             steps = max(1, info.splits["train"] // cfg.batch_size)
-            calls = -(-steps // steps_per_call)
+            every = cfg.checkpoint_every_steps or steps
+            first_epoch, done = self.resume_point(steps)
             start = time.perf_counter()
-            for epoch in range(int(self.epoch_var), cfg.epochs):
+            for epoch in range(first_epoch, cfg.epochs):
                 t0 = time.perf_counter()
-                results = [
-                    self.coordinator.schedule(async_step, args=(iterator,))  # [async]
-                    for _ in range(calls)
-                ]
-                self.coordinator.join()  # [ps] wait for every scheduled step
-                seconds = time.perf_counter() - t0
                 loss_sum = correct = 0.0
-                for remote in results:
-                    batch_loss, batch_correct, delays, worker, timestamp = remote.fetch()
-                    loss_sum += float(batch_loss)
-                    correct += float(batch_correct)
-                    note(worker, timestamp, [int(d) for d in delays])
-                seen = calls * steps_per_call * cfg.batch_size
+                begin = position = done if epoch == first_epoch else 0
+                while position < steps:
+                    # The next checkpoint boundary (a global step), or the epoch's end.
+                    stop = min(
+                        steps, ((epoch * steps + position) // every + 1) * every - epoch * steps
+                    )
+                    results = [
+                        self.coordinator.schedule(  # [async]
+                            async_step,
+                            args=(iterator, tf.constant(min(steps_per_call, stop - s))),
+                        )
+                        for s in range(position, stop, steps_per_call)
+                    ]
+                    self.coordinator.join()  # [ps] wait for every scheduled step
+                    for remote in results:
+                        try:
+                            batch_loss, batch_correct, delays, worker, timestamp = remote.fetch()
+                        except tf.errors.UnavailableError:
+                            # [async] the worker died after its steps ran: the updates are
+                            # on the parameter servers, only their loss and staleness are lost.
+                            self.lost_results += 1
+                            continue
+                        loss_sum += float(batch_loss)
+                        correct += float(batch_correct)
+                        note(worker, timestamp, [int(d) for d in delays])
+                    position = stop
+                    if self.step_checkpoint_due(epoch * steps + stop, stop == steps):
+                        self.checkpoint(epoch * steps + stop)
+                seconds = time.perf_counter() - t0
+                seen = (steps - begin) * cfg.batch_size
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
 
         def run_syncreplicas_epochs():
@@ -447,47 +609,79 @@ class _Trainer:
             total = cfg.run.workers
             # An epoch is as many aggregated updates as make one pass over the data.
             updates = max(1, info.splits["train"] // (cfg.batch_size * agg_n))
+            first_epoch, done = self.resume_point(updates)
             aggregator = SyncReplicasAggregator(
                 agg_n,
                 lambda mean: apply_mean([tf.constant(g) for g in mean]),
                 version=int(self.version.numpy()),
             )
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=total)
 
-            def launch():
+            def launch() -> concurrent.futures.Future:
                 remote = self.coordinator.schedule(gradient_step, args=(iterator,))  # [ps]
-                return pool.submit(remote.fetch)
+                future: concurrent.futures.Future = concurrent.futures.Future()
+
+                def fetch():
+                    try:
+                        future.set_result(remote.fetch())
+                    except BaseException as err:  # handed to the loop through the future
+                        future.set_exception(err)
+
+                # A daemon thread per step: a worker that stalls holds only its own step,
+                # and nothing waits for it when the run ends.
+                threading.Thread(target=fetch, daemon=True).start()
+                return future
 
             # [syncreplicas] keep one step in flight per worker: the first agg_n of them
             # make the update; the rest are backups whose late gradients are dropped.
             pending = {launch() for _ in range(total)}
+            lost_in_a_row = 0
             start = time.perf_counter()
             try:
-                for epoch in range(int(self.epoch_var), cfg.epochs):
+                for epoch in range(first_epoch, cfg.epochs):
                     t0 = time.perf_counter()
                     loss_sum = correct = 0.0
-                    target = aggregator.applied + updates
+                    begin = done if epoch == first_epoch else 0
+                    target = aggregator.applied + updates - begin
                     while aggregator.applied < target:
-                        done, pending = concurrent.futures.wait(
+                        finished, pending = concurrent.futures.wait(
                             pending, return_when=concurrent.futures.FIRST_COMPLETED
                         )
-                        for future in done:
-                            batch_loss, batch_correct, read, worker, timestamp, grads = (
-                                future.result()
-                            )
+                        for future in finished:
+                            try:
+                                batch_loss, batch_correct, read, worker, timestamp, grads = (
+                                    future.result()
+                                )
+                            except tf.errors.UnavailableError as err:
+                                # [syncreplicas] a worker died holding a computed gradient;
+                                # the step is lost, another takes its place.
+                                self.lost_results += 1
+                                lost_in_a_row += 1
+                                if lost_in_a_row > 10 * total:
+                                    raise TrainingError(
+                                        f"{lost_in_a_row} steps in a row were lost to "
+                                        f"unavailable workers: {err}"
+                                    ) from err
+                                pending.add(launch())
+                                continue
+                            lost_in_a_row = 0
                             outcome = aggregator.submit(grads, int(read))
                             note(worker, timestamp, [outcome.delay])
                             if outcome.accepted:
                                 loss_sum += float(batch_loss)
                                 correct += float(batch_correct)
+                            step = aggregator.version
+                            if outcome.applied and self.step_checkpoint_due(
+                                step, aggregator.applied >= target
+                            ):
+                                self.checkpoint(step)
                             pending.add(launch())
                     self.dropped = aggregator.dropped
                     seconds = time.perf_counter() - t0
-                    seen = updates * agg_n * cfg.batch_size
+                    seen = (updates - begin) * agg_n * cfg.batch_size
                     self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
             finally:
-                # Steps still in flight when training ends are finished and discarded.
-                concurrent.futures.wait(pending)
-                pool.shutdown()
+                # Steps still in flight when training ends (backups, or a stalled worker's)
+                # are abandoned: they would only produce stale gradients.
+                self.abandoned_steps = len(pending)
 
         return run_async_epochs if self.mode == "async" else run_syncreplicas_epochs

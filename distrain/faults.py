@@ -1,0 +1,156 @@
+"""The reliability matrix: every kind of bad input and fault distrain must survive.
+
+Each case is proved by one or more tests marked ``@pytest.mark.case("ID", ...)``. This
+module is also a pytest plugin: when loaded (``tests/conftest.py`` does), a test run ends
+with the matrix, one line per case with the outcome of the tests behind it.
+``distrain faults`` runs just those tests and exits non-zero unless every case passes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+# (id, what is checked). Ids group by area: the text before the first "/".
+CASES: list[tuple[str, str]] = [
+    ("mnist/truncated-gzip", "MNIST: truncated gzip refused, naming the file"),
+    ("mnist/not-gzip", "MNIST: non-gzip bytes in a .gz file refused"),
+    ("mnist/wrong-magic", "MNIST: wrong IDX magic refused"),
+    ("mnist/wrong-dimensions", "MNIST: data length not matching the dimensions refused"),
+    ("mnist/count-mismatch", "MNIST: image/label count mismatch refused"),
+    ("mnist/empty-file", "MNIST: empty file refused"),
+    ("mnist/missing-file", "MNIST: missing file named"),
+    ("mnist/dead-letter", "MNIST: bad records dead-lettered, input = good + rejected, ratio"),
+    ("dbpedia/columns", "DBPedia: wrong column count dead-lettered with file and line"),
+    ("dbpedia/class-index", "DBPedia: class index out of range or not a number"),
+    ("dbpedia/empty-text", "DBPedia: empty text dead-lettered"),
+    ("dbpedia/non-utf8", "DBPedia: non-UTF-8 bytes dead-lettered"),
+    ("dbpedia/unbalanced-quotes", "DBPedia: unbalanced quotes dead-lettered with the line"),
+    ("dbpedia/empty-split", "DBPedia: an empty split refused, naming the file"),
+    ("dbpedia/classes-missing", "DBPedia: classes.txt missing refused"),
+    ("dbpedia/dead-letter", "DBPedia: input = good + rejected; above the ratio the job fails"),
+    ("gutenberg/no-markers", "Gutenberg: no START/END markers dead-lettered"),
+    ("gutenberg/empty-body", "Gutenberg: empty body dead-lettered"),
+    ("gutenberg/binary", "Gutenberg: binary file dead-lettered"),
+    ("gutenberg/mixed-encodings", "Gutenberg: mixed UTF-8/Latin-1 decoded line by line"),
+    ("gutenberg/dead-letter", "Gutenberg: books = accepted + rejected, ratio enforced"),
+    ("download/sha256", "Download: digest mismatch refused, partial file removed"),
+    ("download/unsafe-members", "Download: absolute, '..' and outside-link members refused"),
+    ("download/interrupted", "Download: an interrupted download resumes or restarts"),
+    ("params/mode", "Parameters: unknown mode refused before any work"),
+    ("params/workers", "Parameters: zero or negative workers refused"),
+    ("params/aggregate", "Parameters: syncreplicas aggregate > replicas refused"),
+    ("params/data-dir", "Parameters: missing data directory refused before any work"),
+    ("train/checkpoints", "Training: chief checkpoints every k steps, atomically"),
+    ("train/kill-resume", "Training: whole run killed mid-epoch resumes, same total steps"),
+    ("sync/elastic", "sync: elastic Horovod survives 1 of 3 workers killed"),
+    ("async/worker-death", "async: a killed worker, training continues and completes"),
+    ("async/ps-death", "async: a killed PS fails the run clearly; the rerun resumes"),
+    ("syncreplicas/stall", "syncreplicas: a stalled worker does not stall training"),
+    ("syncreplicas/worker-death", "syncreplicas: a dead worker does not stall training"),
+    ("train/no-orphans", "No orphaned processes after any fault, or a killed launcher"),
+    ("kfp/retries", "KFP: data and training steps retry with backoff"),
+    ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
+]
+CASE_IDS = {case for case, _ in CASES}
+
+_results: dict[str, dict[str, str]] = {}  # case -> {test node id: outcome}
+_node_cases: dict[str, tuple[str, ...]] = {}
+
+
+def pytest_addoption(parser):
+    """Adds ``--fault-matrix`` (fail unless every case passes)."""
+    parser.addoption(
+        "--fault-matrix",
+        action="store_true",
+        help="fail the session unless every case of distrain's reliability matrix passed",
+    )
+
+
+def pytest_configure(config):
+    """Registers the ``case`` marker."""
+    config.addinivalue_line("markers", "case(*ids): reliability-matrix cases the test proves")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Notes each test's cases; an unknown case id is an error."""
+    for item in items:
+        ids = tuple(i for mark in item.iter_markers("case") for i in mark.args)
+        unknown = sorted(set(ids) - CASE_IDS)
+        if unknown:
+            raise ValueError(f"{item.nodeid}: unknown matrix case(s) {unknown}")
+        if ids:
+            _node_cases[item.nodeid] = ids
+
+
+def pytest_runtest_logreport(report):
+    """Records a case test's outcome (a failure in any phase fails it)."""
+    cases = _node_cases.get(report.nodeid)
+    if not cases:
+        return
+    for case in cases:
+        outcomes = _results.setdefault(case, {})
+        previous = outcomes.get(report.nodeid, "passed")
+        if report.failed:
+            outcomes[report.nodeid] = "failed"
+        elif report.skipped:
+            outcomes[report.nodeid] = "skipped" if previous != "failed" else previous
+        elif report.when == "call" and previous != "failed":
+            outcomes[report.nodeid] = "passed"
+
+
+def case_status(case: str) -> tuple[str, int]:
+    """(PASS | FAIL | SKIP | not run, number of tests) of one case after a session."""
+    outcomes = _results.get(case, {})
+    if not outcomes:
+        return "not run", 0
+    values = set(outcomes.values())
+    if "failed" in values:
+        return "FAIL", len(outcomes)
+    if values == {"passed"}:
+        return "PASS", len(outcomes)
+    return "SKIP", len(outcomes)
+
+
+def matrix_lines() -> list[str]:
+    """The matrix, one line per case."""
+    lines = []
+    for case, text in CASES:
+        status, tests = case_status(case)
+        lines.append(f"{status:<8} {case:<28} {text}  [{tests} test{'s' * (tests != 1)}]")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Prints the matrix when any case test ran."""
+    if not _results:
+        return
+    terminalreporter.section("distrain reliability matrix")
+    for line in matrix_lines():
+        terminalreporter.write_line(line)
+    passed = sum(case_status(c)[0] == "PASS" for c, _ in CASES)
+    terminalreporter.write_line(f"{passed} of {len(CASES)} cases pass")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With ``--fault-matrix``: the session fails unless every case passed."""
+    if session.config.getoption("--fault-matrix", default=False):
+        if any(case_status(c)[0] != "PASS" for c, _ in CASES):
+            session.exitstatus = 1
+
+
+def run_matrix(root: Path, extra: list[str] | None = None) -> int:
+    """Runs the tests behind the matrix (``pytest -m case``) and returns their exit code.
+
+    Args:
+        root: The repository (its ``tests/`` folder holds the tests).
+        extra: More pytest arguments.
+    """
+    tests = root / "tests"
+    if not tests.is_dir():
+        raise FileNotFoundError(
+            f"{tests}: not found; the matrix runs the repository's tests (run from a checkout)"
+        )
+    cmd = [sys.executable, "-m", "pytest", str(tests), "-m", "case", "--fault-matrix", "-q"]
+    return subprocess.call([*cmd, *(extra or [])], cwd=root)

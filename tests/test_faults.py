@@ -1,0 +1,292 @@
+"""Faults on local processes: checkpoints, killed runs, dead or stalled workers and servers.
+
+Each test injects one fault into a real run (worker processes, horovodrun, a localhost
+parameter-server cluster) and checks the outcome and that no process outlives the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from distrain.steps import StepError, check_parameters
+from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.inputs import DataError
+from distrain.train.launch import run_training
+
+
+def run_processes(out: Path) -> list[psutil.Process]:
+    """Live processes of the run writing to ``out`` (marked by DISTRAIN_RUN_DIR)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "environ", "status"]):
+        try:
+            env = proc.info.get("environ") or {}
+        except (psutil.Error, OSError):
+            continue
+        if env.get("DISTRAIN_RUN_DIR") == str(out) and proc.info["status"] != "zombie":
+            found.append(proc)
+    return found
+
+
+def assert_no_orphans(out: Path, wait: float = 10.0) -> None:
+    deadline = time.monotonic() + wait
+    while run_processes(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [" ".join(p.cmdline()) for p in run_processes(out)]
+    assert not left, f"processes outlived the run: {left}"
+
+
+def server_of(out: Path, job: str, index: int) -> psutil.Process | None:
+    """The PS-mode server process with role ``job:index`` of the run in ``out``."""
+    for proc in run_processes(out):
+        try:
+            tf_config = json.loads(proc.environ().get("TF_CONFIG", "{}"))
+        except (psutil.Error, ValueError):
+            continue
+        if tf_config.get("task") == {"type": job, "index": index}:
+            if "server" in proc.cmdline():
+                return proc
+    return None
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    """Global steps of the checkpoints the state file lists."""
+    state = out / "checkpoints" / "checkpoint"
+    if not state.exists():
+        return []
+    lines = state.read_text().splitlines()
+    paths = [ln.split('"')[1] for ln in lines if ln.startswith("all_model_checkpoint_paths")]
+    return [int(p.rsplit("-", 1)[1]) for p in paths]
+
+
+def when(condition, action, timeout: float = 180.0) -> threading.Thread:
+    """Runs ``action()`` in a thread as soon as ``condition()`` holds."""
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                action()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def config(data, out, run, **settings) -> TrainConfig:
+    settings = {"epochs": 4, "batch_size": 32, "checkpoint_every_steps": 10, **settings}
+    return TrainConfig(data_dir=str(data), output_dir=str(out), run=run, **settings)
+
+
+# ---- parameters, before any work -----------------------------------------------------------
+
+
+@pytest.mark.case("params/mode", "params/workers", "params/aggregate", "params/data-dir")
+def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path):
+    with pytest.raises(StepError) as err:
+        check_parameters(
+            "mnist",
+            str(tmp_path / "no-such-dir"),
+            ["allreduce:2", "sync:0"],
+            validation_fraction=1.5,
+        )
+    text = str(err.value)
+    assert "no-such-dir'" in text and "no such data directory" in text
+    assert "unknown mode 'allreduce'" in text
+    assert "validation_fraction" in text
+    with pytest.raises(StepError, match="workers must be a positive integer"):
+        check_parameters("mnist", "sample", ["sync:-2"])
+    with pytest.raises(StepError, match="replicas_to_aggregate must be between 1 and workers"):
+        check_parameters("mnist", "sample", ["syncreplicas:2:aggregate=3"])
+    with pytest.raises(StepError, match="epochs must be at least 1"):
+        check_parameters("mnist", "sample", ["single:1"], epochs=0)
+    assert check_parameters("mnist", str(tmp_path), "single:1,sync:2") == {
+        "runs": ["single:1", "sync:2"]
+    }
+
+
+@pytest.mark.case("params/data-dir")
+def test_training_on_a_missing_data_directory_fails_before_starting(tmp_path):
+    cfg = TrainConfig(data_dir=str(tmp_path / "missing"), output_dir=str(tmp_path / "out"))
+    with pytest.raises(DataError, match="missing/metadata.json: not found"):
+        run_training(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- KFP: retries and caching ---------------------------------------------------------------
+
+
+@pytest.mark.case("kfp/retries", "kfp/caching")
+def test_data_and_training_steps_retry_with_backoff_and_cache(tmp_path):
+    import yaml
+    from kfp import compiler
+
+    from distrain.pipelines.common import RETRIES
+    from distrain.pipelines.mnist import mnist_pipeline
+
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(mnist_pipeline, str(path))
+    spec = next(yaml.safe_load_all(path.read_text()))
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for comp in spec["components"].values():
+        tasks.update(comp.get("dag", {}).get("tasks", {}))
+    retried = {name for name, task in tasks.items() if "retryPolicy" in task}
+    assert {"fetch-data", "preprocess", "train"} <= retried
+    policy = tasks["train"]["retryPolicy"]
+    assert policy["maxRetryCount"] == RETRIES >= 1
+    assert policy["backoffDuration"] == "30s" and policy["backoffFactor"] == 2.0
+    # Every step caches on its inputs: a rerun after a failure reuses what finished.
+    steps = [task for task in tasks.values() if "parameterIterator" not in task]
+    assert len(steps) == 8 and all(task["cachingOptions"]["enableCache"] for task in steps)
+    # The parameter check runs before the first step that does work.
+    assert tasks["fetch-data"]["dependentTasks"] == ["check-parameters"]
+
+
+# ---- checkpoints ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.case("train/checkpoints")
+def test_chief_checkpoints_every_k_steps_and_skips_a_damaged_one(mnist_examples, tmp_path):
+    out = tmp_path / "run"
+    history = run_training(config(mnist_examples, out, "single:1", epochs=2), timeout=300)
+    steps_per_epoch = 1339 // 32
+    assert history["steps"] == 2 * steps_per_epoch
+    # Every 10 steps and at each epoch end; the newest 3 are kept.
+    assert checkpoint_steps(out) == [70, 80, 82]
+    # Nothing half-written is left next to them.
+    assert not [p for p in (out / "checkpoints").iterdir() if "temp" in p.name]
+    # Damage the newest: the rerun says so and resumes from the one before.
+    newest = sorted((out / "checkpoints").glob("ckpt-82.data-*"))[0]
+    newest.write_bytes(newest.read_bytes()[:100])
+    rerun = run_training(config(mnist_examples, out, "single:1", epochs=3), timeout=300)
+    assert rerun["resumed_at_steps"] == [80]
+    assert rerun["steps"] == 3 * steps_per_epoch
+    # A checkpoint written with another batch size does not fit: a clear error, no guess.
+    with pytest.raises(TrainingError, match="training failed"):
+        run_training(config(mnist_examples, out, "single:1", epochs=5, batch_size=50))
+
+
+@pytest.mark.slow
+@pytest.mark.case("train/kill-resume", "train/no-orphans")
+@pytest.mark.parametrize("run", ["single:1", pytest.param("sync:2", marks=pytest.mark.horovod)])
+def test_killed_run_resumes_mid_epoch_and_ends_at_the_same_step(mnist_examples, tmp_path, run):
+    out = tmp_path / "run"
+    cfg = config(mnist_examples, out, run, epochs=4, model="cnn")
+    workers = int(run.split(":")[1])
+    steps_per_epoch = 1339 // workers // 32
+    cmd = [sys.executable, "-m", "distrain", "train", "--data", str(mnist_examples)]
+    cmd += ["--output", str(out), "--run", run, "--epochs", "4", "--batch-size", "32"]
+    cmd += ["--checkpoint-every-steps", "5", "--model", "cnn"]
+    # The launcher with all its processes, killed (SIGKILL: no cleanup of its own) once a
+    # checkpoint early in the second epoch exists (so that no epoch end comes first).
+    launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and launcher.poll() is None:
+        early = (s % steps_per_epoch for s in checkpoint_steps(out) if s > steps_per_epoch)
+        if any(0 < d <= steps_per_epoch // 2 for d in early):
+            break
+        time.sleep(0.02)
+    assert launcher.poll() is None, "the run ended before it could be killed"
+    launcher.kill()
+    launcher.wait()
+    assert_no_orphans(out)
+    resume_from = max(checkpoint_steps(out))
+    history = run_training(cfg, timeout=300)
+    assert history["resumed_at_steps"] == [resume_from]
+    assert resume_from % steps_per_epoch, "resumed at an epoch end, not mid-epoch"
+    # Not from step 0, and not with extra steps: the same total as an unbroken run.
+    assert history["steps"] == 4 * steps_per_epoch
+    assert [e["epoch"] for e in history["epochs"]] == [1, 2, 3, 4]
+    assert history["total_examples"] == 4 * steps_per_epoch * 32 * workers
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert_no_orphans(out)
+
+
+# ---- parameter-server modes -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.case("async/worker-death", "train/no-orphans")
+def test_async_training_survives_a_killed_worker(mnist_examples, tmp_path):
+    out = tmp_path / "a"
+    cfg = config(mnist_examples, out, "async:2", epochs=6)
+    killed = []
+
+    def kill():
+        proc = server_of(out, "worker", 0)
+        proc.kill()
+        killed.append(proc.pid)
+
+    when(lambda: checkpoint_steps(out) and server_of(out, "worker", 0), kill)
+    history = run_training(cfg, timeout=300)
+    assert killed, "the worker was not killed"
+    steps = 6 * (1339 // 32)
+    # Steps a dead worker had started may be run again elsewhere (at least once).
+    assert steps <= history["steps"] <= steps + cfg.steps_per_call
+    progress = history["worker_progress"]
+    assert progress["1"][-1][1] > progress["0"][-1][1]
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.case("async/ps-death", "train/no-orphans")
+def test_parameter_server_death_fails_clearly_and_the_rerun_resumes(mnist_examples, tmp_path):
+    out = tmp_path / "d"
+    cfg = config(mnist_examples, out, "async:2", epochs=6)
+    when(lambda: checkpoint_steps(out), lambda: server_of(out, "ps", 0).kill())
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="parameter server ps:0 exited"):
+        run_training(cfg, timeout=300)
+    assert time.monotonic() - start < 120
+    assert_no_orphans(out)
+    last = max(checkpoint_steps(out))
+    history = run_training(cfg, timeout=300)
+    assert history["resumed_at_steps"] == [last] and 0 < last < 6 * (1339 // 32)
+    assert history["steps"] == 6 * (1339 // 32)
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fault, sig",
+    [
+        pytest.param("stall", signal.SIGSTOP, marks=pytest.mark.case("syncreplicas/stall")),
+        pytest.param("death", signal.SIGKILL, marks=pytest.mark.case("syncreplicas/worker-death")),
+    ],
+)
+@pytest.mark.case("train/no-orphans")
+def test_syncreplicas_goes_on_without_a_stalled_or_dead_worker(
+    mnist_examples, tmp_path, fault, sig
+):
+    out = tmp_path / fault
+    cfg = config(mnist_examples, out, "syncreplicas:3:aggregate=2", epochs=6)
+    hit = []
+
+    def strike():
+        proc = server_of(out, "worker", 0)
+        os.kill(proc.pid, sig)
+        hit.append(proc.pid)
+
+    when(lambda: checkpoint_steps(out) and server_of(out, "worker", 0), strike)
+    history = run_training(cfg, timeout=300)
+    assert hit
+    updates = 1339 // (32 * 2)
+    assert history["steps"] == 6 * updates
+    # Worker 0 stopped early; the two others made every update from then on.
+    progress = {w: p[-1][1] for w, p in history["worker_progress"].items()}
+    assert progress["1"] + progress["2"] > 4 * progress.get("0", 0)
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert_no_orphans(out)
