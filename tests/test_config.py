@@ -41,6 +41,9 @@ def test_parse_run_spec(text, mode, workers, ps, agg):
         ("sync:2:aggregate=1", "does not aggregate replicas"),
         ("async:2:foo=1", "expected ps=N or aggregate=N"),
         ("", "empty run spec"),
+        ("async:2:min=1", "async mode is not elastic"),
+        ("sync:3:min=4", "min workers must be between 1 and workers"),
+        ("sync:3:min=0", "min workers must be between 1 and workers"),
     ],
 )
 @pytest.mark.case("params/mode", "params/workers", "params/aggregate")
@@ -90,3 +93,12 @@ def test_threads_share_the_cores(monkeypatch):
     assert TrainConfig(data_dir="d", output_dir="o", run="sync:2").threads == 4
     assert TrainConfig(data_dir="d", output_dir="o", run="sync:16").threads == 1
     assert TrainConfig(data_dir="d", output_dir="o", threads_per_worker=3).threads == 3
+
+
+def test_elastic_sync_spec():
+    spec = RunSpec.parse("sync:3:min=2")
+    assert spec.elastic and spec.min_workers == 2 and spec.name == "sync:3:min=2"
+    assert RunSpec.parse(str(spec)) == spec
+    assert not RunSpec.parse("sync:3").elastic
+    cfg = TrainConfig(data_dir="d", output_dir="o", run="sync:3:min=2")
+    assert TrainConfig.from_json(cfg.to_json()).run == spec

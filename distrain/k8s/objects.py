@@ -256,6 +256,12 @@ def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path:
     """
     if cfg.run.workers < 2 or cfg.run.mode == "single":
         raise ConfigError(f"{cfg.run.name} runs in the step's own pod, not as a cluster job")
+    if cfg.run.elastic:
+        # The MPI Operator (v2beta1) starts a fixed set of ranks and has no host
+        # discovery for horovodrun's elastic mode.
+        raise ConfigError(
+            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
+        )
     if cfg.run.mode == "sync":
         return [mpijob(cfg, k, name, config_path)]
     if cfg.run.mode in PS_MODES:

@@ -29,8 +29,9 @@ class TrainingError(RuntimeError):
 class RunSpec:
     """One distributed-training configuration to run and compare.
 
-    The string form is ``MODE:WORKERS[:ps=P][:aggregate=A]``, for example
-    ``single:1``, ``sync:2``, ``async:2:ps=1`` or ``syncreplicas:3:aggregate=2``.
+    The string form is ``MODE:WORKERS[:ps=P][:aggregate=A][:min=M]``, for example
+    ``single:1``, ``sync:2``, ``async:2:ps=1``, ``syncreplicas:3:aggregate=2`` or
+    ``sync:3:min=2`` (elastic).
 
     Attributes:
         mode: ``single`` (one process), ``sync`` (Horovod ring-allreduce), ``async``
@@ -39,12 +40,16 @@ class RunSpec:
         parameter_servers: Parameter-server processes (PS modes only; default 1).
         replicas_to_aggregate: Gradients aggregated per step (``syncreplicas`` only;
             default: all workers).
+        min_workers: ``sync`` only: elastic Horovod. The run goes on while at least this
+            many workers are alive (a lost worker's rank is dropped, training continues
+            from the last state commit); None: every worker is needed.
     """
 
     mode: str
     workers: int = 1
     parameter_servers: int = 0
     replicas_to_aggregate: int | None = None
+    min_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -70,11 +75,26 @@ class RunSpec:
             object.__setattr__(self, "replicas_to_aggregate", agg)
         elif self.replicas_to_aggregate is not None:
             raise ConfigError(f"{self.mode} mode does not aggregate replicas")
+        if self.min_workers is not None:
+            if self.mode != "sync":
+                raise ConfigError(f"{self.mode} mode is not elastic: min=M is for sync runs")
+            if not 1 <= self.min_workers <= self.workers:
+                raise ConfigError(
+                    f"sync: min workers must be between 1 and workers ({self.workers}), "
+                    f"got {self.min_workers}"
+                )
 
     @property
     def name(self) -> str:
         """The short name shown in tables: ``mode:workers``."""
+        if self.min_workers is not None:
+            return f"{self.mode}:{self.workers}:min={self.min_workers}"
         return f"{self.mode}:{self.workers}"
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the run goes on after losing workers (elastic Horovod)."""
+        return self.min_workers is not None
 
     def __str__(self) -> str:
         parts = [self.mode, str(self.workers)]
@@ -82,6 +102,8 @@ class RunSpec:
             parts.append(f"ps={self.parameter_servers}")
         if self.mode == "syncreplicas":
             parts.append(f"aggregate={self.replicas_to_aggregate}")
+        if self.min_workers is not None:
+            parts.append(f"min={self.min_workers}")
         return ":".join(parts)
 
     @classmethod
@@ -103,12 +125,17 @@ class RunSpec:
                 )
             workers = int(parts[1])
         kwargs: dict[str, int] = {}
-        keys = {"ps": "parameter_servers", "aggregate": "replicas_to_aggregate"}
+        keys = {
+            "ps": "parameter_servers",
+            "aggregate": "replicas_to_aggregate",
+            "min": "min_workers",
+        }
         for extra in parts[2:]:
             key, _, value = extra.partition("=")
             if key not in keys or not re.fullmatch(r"-?\d+", value):
                 raise ConfigError(
-                    f"run spec {text!r}: expected ps=N or aggregate=N after the worker count, "
+                    f"run spec {text!r}: expected ps=N, aggregate=N or min=N after the worker "
+                    "count, "
                     f"got {extra!r}"
                 )
             kwargs[keys[key]] = int(value)
@@ -159,6 +186,9 @@ class TrainConfig:
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
+        elastic_commit_steps: Elastic sync runs: the state (variables, step, the epoch's
+            progress) is committed in memory every this many steps; after a lost worker
+            the others go back to the last commit.
         steps_per_call: async mode: steps a worker runs per call scheduled by the
             coordinator (each step still applies its own gradient at once); amortises the
             coordinator's dispatch cost on small steps.
@@ -179,6 +209,7 @@ class TrainConfig:
     dump_rank_weights: bool = False
     start_timeout: int = 120
     steps_per_call: int = 4
+    elastic_commit_steps: int = 10
 
     def __post_init__(self) -> None:
         if isinstance(self.run, str):
@@ -194,6 +225,7 @@ class TrainConfig:
             "checkpoint_every_epochs",
             "start_timeout",
             "steps_per_call",
+            "elastic_commit_steps",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

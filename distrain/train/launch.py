@@ -58,10 +58,67 @@ def server_command(threads: int) -> list[str]:
     return [*LOCAL_PREFIX, *server_args(threads)]
 
 
+def local_host_aliases() -> list[str]:
+    """Distinct names of this machine: ``localhost``, ``127.0.0.1``, its hostname, its IPs.
+
+    Elastic Horovod counts a failed worker against its host and drops the host; given one
+    slot per name, a lost local worker takes only its own slot with it.
+    """
+    import psutil
+
+    local = {
+        a.address
+        for addresses in psutil.net_if_addrs().values()
+        for a in addresses
+        if a.family == socket.AF_INET
+    }
+    names = ["localhost", "127.0.0.1", socket.gethostname(), *sorted(local)]
+    aliases = []
+    for name in names:
+        try:
+            address = socket.gethostbyname(name)
+        except OSError:
+            continue
+        if address in local and name not in aliases:
+            aliases.append(name)
+    return aliases
+
+
+def host_discovery_script(path: Path, slots: int) -> Path:
+    """[sync, elastic] The script horovodrun polls for hosts: ``slots`` local slots.
+
+    One slot per local alias while there are aliases, the rest on the last one.
+    """
+    aliases = local_host_aliases()[:slots] or ["localhost"]
+    counts = [1] * len(aliases)
+    counts[-1] += slots - len(aliases)
+    lines = "".join(f"echo {name}:{count}\n" for name, count in zip(aliases, counts, strict=True))
+    path.write_text("#!/bin/sh\n# Written by distrain: this machine's slots.\n" + lines)
+    path.chmod(0o755)
+    return path
+
+
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:
     """The command that runs the training (for PS modes: the coordinator's)."""
     cmd = worker_command(config_path)
     mode, n = cfg.run.mode, cfg.run.workers
+    if mode == "sync" and cfg.run.elastic:
+        script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
+        return [
+            _horovodrun(),
+            "-np",
+            str(n),
+            "--min-np",
+            str(cfg.run.min_workers),
+            "--max-np",
+            str(n),
+            "--host-discovery-script",
+            str(script),
+            "--gloo",
+            "--start-timeout",
+            str(cfg.start_timeout),
+            *cmd,
+        ]
     if mode == "sync":
         return [
             _horovodrun(),

@@ -97,7 +97,7 @@ class _Trainer:
 
             hvd.init()  # [sync]
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()  # [sync]
-            if self.size != cfg.run.workers:
+            if self.size != cfg.run.workers and not cfg.run.elastic:
                 raise TrainingError(
                     f"started with {self.size} ranks, the run asks {cfg.run.workers}"
                 )
@@ -172,6 +172,8 @@ class _Trainer:
         self.staleness_by_worker: dict[str, list[int]] = {}
         self.dropped = 0
         self.lost_results = 0  # [ps] steps whose results died with their worker
+        self.examples_so_far: int | None = None  # [sync, elastic] the world size varies
+        self.elastic_resets = 0  # [sync, elastic] times the world changed
         self.worker_progress: dict[str, list[list[float]]] = {}
 
     # ---- shared by every mode ------------------------------------------------------------
@@ -316,7 +318,9 @@ class _Trainer:
             "wall_seconds": self.resumed_wall + time.perf_counter() - start,
             "step_seconds": step_seconds,
             # Examples in all updates so far (a resumed run counts the steps before it).
-            "examples": int(self.version.numpy()) * self.cfg.batch_size * self.gradients_per_update,
+            "examples": self.examples_so_far
+            if self.examples_so_far is not None
+            else int(self.version.numpy()) * self.cfg.batch_size * self.gradients_per_update,
         }
         self.epochs.append(record)
         self.epoch_var.assign(epoch + 1)
@@ -371,6 +375,8 @@ class _Trainer:
             history["worker_progress"] = self.worker_progress
         else:
             history["staleness"] = [0] * int(self.version.numpy())  # [sync] never stale
+            if self.cfg.run.elastic:
+                history["elastic_resets"] = self.elastic_resets
         return history
 
     def save(self) -> None:
@@ -413,9 +419,24 @@ class _Trainer:
             self.hvd.join()  # [sync] no rank leaves before the others are done
         return self.history()
 
+    def make_train_step(self):
+        """The traced training step of single and sync: gradients, update, version."""
+        tf = self.tf
+
+        @tf.function
+        def train_step(x, y):
+            loss_sum, correct, grads = self.gradients(x, y)
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+            self.version.assign_add(1)
+            return loss_sum, correct
+
+        return train_step
+
     def run_spmd(self):
         """Single and sync: every process runs the same steps on its shard of the data."""
-        tf, cfg = self.tf, self.cfg
+        cfg = self.cfg
+        if cfg.run.elastic:
+            return self.run_elastic()
         # [sync] each rank reads a disjoint 1/size of the data and all run the same number
         # of steps (floor), or the last step's allreduce would wait forever.
         steps = max(1, self.info.splits["train"] // self.size // cfg.batch_size)
@@ -443,12 +464,7 @@ class _Trainer:
             # the same order, as a run that was never stopped.
             train_ds = train_ds.skip(int(self.version.numpy()))
 
-        @tf.function
-        def train_step(x, y):
-            loss_sum, correct, grads = self.gradients(x, y)
-            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
-            self.version.assign_add(1)
-            return loss_sum, correct
+        train_step = self.make_train_step()
 
         def run_epochs():
             iterator = iter(train_ds)
@@ -471,6 +487,116 @@ class _Trainer:
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
 
         return run_epochs
+
+    def run_elastic(self):
+        """[sync] Elastic Horovod: the run goes on after losing workers, down to the minimum.
+
+        The state (variables, step, epoch and the epoch's progress and partial sums) is
+        committed in memory every ``elastic_commit_steps`` steps. When a worker is lost,
+        the others go back to the last commit, Horovod rebuilds the ring without it, rank
+        0 broadcasts the state, and every rank reads its share of the data for the new
+        world size. An epoch is a pass's worth of examples whatever the size.
+        """
+        cfg, hvd = self.cfg, self.hvd
+        import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
+
+        n_train = self.info.splits["train"]
+
+        class State(hvd.elastic.TensorFlowState):
+            def sync(self):
+                hvd.broadcast_variables(self.variables, root_rank=0)  # [sync] from rank 0
+                super().sync()
+
+        state = State(
+            variables=[
+                *self.model.variables,
+                *self.optimizer.variables,
+                self.version,
+                self.epoch_var,
+            ],
+            epoch_examples=0,
+            loss_sum=0.0,
+            correct=0.0,
+            seen=0,
+            epoch_seconds=0.0,
+            total_examples=int(self.version.numpy()) * cfg.batch_size * cfg.run.workers,
+        )
+
+        def on_reset():
+            # Not in the state: a sync restores the state to its last commit.
+            self.elastic_resets += 1
+
+        state.register_reset_callbacks([on_reset])
+
+        def fold(local: list[float]) -> None:
+            loss_sum, correct = self.global_sums(*local)  # [sync] over the live ranks
+            state.loss_sum += loss_sum
+            state.correct += correct
+            local[:] = [0.0, 0.0]
+
+        start = time.perf_counter()
+
+        @hvd.elastic.run  # [sync] retried from the last commit after a lost worker
+        def train_elastic(state):
+            self.rank, self.size = hvd.rank(), hvd.size()
+            if cfg.scale_learning_rate:
+                # [sync] the learning rate follows the gradients averaged per step.
+                self.optimizer.learning_rate = cfg.learning_rate * self.size
+            train_step = self.make_train_step()  # traced for this world's learning rate
+            if self.elastic_resets:
+                self.log(
+                    f"continuing with {self.size} workers from step {int(self.version)}, "
+                    f"learning rate {self.optimizer.learning_rate:g}"
+                )
+            global_batch = self.size * cfg.batch_size
+            iterator = iter(
+                make_dataset(
+                    self.info,
+                    "train",
+                    cfg.batch_size,
+                    shard=(self.size, self.rank),  # [sync] this world's share
+                    shuffle=True,
+                    seed=cfg.seed + self.rank + 7919 * self.elastic_resets,
+                    repeat=True,
+                    drop_remainder=True,
+                )
+            )
+            self.val_ds = make_dataset(
+                self.info, "validation", VAL_BATCH, shard=(self.size, self.rank)
+            )
+            self.__dict__.pop("_val_iterator", None)
+            step = int(self.version.numpy())
+            while int(self.epoch_var.numpy()) < cfg.epochs:
+                epoch = int(self.epoch_var.numpy())
+                t0 = time.perf_counter()
+                local = [0.0, 0.0]
+                while state.epoch_examples + global_batch <= n_train:
+                    batch_loss, batch_correct = train_step(*next(iterator))
+                    local[0] += float(batch_loss)
+                    local[1] += float(batch_correct)
+                    step += 1
+                    state.epoch_examples += global_batch
+                    state.seen += global_batch
+                    state.total_examples += global_batch
+                    last = state.epoch_examples + global_batch > n_train
+                    if step % cfg.elastic_commit_steps == 0 and not last:
+                        fold(local)
+                        state.epoch_seconds += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        state.commit()  # [sync] also where a changed world is noticed
+                    if self.step_checkpoint_due(step, last):
+                        self.checkpoint(step)
+                fold(local)
+                state.epoch_seconds += time.perf_counter() - t0
+                self.examples_so_far = state.total_examples
+                self.end_epoch(
+                    epoch, state.loss_sum, state.correct, state.seen, state.epoch_seconds, start
+                )
+                state.epoch_examples = state.seen = 0
+                state.loss_sum = state.correct = state.epoch_seconds = 0.0
+                state.commit()
+
+        return lambda: train_elastic(state)
 
     def run_ps(self):
         """Async and syncreplicas: the coordinator schedules steps on the worker servers."""
