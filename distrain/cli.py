@@ -197,8 +197,7 @@ def cmd_faults(args: argparse.Namespace) -> int:
     from distrain.faults import run_matrix
 
     root = Path(args.root).resolve() if args.root else Path(__file__).resolve().parents[1]
-    extra = ["-m", "case and not slow"] if args.quick else []
-    return run_matrix(root, extra)
+    return run_matrix(root, quick=args.quick)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -31,22 +31,33 @@ def test_parse_run_spec(text, mode, workers, ps, agg):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("allreduce:2", "unknown mode 'allreduce'"),
-        ("sync:0", "workers must be a positive integer"),
-        ("sync:-1", "workers must be a positive integer"),
+        pytest.param(
+            "allreduce:2", "unknown mode 'allreduce'", marks=pytest.mark.case("params/mode")
+        ),
+        pytest.param(
+            "sync:0", "workers must be a positive integer", marks=pytest.mark.case("params/workers")
+        ),
+        pytest.param(
+            "sync:-1",
+            "workers must be a positive integer",
+            marks=pytest.mark.case("params/workers"),
+        ),
         ("sync:two", "workers must be an integer"),
         ("single:2", "single mode runs exactly 1 worker"),
-        ("syncreplicas:3:aggregate=4", "replicas_to_aggregate must be between 1 and workers"),
+        pytest.param(
+            "syncreplicas:3:aggregate=4",
+            "replicas_to_aggregate must be between 1 and workers",
+            marks=pytest.mark.case("params/aggregate"),
+        ),
         ("sync:2:ps=1", "sync mode has no parameter servers"),
         ("sync:2:aggregate=1", "does not aggregate replicas"),
-        ("async:2:foo=1", "expected ps=N or aggregate=N"),
+        ("async:2:foo=1", "expected ps=N, aggregate=N or min=N"),
         ("", "empty run spec"),
         ("async:2:min=1", "async mode is not elastic"),
         ("sync:3:min=4", "min workers must be between 1 and workers"),
         ("sync:3:min=0", "min workers must be between 1 and workers"),
     ],
 )
-@pytest.mark.case("params/mode", "params/workers", "params/aggregate")
 def test_bad_run_specs_are_refused(text, message):
     with pytest.raises(ConfigError, match=message):
         RunSpec.parse(text)

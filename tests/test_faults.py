@@ -361,3 +361,39 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     acc, ref = faulted["epochs"][-1]["val_accuracy"], plain["epochs"][-1]["val_accuracy"]
     assert abs(acc - ref) <= 0.005, (acc, ref)
     assert_no_orphans(out)
+
+
+def test_every_matrix_case_has_a_test_and_ids_are_unique():
+    import re
+
+    from distrain.faults import CASES
+
+    ids = [case for case, _ in CASES]
+    assert len(ids) == len(set(ids))
+    tests = Path(__file__).parent
+    marked = set()
+    for path in tests.glob("test_*.py"):
+        for args in re.findall(r"mark\.case\(([^)]*)\)", path.read_text()):
+            marked.update(re.findall(r'"([^"]+)"', args))
+    assert set(ids) - marked == set(), "matrix cases without a test"
+    assert marked - set(ids) == set(), "tests naming unknown cases"
+
+
+def test_faults_command_runs_the_quick_matrix(cli_env, tmp_path):
+    # A tiny checkout: one passing and one failing case test.
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text(
+        "import pytest\n\n"
+        '@pytest.mark.case("mnist/empty-file")\n'
+        "def test_ok():\n    assert 1 + 1 == 2\n\n"
+        '@pytest.mark.case("mnist/missing-file")\n'
+        "def test_bad():\n    assert 1 + 1 == 3\n"
+    )
+    cmd = [sys.executable, "-m", "distrain", "faults", "--quick", "--root", str(tmp_path)]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert any(ln.startswith("PASS") and "mnist/empty-file" in ln for ln in lines)
+    assert any(ln.startswith("FAIL") and "mnist/missing-file" in ln for ln in lines)
+    assert any(ln.startswith("not run") and "sync/elastic" in ln for ln in lines)
