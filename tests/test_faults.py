@@ -397,3 +397,31 @@ def test_faults_command_runs_the_quick_matrix(cli_env, tmp_path):
     assert any(ln.startswith("PASS") and "mnist/empty-file" in ln for ln in lines)
     assert any(ln.startswith("FAIL") and "mnist/missing-file" in ln for ln in lines)
     assert any(ln.startswith("not run") and "sync/elastic" in ln for ln in lines)
+
+
+@pytest.mark.case("train/no-orphans")
+def test_a_guarded_child_dies_with_its_killed_parent(tmp_path):
+    # The parent loads gRPC first, as a process that ran Beam has: starting the child must
+    # not run the parent's fork handlers.
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time, grpc\n"
+            "from distrain.train.launch import guarded\n"
+            "child = subprocess.Popen(guarded(['sleep', '120']), start_new_session=True)\n"
+            f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+            "time.sleep(120)\n",
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = psutil.Process(int(pid_file.read_text()))
+    time.sleep(0.3)  # the guard has exec'd sleep
+    assert child.cmdline() == ["sleep", "120"]
+    parent.kill()
+    parent.wait()
+    child.wait(timeout=10)  # killed by the kernel, not left running
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

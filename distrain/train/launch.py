@@ -164,27 +164,35 @@ def tf_config(cluster: dict, task_type: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
-def _die_with_parent() -> None:
-    """In a child, before exec: the kernel kills it (SIGKILL) when the launcher dies.
+# Run in a child before its command: the kernel kills it (SIGKILL) when the launcher dies
+# (PR_SET_PDEATHSIG survives exec), and it gives up if the launcher is already gone. A
+# separate tiny process rather than ``preexec_fn``, whose fork runs the parent's fork
+# handlers (gRPC's abort in a process that has loaded it).
+_GUARD = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('launcher gone before start')\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def guarded(cmd: list[str]) -> list[str]:
+    """``cmd`` made to die with this process (Linux; elsewhere unchanged).
 
     A launcher that is itself killed (``kill -9``, a pod evicted, a KFP step cancelled)
-    would otherwise leave its workers and parameter servers running, each in its own
-    session. Linux only; elsewhere the launcher's own cleanup is all there is.
+    would otherwise leave its workers and parameter servers running.
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    if sys.platform != "linux":
+        return cmd
+    return [sys.executable, "-c", _GUARD, str(os.getpid()), *cmd]
 
 
 class _Processes:
     """Child processes of one run, each in its own session so its children go with it.
 
     They are started by the thread that waits for them, and each is killed by the kernel
-    if that thread's process dies (``PR_SET_PDEATHSIG``): no run leaves orphans behind.
+    if that thread dies (``PR_SET_PDEATHSIG``, see :func:`guarded`): no run leaves orphans.
     """
 
     def __init__(self):
@@ -194,12 +202,7 @@ class _Processes:
         stdout = open(log, "wb") if log else None  # noqa: SIM115 (closed with the process)
         stderr = subprocess.STDOUT if log else None
         self.procs[name] = subprocess.Popen(
-            cmd,
-            env=env,
-            start_new_session=True,
-            stdout=stdout,
-            stderr=stderr,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            guarded(cmd), env=env, start_new_session=True, stdout=stdout, stderr=stderr
         )
         if stdout:
             stdout.close()
