@@ -73,6 +73,19 @@ def train(cfg: TrainConfig) -> dict:
     return history
 
 
+def _keep_functions_registered() -> None:
+    """[ps] The chief never unregisters a traced function from the cluster.
+
+    Unregistering (when Python frees a function, TensorFlow's own temporary ones
+    included) is a blocking call to every worker, so one stalled worker would hold the
+    chief at whatever moment garbage collection runs. The cost is the memory of a few
+    function definitions, which the chief's exit frees.
+    """
+    from tensorflow.python.eager import context as tf_context  # no public switch
+
+    tf_context.context().remove_function = lambda name: None
+
+
 class _Trainer:
     """One run: setup shared by every mode, then the mode's way of applying gradients."""
 
@@ -105,6 +118,7 @@ class _Trainer:
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()  # [ps]
             self.strategy = tf.distribute.ParameterServerStrategy(resolver)  # [ps]
             self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)  # [ps]
+            _keep_functions_registered()  # [ps]
 
         scope = self.strategy.scope() if self.strategy else contextlib.nullcontext()
         with scope:  # [ps] variables are created on the parameter servers
@@ -731,6 +745,9 @@ class _Trainer:
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
 
         def run_syncreplicas_epochs():
+            from tensorflow.python.eager import context as tf_context
+            from tensorflow.python.eager import executor as tf_executor
+
             agg_n = cfg.run.replicas_to_aggregate
             total = cfg.run.workers
             # An epoch is as many aggregated updates as make one pass over the data.
@@ -748,7 +765,11 @@ class _Trainer:
 
                 def fetch():
                     try:
-                        future.set_result(remote.fetch())
+                        # Copied to the chief in an executor of its own: in the shared
+                        # one, a copy from a worker that stalls mid-transfer would hold
+                        # every thread that waits on that executor.
+                        with tf_context.executor_scope(tf_executor.new_executor(False)):
+                            future.set_result(remote.fetch())
                     except BaseException as err:  # handed to the loop through the future
                         future.set_exception(err)
 
