@@ -84,6 +84,23 @@ def when(condition, action, timeout: float = 180.0) -> threading.Thread:
     return thread
 
 
+def signal_after_first_checkpoint(out: Path, job: str, index: int, sig: int) -> list[int]:
+    """Sends ``sig`` to server ``job:index`` once the run has a checkpoint.
+
+    Returns:
+        The pids signalled (filled in from a watcher thread).
+    """
+    hit: list[int] = []
+
+    def strike():
+        proc = server_of(out, job, index)
+        os.kill(proc.pid, sig)
+        hit.append(proc.pid)
+
+    when(lambda: checkpoint_steps(out) and server_of(out, job, index), strike)
+    return hit
+
+
 def config(data, out, run, **settings) -> TrainConfig:
     settings = {"epochs": 4, "batch_size": 32, "checkpoint_every_steps": 10, **settings}
     return TrainConfig(data_dir=str(data), output_dir=str(out), run=run, **settings)
@@ -222,14 +239,7 @@ def test_killed_run_resumes_mid_epoch_and_ends_at_the_same_step(mnist_examples, 
 def test_async_training_survives_a_killed_worker(mnist_examples, tmp_path):
     out = tmp_path / "a"
     cfg = config(mnist_examples, out, "async:2", epochs=6)
-    killed = []
-
-    def kill():
-        proc = server_of(out, "worker", 0)
-        proc.kill()
-        killed.append(proc.pid)
-
-    when(lambda: checkpoint_steps(out) and server_of(out, "worker", 0), kill)
+    killed = signal_after_first_checkpoint(out, "worker", 0, signal.SIGKILL)
     history = run_training(cfg, timeout=300)
     assert killed, "the worker was not killed"
     steps = 6 * (1339 // 32)
@@ -246,7 +256,7 @@ def test_async_training_survives_a_killed_worker(mnist_examples, tmp_path):
 def test_parameter_server_death_fails_clearly_and_the_rerun_resumes(mnist_examples, tmp_path):
     out = tmp_path / "d"
     cfg = config(mnist_examples, out, "async:2", epochs=6)
-    when(lambda: checkpoint_steps(out), lambda: server_of(out, "ps", 0).kill())
+    signal_after_first_checkpoint(out, "ps", 0, signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(TrainingError, match="parameter server ps:0 exited"):
         run_training(cfg, timeout=300)
@@ -273,14 +283,7 @@ def test_syncreplicas_goes_on_without_a_stalled_or_dead_worker(
 ):
     out = tmp_path / fault
     cfg = config(mnist_examples, out, "syncreplicas:3:aggregate=2", epochs=6)
-    hit = []
-
-    def strike():
-        proc = server_of(out, "worker", 0)
-        os.kill(proc.pid, sig)
-        hit.append(proc.pid)
-
-    when(lambda: checkpoint_steps(out) and server_of(out, "worker", 0), strike)
+    hit = signal_after_first_checkpoint(out, "worker", 0, sig)
     history = run_training(cfg, timeout=300)
     assert hit
     updates = 1339 // (32 * 2)
@@ -380,18 +383,20 @@ def test_every_matrix_case_has_a_test_and_ids_are_unique():
 
 
 def test_faults_command_runs_the_quick_matrix(cli_env, tmp_path):
-    # A tiny checkout: one passing and one failing case test.
     tests = tmp_path / "tests"
     tests.mkdir()
+    # A tiny checkout whose two case tests pass or fail as PROBE_OUTCOMES says.
     (tests / "test_x.py").write_text(
-        "import pytest\n\n"
+        "import os\n\nimport pytest\n\n"
+        "OUTCOMES = os.environ['PROBE_OUTCOMES'].split(',')\n\n"
         '@pytest.mark.case("mnist/empty-file")\n'
-        "def test_ok():\n    assert 1 + 1 == 2\n\n"
+        "def test_first():\n    assert OUTCOMES[0] == 'pass'\n\n"
         '@pytest.mark.case("mnist/missing-file")\n'
-        "def test_bad():\n    assert 1 + 1 == 3\n"
+        "def test_second():\n    assert OUTCOMES[1] == 'pass'\n"
     )
     cmd = [sys.executable, "-m", "distrain", "faults", "--quick", "--root", str(tmp_path)]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, cwd=tmp_path)
+    env = dict(cli_env, PROBE_OUTCOMES="pass,fail")
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     lines = run.stdout.splitlines()
     assert run.returncode == 1, run.stdout[-2000:]
     assert any(ln.startswith("PASS") and "mnist/empty-file" in ln for ln in lines)

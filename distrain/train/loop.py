@@ -419,9 +419,6 @@ class _Trainer:
             run_epochs = self.run_ps()
         else:
             run_epochs = self.run_spmd()
-        # Held until the process ends: freeing a traced function unregisters it on every
-        # worker [ps], which a stalled worker would never answer.
-        self.run_epochs = run_epochs
         self.log(
             f"{info.dataset}/{cfg.model}: {info.splits['train']} train examples, "
             f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
