@@ -17,6 +17,7 @@ from distrain.preprocess.dbpedia import (
     DbpediaPreprocessConfig,
     EncodeText,
     build_vocabulary,
+    csv_row_ranges,
     encode,
     parse_csv,
     preprocess_dbpedia,
@@ -79,6 +80,34 @@ def test_unbalanced_quote_is_rejected_with_its_line():
     assert any(o[0] == "bad" and o[1] == 2 for o in out)
 
 
+@pytest.mark.parametrize("rows_per_range", [1, 2, 3, 100])
+@pytest.mark.parametrize(
+    "data",
+    [
+        EDGE,
+        EDGE.replace(b"\n", b"\r\n"),
+        EDGE + b'6,"No final line break","text"',
+        b'1,"Good","fine"\n2,"Broken,"never closed\n3,"x","y"\n4,"a","b"\n',
+        b'1,"a","b"\r2,"c","d"\r\n3,"e","f\r\ng"\n',
+        b"",
+    ],
+    ids=["edge", "crlf", "no-final-break", "unbalanced", "mixed-breaks", "empty"],
+)
+def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range):
+    ranges = csv_row_ranges(data, rows_per_range)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    pieces = [
+        row
+        for start, end, first_line in ranges
+        for row in parse_csv("t.csv", data[start:end], 14, first_line)
+    ]
+    assert pieces == list(parse_csv("t.csv", data, 14))
+    if data and b"never closed" not in data:
+        rows = len(list(parse_csv("t.csv", data, 14)))
+        assert len(ranges) == -(-rows // rows_per_range)
+
+
 def test_tokenize_and_encode():
     assert tokenize("It's the U.S.A., 1999!") == ["it's", "the", "u", "s", "a", "1999"]
     vocab = build_vocabulary(
@@ -96,7 +125,7 @@ def test_tokenize_and_encode():
 def test_encode_text_transform():
     rows = [("train", [(1, 0, "alpha beta")]), ("test", [(3, 2, "beta gamma")])]
     with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
-        vocab = p | "V" >> beam.Create([["<pad>", "<oov>", "alpha", "beta", "alpha beta"]])
+        vocab = p | "V" >> beam.Create(["<pad>\n<oov>\nalpha\nbeta\nalpha beta\n"])
         out = p | beam.Create(rows) | EncodeText(vocab, 3, 10, True)
 
         def decode(record):
@@ -171,3 +200,46 @@ def test_missing_pieces_are_named(tmp_path):
     (raw / "classes.txt").unlink()
     with pytest.raises(DbpediaFormatError, match="classes.txt: file not found"):
         read_classes(raw)
+
+
+def _canonical(record: bytes) -> bytes:
+    """A record serialised deterministically: protobuf's map order can differ by process."""
+    from tensorflow.core.example import example_pb2
+
+    return example_pb2.Example.FromString(record).SerializeToString(deterministic=True)
+
+
+def test_two_workers_parse_ranges_to_the_same_output_as_one(tmp_path):
+    train = b"".join(
+        b'%d,"T%d","alpha beta, ""quoted""\nline %d"\n' % (i % 14 + 1, i, i % 5) for i in range(90)
+    )
+    raw = _layout(tmp_path / "raw", train + b'99,"x","y"\n', EDGE)
+    outputs = {}
+    for name, options in {
+        "one": OPTIONS,
+        "two": [
+            "--runner=FnApiRunner",
+            "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing",
+        ],
+    }.items():
+        cfg = DbpediaPreprocessConfig(
+            str(raw), str(tmp_path / name), min_count=1, max_bad_ratio=0.5, rows_per_range=7
+        )
+        meta = preprocess_dbpedia(cfg, options)
+        meta.pop("config")
+        dead = sorted(
+            (d["file"], d["line"], d["reason"])
+            for f in (tmp_path / name / "dead_letter").glob("*.jsonl")
+            for d in map(json.loads, f.read_text().splitlines())
+        )
+        records = {
+            s: sorted(map(_canonical, read_tfrecords(str(tmp_path / name / s / "part-*.tfrecord"))))
+            for s in ("train", "validation", "test")
+        }
+        outputs[name] = (meta, dead, records)
+    assert outputs["one"] == outputs["two"]
+    meta, dead, records = outputs["one"]
+    assert meta["input_records"] == {"train": 91, "test": 7}
+    assert [line for path, line, _ in dead if path.endswith("train.csv")] == [181]
+    assert sum(len(r) for r in records.values()) == 91 + 7 - len(dead)

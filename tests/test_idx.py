@@ -10,10 +10,13 @@ from distrain.data.idx import (
     IMAGES_MAGIC,
     LABELS_MAGIC,
     IdxFormatError,
+    idx_shape,
     mnist_paths,
     parse_idx,
     read_idx,
+    read_idx_rows,
     read_mnist_split,
+    unpack_idx,
     write_idx,
 )
 
@@ -163,3 +166,40 @@ def test_inspect_checks_header_and_length_without_decoding(tmp_path):
     write_idx(tmp_path / "l4.gz", np.zeros(4, np.uint8))
     with pytest.raises(IdxFormatError, match="has 5 images but .* has 4 labels"):
         inspect_mnist_split(tmp_path / "i.gz", tmp_path / "l4.gz")
+
+
+@pytest.mark.parametrize("name", ["x-images-idx3-ubyte.gz", "x-images-idx3-ubyte"])
+def test_unpacked_rows_read_by_seeking_match_the_whole_file(tmp_path, name):
+    images = _images(37)
+    write_idx(tmp_path / name, images)
+    raw = unpack_idx(tmp_path / name, tmp_path / "work")
+    assert raw == (tmp_path / name if not name.endswith(".gz") else tmp_path / "work" / name[:-3])
+    assert idx_shape(raw, IMAGES_MAGIC) == (37, 28, 28)
+    for start, stop in [(0, 10), (10, 37), (30, 100), (37, 37)]:
+        np.testing.assert_array_equal(read_idx_rows(raw, start, stop), images[start:stop])
+    assert not list((tmp_path / "work").glob("*.tmp-*"))
+
+
+@pytest.mark.case("mnist/truncated-gzip")
+def test_unpacking_a_truncated_gzip_names_the_file_and_leaves_nothing(tmp_path):
+    write_idx(tmp_path / "t.gz", _images(50))
+    data = (tmp_path / "t.gz").read_bytes()
+    (tmp_path / "t.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(IdxFormatError, match=r"t\.gz: corrupt or truncated gzip"):
+        unpack_idx(tmp_path / "t.gz", tmp_path / "work")
+    assert not list((tmp_path / "work").iterdir())
+
+
+def test_row_reads_check_the_file(tmp_path):
+    write_idx(tmp_path / "i", _images(8))
+    data = (tmp_path / "i").read_bytes()
+    (tmp_path / "short").write_bytes(data[:-100])
+    with pytest.raises(IdxFormatError, match=r"short: dimensions \[8, 28, 28\] need"):
+        idx_shape(tmp_path / "short")
+    with pytest.raises(IdxFormatError, match=r"short: ends inside rows 4:8"):
+        read_idx_rows(tmp_path / "short", 4, 8)
+    with pytest.raises(IdxFormatError, match="IDX magic"):
+        read_idx_rows(tmp_path / "i", 0, 1, LABELS_MAGIC)
+    write_idx(tmp_path / "g.gz", _images(2))
+    with pytest.raises(IdxFormatError, match="gzipped"):
+        read_idx_rows(tmp_path / "g.gz", 0, 1)

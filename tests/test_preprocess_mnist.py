@@ -115,6 +115,41 @@ def test_whole_job_writes_shards_and_metadata(tmp_path):
     assert len(records) == meta["splits"]["train"]
 
 
+def _canonical(record: bytes) -> bytes:
+    """A record serialised deterministically: protobuf's map order can differ by process."""
+    from tensorflow.core.example import example_pb2
+
+    return example_pb2.Example.FromString(record).SerializeToString(deterministic=True)
+
+
+def test_two_workers_read_row_ranges_to_the_same_output_as_one(tmp_path):
+    _write_raw(tmp_path / "raw", bad_labels=(70,))
+    outputs = {}
+    for name, options in {
+        "one": OPTIONS,
+        "two": [
+            "--runner=FnApiRunner",
+            "--direct_num_workers=2",
+            "--direct_running_mode=multi_processing",
+        ],
+    }.items():
+        cfg = MnistPreprocessConfig(
+            str(tmp_path / "raw"), str(tmp_path / name), batch_size=32, max_bad_ratio=0.01
+        )
+        meta = preprocess_mnist(cfg, options)
+        meta.pop("config")
+        records = {
+            s: sorted(map(_canonical, read_tfrecords(str(tmp_path / name / s / "part-*.tfrecord"))))
+            for s in ("train", "validation", "test")
+        }
+        outputs[name] = (meta, records)
+        assert not (tmp_path / name / ".work").exists()  # the unpacked copies are gone
+    assert outputs["one"] == outputs["two"]
+    meta, records = outputs["one"]
+    assert meta["rejected"]["count"] == 1
+    assert sum(len(r) for r in records.values()) == 399
+
+
 @pytest.mark.case("mnist/dead-letter")
 def test_bad_records_over_the_ratio_fail_after_dead_lettering(tmp_path):
     _write_raw(tmp_path / "raw", bad_labels=(5, 17))

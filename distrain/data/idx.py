@@ -171,6 +171,101 @@ def read_idx(path: str | os.PathLike, expect_magic: int | None = None) -> np.nda
     return parse_idx(_read_bytes(path), str(path), expect_magic)
 
 
+def unpack_idx(path: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
+    """An uncompressed copy of a gzipped IDX file, so that rows can be read by seeking.
+
+    A gzip stream can only be read from its start: jobs that read row ranges in parallel
+    unpack it once, then every range is a seek. An uncompressed file is returned as is.
+    The copy is written to a temporary name and renamed, streaming, so a rerun (a retried
+    Beam bundle) rewrites it whole and memory holds one chunk at a time.
+
+    Args:
+        path: The IDX file, gzipped or not.
+        dest_dir: Where the uncompressed copy goes (created if missing).
+
+    Returns:
+        The path of an uncompressed IDX file with the same content.
+
+    Raises:
+        IdxFormatError: The file is missing, or its gzip stream is corrupt or truncated.
+    """
+    import shutil
+    import uuid
+
+    path = Path(path)
+    if not path.exists():
+        raise IdxFormatError(f"{path}: file not found")
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            if path.suffix == ".gz":
+                raise IdxFormatError(f"{path}: not a gzip file (name ends in .gz, bytes do not)")
+            return path
+    dest = Path(dest_dir) / (path.name[:-3] if path.suffix == ".gz" else path.name + ".raw")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with gzip.open(path, "rb") as src, open(tmp, "wb") as out:
+            shutil.copyfileobj(src, out, 4 * 2**20)
+    except (EOFError, OSError, zlib.error) as err:
+        tmp.unlink(missing_ok=True)
+        raise IdxFormatError(f"{path}: corrupt or truncated gzip stream ({err})") from err
+    os.replace(tmp, dest)
+    return dest
+
+
+def idx_shape(path: str | os.PathLike, expect_magic: int | None = None) -> tuple[int, ...]:
+    """The shape of an uncompressed IDX file, from its header, checked against its size.
+
+    Raises:
+        IdxFormatError: The file is gzipped, malformed, or its size disagrees with its
+            header.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(4 + 4 * 255)
+    if head[:2] == b"\x1f\x8b":
+        raise IdxFormatError(f"{path}: gzipped; rows are read from an unpacked copy")
+    dtype, dims, header = _parse_header(head, str(path), expect_magic)
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    got = path.stat().st_size - header
+    if got != expected:
+        raise IdxFormatError(
+            f"{path}: dimensions {list(dims)} need {expected} data bytes, file has {got}"
+        )
+    return dims
+
+
+def read_idx_rows(
+    path: str | os.PathLike, start: int, stop: int, expect_magic: int | None = None
+) -> np.ndarray:
+    """Rows ``start:stop`` (along the first dimension) of an uncompressed IDX file.
+
+    Reads the header and then only those rows, with a seek.
+
+    Raises:
+        IdxFormatError: The file is gzipped, malformed, or shorter than its header says.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(4 + 4 * 255)
+        if head[:2] == b"\x1f\x8b":
+            raise IdxFormatError(f"{path}: gzipped; rows are read from an unpacked copy")
+        dtype, dims, header = _parse_header(head, str(path), expect_magic)
+        stop = min(stop, dims[0])
+        if not 0 <= start <= stop:
+            raise ValueError(f"{path}: rows {start}:{stop} outside 0:{dims[0]}")
+        row = int(np.prod(dims[1:], dtype=np.int64)) * dtype.itemsize
+        f.seek(header + start * row)
+        data = f.read((stop - start) * row)
+    if len(data) != (stop - start) * row:
+        raise IdxFormatError(
+            f"{path}: ends inside rows {start}:{stop}; dimensions {list(dims)} need "
+            f"{dims[0] * row} data bytes"
+        )
+    array = np.frombuffer(data, dtype=dtype).reshape((stop - start, *dims[1:]))
+    return array.astype(dtype.newbyteorder("="), copy=False)
+
+
 def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
     """Writes an array as an IDX file, gzipped when the name ends in ``.gz``.
 

@@ -269,6 +269,20 @@ def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio:
         )
 
 
+def write_text_file(text: str, path: str) -> str:
+    """Writes ``text`` to ``path`` atomically (a temporary file renamed); returns the path."""
+    import uuid
+
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return path
+
+
 def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:
     """Writes ``metadata.json`` atomically."""
     path = Path(output_dir) / "metadata.json"

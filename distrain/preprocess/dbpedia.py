@@ -36,11 +36,15 @@ from distrain.preprocess.common import (
     run_job,
     validation_mask,
     write_metadata,
+    write_text_file,
 )
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# Bytes that were not UTF-8, as decoding with ``surrogateescape`` leaves them.
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+_CLASS_INDEX = re.compile(r"\s*\d+\s*")
 
 
 class DbpediaFormatError(ValueError):
@@ -63,6 +67,8 @@ class DbpediaPreprocessConfig:
         num_shards: TFRecord files per split; 0 (default): one file per batch, written
             where the batch is made, with no shuffle of the records.
         max_bad_ratio: Largest share of rejected rows before the job fails.
+        rows_per_range: CSV rows per unit of parallel parsing (a file is cut into
+            ranges of whole rows; workers read their ranges themselves).
     """
 
     input_dir: str
@@ -75,12 +81,15 @@ class DbpediaPreprocessConfig:
     max_tokens: int = 400
     num_shards: int = 0
     max_bad_ratio: float = 0.01
+    rows_per_range: int = 1024
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if self.min_count < 1 or self.max_unigrams < 1 or self.max_tokens < 1:
-            raise ValueError("min_count, max_unigrams and max_tokens must be positive")
+        if min(self.min_count, self.max_unigrams, self.max_tokens, self.rows_per_range) < 1:
+            raise ValueError(
+                "min_count, max_unigrams, max_tokens and rows_per_range must be positive"
+            )
 
 
 def tokenize(text: str) -> list[str]:
@@ -116,20 +125,22 @@ def read_classes(input_dir: str | os.PathLike) -> list[str]:
     return [n.strip() for n in names]
 
 
-def parse_csv(path: str, data: bytes, num_classes: int):
-    """Parses one dbpedia_csv file into good rows and rejects.
+def parse_csv(path: str, data: bytes, num_classes: int, first_line: int = 1):
+    """Parses one dbpedia_csv file, or a range of its rows, into good rows and rejects.
 
     Args:
         path: The file's name (for messages).
-        data: Its bytes.
+        data: Its bytes, or the bytes of whole rows of it (see :func:`csv_row_ranges`).
         num_classes: Classes in classes.txt (indices are 1-based).
+        first_line: The file's line number of the first line of ``data``.
 
     Yields:
-        ``("ok", line, label0, text)`` or ``("bad", line, raw, reason)``.
+        ``("ok", line, label0, text)`` or ``("bad", line, raw, reason)``; ``line`` is the
+        line of the file where the row starts.
     """
     text = data.decode("utf-8", errors="surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    line = 1
+    line = first_line
     while True:
         start = line
         try:
@@ -141,13 +152,13 @@ def parse_csv(path: str, data: bytes, num_classes: int):
             yield (
                 "bad",
                 start,
-                text.splitlines()[start - 1][:500] if text else "",
+                text.splitlines()[start - first_line][:500] if text else "",
                 (f"malformed CSV ({err})"),
             )
             return
-        line = reader.line_num + 1
+        line = first_line + reader.line_num
         raw = ",".join(row)
-        if any("\udc80" <= ch <= "\udcff" for ch in raw):
+        if _NOT_UTF8.search(raw):
             yield (
                 "bad",
                 start,
@@ -159,7 +170,7 @@ def parse_csv(path: str, data: bytes, num_classes: int):
             yield "bad", start, raw, f"expected 3 columns, found {len(row)}"
             continue
         index, title, abstract = row
-        if not re.fullmatch(r"\s*\d+\s*", index):
+        if not _CLASS_INDEX.fullmatch(index):
             yield "bad", start, raw, f"class index {index!r} is not a number"
             continue
         label = int(index)
@@ -173,24 +184,93 @@ def parse_csv(path: str, data: bytes, num_classes: int):
         yield "ok", start, label - 1, body
 
 
-class ParseCsvFile(beam.DoFn):
-    """Reads one CSV file of the layout; emits good rows in batches and rejects one by one.
+def csv_row_ranges(data: bytes, rows_per_range: int) -> list[tuple[int, int, int]]:
+    """Cuts a CSV file into ranges of whole rows, so that they can be parsed apart.
 
-    Main output: ``(source, [(line, label, text), ...])`` batches. Tagged ``dead_letter``:
-    ``{"file", "line", "raw", "reason"}``. Tagged ``stats``: rows read per source.
+    Row boundaries come from the same ``csv`` reader :func:`parse_csv` uses (quoted
+    fields may hold commas, quotes and line breaks), run once over the file without
+    any validation. From the first malformed row on (an unbalanced quote), the rest of
+    the file is one range: its parse reports the row, as a parse of the whole file would.
+
+    Args:
+        data: The file's bytes.
+        rows_per_range: Rows per range (the last range may have fewer).
+
+    Returns:
+        ``(byte_start, byte_end, first_line)`` per range, in file order, covering
+        ``data`` exactly; ``first_line`` is the 1-based line number where it starts.
+    """
+    if rows_per_range < 1:
+        raise ValueError("rows_per_range must be positive")
+    # Latin-1 maps every byte to one character: string offsets are byte offsets, and
+    # the quotes, commas and line breaks the reader acts on are the same ASCII bytes.
+    text = data.decode("latin-1")
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    cut_lines = []  # 0-based index of the first physical line of each range after the first
+    rows = 0
+    try:
+        for _ in reader:
+            rows += 1
+            if rows % rows_per_range == 0:
+                cut_lines.append(reader.line_num)
+    except csv.Error:
+        pass
+    # Physical lines as the reader's source splits them: after \n, \r\n or a lone \r.
+    raw = np.frombuffer(data, dtype=np.uint8)
+    lf = np.flatnonzero(raw == 10)
+    cr = np.flatnonzero(raw == 13)
+    lone_cr = cr[(cr + 1 >= len(raw)) | (raw[np.minimum(cr + 1, len(raw) - 1)] != 10)]
+    line_ends = np.sort(np.concatenate([lf, lone_cr])) + 1  # offset after each break
+    bounds = [(0, 1)]
+    for line in cut_lines:
+        offset = int(line_ends[line - 1]) if 0 < line <= len(line_ends) else len(data)
+        if offset < len(data):
+            bounds.append((offset, line + 1))
+    ranges = []
+    for i, (start, first_line) in enumerate(bounds):
+        end = bounds[i + 1][0] if i + 1 < len(bounds) else len(data)
+        if end > start or not ranges:
+            ranges.append((start, end, first_line))
+    return ranges
+
+
+class PlanCsvRanges(beam.DoFn):
+    """Cuts one CSV file of the layout into ranges of whole rows (:func:`csv_row_ranges`).
+
+    Output: ``(source, path, byte_start, byte_end, first_line)``; only these cross the
+    shuffle, and each worker reads its own ranges of the file.
     """
 
-    def __init__(self, input_dir: str, num_classes: int, batch_size: int = 512):
+    def __init__(self, input_dir: str, rows_per_range: int):
         self.input_dir = input_dir
-        self.num_classes = num_classes
-        self.batch_size = batch_size
+        self.rows_per_range = rows_per_range
 
     def process(self, source: str):
         path = os.path.join(self.input_dir, f"{source}.csv")
         with open(path, "rb") as f:
             data = f.read()
+        for start, end, first_line in csv_row_ranges(data, self.rows_per_range):
+            yield source, path, start, end, first_line
+
+
+class ParseCsvRange(beam.DoFn):
+    """Parses one range of a CSV file; emits good rows in batches and rejects one by one.
+
+    Main output: ``(source, [(line, label, text), ...])`` batches. Tagged ``dead_letter``:
+    ``{"file", "line", "raw", "reason"}``. Tagged ``stats``: rows read per source.
+    """
+
+    def __init__(self, num_classes: int, batch_size: int = 512):
+        self.num_classes = num_classes
+        self.batch_size = batch_size
+
+    def process(self, item):
+        source, path, start, end, first_line = item
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
         batch, rows = [], 0
-        for kind, line, a, b in parse_csv(path, data, self.num_classes):
+        for kind, line, a, b in parse_csv(path, data, self.num_classes, first_line):
             rows += 1
             if kind == "bad":
                 yield beam.pvalue.TaggedOutput(
@@ -269,7 +349,8 @@ def encode(text: str, index: dict[str, int], max_tokens: int, with_bigrams: bool
 class EncodeText(beam.PTransform):
     """Rows split by name to serialised ``tf.train.Example`` per split, given a vocabulary.
 
-    Input: batches ``(split, [(line, label, text), ...])``; side input: the vocabulary list.
+    Input: batches ``(split, [(line, label, text), ...])``; side input: the vocabulary as
+    one string, an entry per line (the content of ``vocab.txt``).
     Output: a dict of PCollections per split of batches ``((split, first_line), [record,
     ...])`` (one Beam element per batch, not per row), plus ``histogram`` (class counts per
     split, one dict per batch).
@@ -294,7 +375,9 @@ class EncodeText(beam.PTransform):
 
             def process(self, item, vocabulary):
                 if self._index is None:
-                    self._index = {w: i for i, w in enumerate(vocabulary)}
+                    self._index = {
+                        w: i for i, w in enumerate(vocabulary.removesuffix("\n").split("\n"))
+                    }
                 split, batch = item
                 records, histogram = [], [0] * k
                 for _, label, text in batch:
@@ -340,15 +423,15 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         parsed = (
             pipeline
             | "Sources" >> beam.Create(["train", "test"])
+            | "PlanRanges" >> beam.ParDo(PlanCsvRanges(config.input_dir, config.rows_per_range))
+            | "Spread" >> beam.Reshuffle()
             | "ParseCsv"
-            >> beam.ParDo(ParseCsvFile(config.input_dir, len(classes))).with_outputs(
+            >> beam.ParDo(ParseCsvRange(len(classes))).with_outputs(
                 "dead_letter", "stats", main="rows"
             )
         )
-        rows = (
-            parsed.rows
-            | "Spread" >> beam.Reshuffle()
-            | "AssignSplit" >> beam.FlatMap(_split_batch, config.seed, config.validation_fraction)
+        rows = parsed.rows | "AssignSplit" >> beam.FlatMap(
+            _split_batch, config.seed, config.validation_fraction
         )
         vocabulary = (
             rows
@@ -357,6 +440,9 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             | "CountNgrams" >> beam.CombineGlobally(_CountNgrams(with_bigrams))
             | "Vocabulary"
             >> beam.Map(build_vocabulary, config.min_count, config.max_unigrams, config.max_bigrams)
+            # One string, not a list: a side input is decoded (and sized) per bundle, and
+            # a string of 150k words costs one copy where a list costs 150k objects.
+            | "VocabText" >> beam.Map(lambda words: "\n".join(words) + "\n")
         )
         encoded = rows | "ToExamples" >> EncodeText(
             vocabulary, len(classes), config.max_tokens, with_bigrams
@@ -365,14 +451,7 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             _ = encoded[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
                 str(out / split / "part"), config.num_shards
             )
-        _ = (
-            vocabulary
-            | "VocabLines" >> beam.FlatMap(lambda v: v)
-            | "WriteVocab"
-            >> beam.io.WriteToText(
-                str(out / "vocab"), file_name_suffix=".txt", num_shards=1, shard_name_template=""
-            )
-        )
+        _ = vocabulary | "WriteVocab" >> beam.Map(write_text_file, str(out / "vocab.txt"))
         _ = parsed.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
             str(out / "dead_letter" / "part")
         )

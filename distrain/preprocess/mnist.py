@@ -12,13 +12,24 @@ with an error naming the file; per-record problems go to the dead-letter output.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
 
-from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths, read_mnist_split
+from distrain.data.idx import (
+    IMAGES_MAGIC,
+    LABELS_MAGIC,
+    MNIST_FILES,
+    IdxFormatError,
+    idx_shape,
+    inspect_mnist_split,
+    mnist_paths,
+    read_idx_rows,
+    unpack_idx,
+)
 from distrain.preprocess.common import (
     SumStatsFn,
     WriteJsonLines,
@@ -66,21 +77,43 @@ class MnistPreprocessConfig:
             raise ValueError("num_shards must be >= 0 and batch_size positive")
 
 
-class ReadIdxBatches(beam.DoFn):
-    """Reads one MNIST split's IDX pair and emits it in batches.
+class UnpackIdxSplit(beam.DoFn):
+    """Stages one MNIST split's IDX pair for reading by rows; emits its row ranges.
 
-    Emits ``(split, start_index, images[N, rows, cols], labels[N])``.
+    Gzip can only be read from the start, so a gzipped file is unpacked once into
+    ``work_dir`` (:func:`~distrain.data.idx.unpack_idx`). What crosses the shuffle after
+    this step is ranges ``(split, images_path, labels_path, start, stop)`` of
+    ``batch_size`` rows, a few bytes each, not the images: each worker reads its ranges
+    with a seek.
     """
 
-    def __init__(self, input_dir: str, batch_size: int):
+    def __init__(self, input_dir: str, work_dir: str, batch_size: int):
         self.input_dir = input_dir
+        self.work_dir = work_dir
         self.batch_size = batch_size
 
     def process(self, split: str):
-        images, labels = read_mnist_split(*mnist_paths(self.input_dir, split))
-        for start in range(0, len(labels), self.batch_size):
-            stop = start + self.batch_size
-            yield split, start, images[start:stop], labels[start:stop]
+        images_path, labels_path = mnist_paths(self.input_dir, split)
+        images = unpack_idx(images_path, self.work_dir)
+        labels = unpack_idx(labels_path, self.work_dir)
+        count = idx_shape(images, IMAGES_MAGIC)[0]
+        if idx_shape(labels, LABELS_MAGIC)[0] != count:
+            raise IdxFormatError(f"{images_path} and {labels_path}: image and label counts differ")
+        for start in range(0, count, self.batch_size):
+            yield split, str(images), str(labels), start, min(start + self.batch_size, count)
+
+
+class ReadIdxRows(beam.DoFn):
+    """Reads one range of a split: ``(split, start, images[N, rows, cols], labels[N])``."""
+
+    def process(self, item):
+        split, images, labels, start, stop = item
+        yield (
+            split,
+            start,
+            read_idx_rows(images, start, stop, IMAGES_MAGIC),
+            read_idx_rows(labels, start, stop, LABELS_MAGIC),
+        )
 
 
 class _EncodeBatchFn(beam.DoFn):
@@ -175,6 +208,29 @@ def validate_inputs(input_dir: str | os.PathLike) -> dict[str, tuple[int, list[i
     return found
 
 
+def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_args) -> None:
+    """The Beam job itself; gzipped inputs are unpacked under ``work``."""
+    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+        batches = (
+            pipeline
+            | "Sources" >> beam.Create(list(MNIST_FILES))
+            | "Unpack" >> beam.ParDo(UnpackIdxSplit(config.input_dir, str(work), config.batch_size))
+            | "Spread" >> beam.Reshuffle()
+            | "ReadRows" >> beam.ParDo(ReadIdxRows())
+        )
+        result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
+        for split in SPLITS:
+            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
+                str(out / split / "part"), config.num_shards
+            )
+        _ = result["dead_letter"] | "WriteDeadLetter" >> WriteJsonLines(
+            str(out / "dead_letter" / "part")
+        )
+        _ = result["stats"] | "WriteStats" >> WriteJsonLines(
+            str(out / "stats"), ".json", exact_name=True
+        )
+
+
 def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
     """Runs the preprocessing job and writes ``metadata.json``.
 
@@ -195,24 +251,11 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
         raise ValueError(f"{config.input_dir}: train and test image shapes differ: {shapes}")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-        batches = (
-            pipeline
-            | "Sources" >> beam.Create(list(MNIST_FILES))
-            | "ReadIdx" >> beam.ParDo(ReadIdxBatches(config.input_dir, config.batch_size))
-            | "Spread" >> beam.Reshuffle()
-        )
-        result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
-        for split in SPLITS:
-            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
-                str(out / split / "part"), config.num_shards
-            )
-        _ = result["dead_letter"] | "WriteDeadLetter" >> WriteJsonLines(
-            str(out / "dead_letter" / "part")
-        )
-        _ = result["stats"] | "WriteStats" >> WriteJsonLines(
-            str(out / "stats"), ".json", exact_name=True
-        )
+    work = out / ".work"
+    try:
+        _run_pipeline(config, out, work, beam_args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
     histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
