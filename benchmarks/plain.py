@@ -1,8 +1,9 @@
 """Plain-Python versions of the three Beam preprocessing jobs: the baselines of the suite.
 
 Each does the same parsing, the same train/validation assignment, the same vocabulary and
-the same ``tf.train.Example`` records as its Beam job, with the library's own functions,
-and writes one TFRecord file per split: no Beam, one process.
+the same ``tf.train.Example`` records as its Beam job, with the library's own functions
+(the same record encoders and TFRecord writer), and writes one TFRecord file per split:
+no Beam, one process.
 """
 
 from __future__ import annotations
@@ -16,21 +17,18 @@ from distrain.data.idx import mnist_paths, read_mnist_split
 from distrain.preprocess import dbpedia as db
 from distrain.preprocess import gutenberg as gb
 from distrain.preprocess.common import validation_mask
+from distrain.preprocess.mnist import mnist_example
+from distrain.preprocess.records import write_tfrecords
 
 
-def _writers(out: Path, splits):
-    import tensorflow as tf
-
-    out.mkdir(parents=True, exist_ok=True)
-    return {s: tf.io.TFRecordWriter(str(out / f"{s}.tfrecord")) for s in splits}
+def _write(out: Path, records: dict[str, list[bytes]]) -> int:
+    """One TFRecord file per split; returns the records written."""
+    return sum(write_tfrecords(str(out / f"{s}.tfrecord"), r) for s, r in records.items())
 
 
 def mnist(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
     """MNIST IDX files to TFRecords; returns the records written."""
-    from tensorflow.core.example import example_pb2
-
-    writers = _writers(out, ("train", "validation", "test"))
-    count = 0
+    records = {"train": [], "validation": [], "test": []}
     for source in ("train", "test"):
         images, labels = read_mnist_split(*mnist_paths(raw, source))
         to_val = (
@@ -39,22 +37,13 @@ def mnist(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
             else np.zeros(len(labels), bool)
         )
         for i in range(len(labels)):
-            example = example_pb2.Example()
-            feature = example.features.feature
-            feature["image"].bytes_list.value.append(images[i].tobytes())
-            feature["label"].int64_list.value.append(int(labels[i]))
             split = source if source == "test" else ("validation" if to_val[i] else "train")
-            writers[split].write(example.SerializeToString())
-            count += 1
-    for w in writers.values():
-        w.close()
-    return count
+            records[split].append(mnist_example(images[i].tobytes(), int(labels[i])))
+    return _write(out, records)
 
 
 def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
     """dbpedia_csv to TFRecords (vocabulary from the training split); returns records."""
-    from tensorflow.core.example import example_pb2
-
     cfg = db.DbpediaPreprocessConfig(str(raw), str(out), fraction, seed)
     classes = db.read_classes(raw)
     rows = {"train": [], "validation": [], "test": []}
@@ -79,27 +68,18 @@ def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
         bi.update(b)
     vocab = db.build_vocabulary((uni, bi), cfg.min_count, cfg.max_unigrams, cfg.max_bigrams)
     index = {w: i for i, w in enumerate(vocab)}
-    writers = _writers(out, rows)
-    count = 0
-    for split, items in rows.items():
-        for _, label, text in items:
-            example = example_pb2.Example()
-            feature = example.features.feature
-            feature["tokens"].int64_list.value.extend(
-                db.encode(text, index, cfg.max_tokens, with_bigrams)
-            )
-            feature["label"].int64_list.value.append(label)
-            writers[split].write(example.SerializeToString())
-            count += 1
-    for w in writers.values():
-        w.close()
-    return count
+    records = {
+        split: [
+            db.text_example(db.encode(text, index, cfg.max_tokens, with_bigrams), label)
+            for _, label, text in items
+        ]
+        for split, items in rows.items()
+    }
+    return _write(out, records)
 
 
 def gutenberg(raw: Path, out: Path, fraction: float = 0.1) -> int:
     """Books to TFRecord windows (vocabulary from training text); returns records."""
-    from tensorflow.core.example import example_pb2
-
     cfg = gb.GutenbergPreprocessConfig(str(raw), str(out), validation_fraction=fraction)
     books = {}
     for path in sorted(raw.glob("*.txt")):
@@ -112,16 +92,11 @@ def gutenberg(raw: Path, out: Path, fraction: float = 0.1) -> int:
         counts.update(parts["train"])
     vocab = gb.build_char_vocabulary(counts, cfg.min_char_count)
     index = {c: i for i, c in enumerate(vocab)}
-    writers = _writers(out, ("train", "validation"))
-    count = 0
+    records = {"train": [], "validation": []}
     for parts in books.values():
         for split, text in parts.items():
             ids = [index.get(c, gb.OOV) for c in text]
-            for w in gb.windows(ids, cfg.seq_len, cfg.stride):
-                example = example_pb2.Example()
-                example.features.feature["chars"].int64_list.value.extend(w)
-                writers[split].write(example.SerializeToString())
-                count += 1
-    for w in writers.values():
-        w.close()
-    return count
+            records[split].extend(
+                gb.window_example(w) for w in gb.windows(ids, cfg.seq_len, cfg.stride)
+            )
+    return _write(out, records)

@@ -12,6 +12,7 @@ from benchmarks.suite import (
     render_markdown,
     ring_step,
     targets,
+    tile_sample,
 )
 
 from .conftest import ROOT
@@ -51,6 +52,21 @@ def test_per_record_cost_cancels_start_up():
     assert _per_record([(1000, 2.01), (2000, 2.02)]) == pytest.approx(1e-5)
     # Noise can make the bigger run faster; the floor keeps it positive.
     assert _per_record([(1000, 2.0), (2000, 1.9)]) > 0
+
+
+@pytest.mark.parametrize("dataset,size", [("mnist", 120), ("dbpedia", 140), ("gutenberg", 20000)])
+def test_a_tiled_sample_is_the_same_records_k_times(tmp_path, dataset, size):
+    from benchmarks import plain
+    from distrain.steps import fetch
+
+    fetch(dataset, "sample", tmp_path / "s", sample_size=size, seed=1)
+    once = plain.__dict__[dataset](
+        tile_sample(dataset, tmp_path / "s", tmp_path / "x1", 1), tmp_path / "o1"
+    )
+    thrice = plain.__dict__[dataset](
+        tile_sample(dataset, tmp_path / "s", tmp_path / "x3", 3), tmp_path / "o3"
+    )
+    assert once > 0 and thrice == 3 * once
 
 
 def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):

@@ -115,7 +115,7 @@ def test_async_trains_records_staleness_and_leaves_no_process(mnist_examples, tm
         data_dir=str(mnist_examples),
         output_dir=str(tmp_path / "a"),
         run="async:2",
-        epochs=3,
+        epochs=5,  # at 3, stale updates left some runs just under the bar (0.78)
         batch_size=32,
     )
     history = run_training(cfg, timeout=300)

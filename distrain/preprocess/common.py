@@ -134,24 +134,10 @@ class _WriteShard(beam.DoFn):
 
 
 def _write_records(final: str, records) -> int:
-    """Writes records to ``final`` atomically; returns how many.
+    """Writes records to ``final`` atomically (see :func:`records.write_tfrecords`)."""
+    from distrain.preprocess.records import write_tfrecords
 
-    A temporary file is renamed into place, so a retried bundle rewrites the same file
-    instead of adding a second one.
-    """
-    import uuid
-
-    import tensorflow as tf
-
-    tf.io.gfile.makedirs(os.path.dirname(final) or ".")
-    tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-    count = 0
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for record in records:
-            writer.write(record)
-            count += 1
-    tf.io.gfile.rename(tmp, final, overwrite=True)
-    return count
+    return write_tfrecords(final, records)
 
 
 def batch_file_name(order_key) -> str:
@@ -271,16 +257,9 @@ def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio:
 
 def write_text_file(text: str, path: str) -> str:
     """Writes ``text`` to ``path`` atomically (a temporary file renamed); returns the path."""
-    import uuid
+    from distrain.preprocess.records import write_text
 
-    import tensorflow as tf
-
-    tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-    return path
+    return write_text(path, text)
 
 
 def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:

@@ -38,6 +38,7 @@ from distrain.preprocess.common import (
     write_metadata,
     write_text_file,
 )
+from distrain.preprocess.records import example, int64_feature
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
@@ -346,6 +347,11 @@ def encode(text: str, index: dict[str, int], max_tokens: int, with_bigrams: bool
     return ids[:max_tokens]
 
 
+def text_example(ids: list[int], label: int) -> bytes:
+    """One serialised DBPedia example: ``tokens`` (int64 ids) and ``label`` (int64)."""
+    return example({"tokens": int64_feature(ids), "label": int64_feature((label,))})
+
+
 class EncodeText(beam.PTransform):
     """Rows split by name to serialised ``tf.train.Example`` per split, given a vocabulary.
 
@@ -368,9 +374,6 @@ class EncodeText(beam.PTransform):
 
         class _Encode(beam.DoFn):
             def setup(self):
-                from tensorflow.core.example import example_pb2
-
-                self._example = example_pb2.Example
                 self._index = None
 
             def process(self, item, vocabulary):
@@ -381,13 +384,8 @@ class EncodeText(beam.PTransform):
                 split, batch = item
                 records, histogram = [], [0] * k
                 for _, label, text in batch:
-                    example = self._example()
-                    feature = example.features.feature
-                    feature["tokens"].int64_list.value.extend(
-                        encode(text, self._index, max_tokens, with_bigrams)
-                    )
-                    feature["label"].int64_list.value.append(label)
-                    records.append(example.SerializeToString())
+                    ids = encode(text, self._index, max_tokens, with_bigrams)
+                    records.append(text_example(ids, label))
                     histogram[label] += 1
                 yield beam.pvalue.TaggedOutput(split, ((split, batch[0][0]), records))
                 yield beam.pvalue.TaggedOutput("histogram", {"histogram": {split: histogram}})

@@ -34,6 +34,7 @@ from distrain.preprocess.common import (
     run_job,
     write_metadata,
 )
+from distrain.preprocess.records import example, int64_feature
 
 SPLITS = ("train", "validation")
 OOV = 0
@@ -151,6 +152,11 @@ def windows(ids: list[int], seq_len: int, stride: int) -> list[list[int]]:
     return [ids[s : s + seq_len + 1] for s in range(0, len(ids) - seq_len, stride)]
 
 
+def window_example(ids: list[int]) -> bytes:
+    """One serialised Gutenberg example: ``chars`` (int64 character ids of a window)."""
+    return example({"chars": int64_feature(ids)})
+
+
 def build_char_vocabulary(counts: Counter, min_count: int) -> list[str]:
     """``<oov>`` then the characters seen at least ``min_count`` times, most frequent first."""
     kept = sorted((c for c, n in counts.items() if n >= min_count), key=lambda c: (-counts[c], c))
@@ -224,9 +230,6 @@ class BooksToWindows(beam.PTransform):
 
         class _Encode(beam.DoFn):
             def setup(self):
-                from tensorflow.core.example import example_pb2
-
-                self._example = example_pb2.Example
                 self._index = None
 
             def process(self, book, vocab):
@@ -236,11 +239,7 @@ class BooksToWindows(beam.PTransform):
                 for split, text in parts.items():
                     ids = [self._index.get(c, OOV) for c in text]
                     made = windows(ids, seq_len, stride)
-                    records = []
-                    for w in made:
-                        example = self._example()
-                        example.features.feature["chars"].int64_list.value.extend(w)
-                        records.append(example.SerializeToString())
+                    records = [window_example(w) for w in made]
                     # One element per (book, split), not per window.
                     yield beam.pvalue.TaggedOutput(split, ((book[0], split), records))
                     yield beam.pvalue.TaggedOutput(

@@ -42,6 +42,7 @@ from distrain.preprocess.common import (
     validation_mask,
     write_metadata,
 )
+from distrain.preprocess.records import bytes_feature, example, int64_feature
 
 NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")
@@ -116,17 +117,17 @@ class ReadIdxRows(beam.DoFn):
         )
 
 
+def mnist_example(image: bytes, label: int) -> bytes:
+    """One serialised MNIST example: ``image`` (28x28 uint8 pixels) and ``label``."""
+    return example({"image": bytes_feature((image,)), "label": int64_feature((label,))})
+
+
 class _EncodeBatchFn(beam.DoFn):
     """Validates, splits and serialises one batch; one tagged output per split."""
 
     def __init__(self, seed: int, validation_fraction: float):
         self.seed = seed
         self.validation_fraction = validation_fraction
-
-    def setup(self):
-        from tensorflow.core.example import example_pb2
-
-        self._example = example_pb2.Example
 
     def process(self, batch):
         source, start, images, labels = batch
@@ -156,13 +157,7 @@ class _EncodeBatchFn(beam.DoFn):
             if not len(chosen):
                 continue
             stats["histogram"][split] = np.bincount(labels[chosen], minlength=NUM_CLASSES).tolist()
-            records = []
-            for i in chosen:
-                example = self._example()
-                feature = example.features.feature
-                feature["image"].bytes_list.value.append(images[i].tobytes())
-                feature["label"].int64_list.value.append(int(labels[i]))
-                records.append(example.SerializeToString())
+            records = [mnist_example(images[i].tobytes(), int(labels[i])) for i in chosen.tolist()]
             # One element per batch, not per record: Beam's per-element cost is paid once.
             yield beam.pvalue.TaggedOutput(split, ((source, start), records))
         yield beam.pvalue.TaggedOutput("stats", stats)

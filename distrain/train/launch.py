@@ -282,6 +282,9 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                         f"{proc.returncode}; see {out / 'logs'}"
                     )
             if deadline and time.monotonic() > deadline:
+                if cfg.run.mode in PS_MODES:  # the chief is `distrain worker` itself
+                    main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr
+                    time.sleep(2.0)
                 raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
             time.sleep(0.2)
         if main.returncode != 0:

@@ -86,6 +86,57 @@ def _keep_functions_registered() -> None:
     tf_context.context().remove_function = lambda name: None
 
 
+def _coordinator_threads_own_executors() -> None:
+    """[ps] Each of ``ClusterCoordinator``'s worker threads runs in an executor of its own.
+
+    Its threads copy every step's results to the chief in the context's *shared* default
+    executor, and every ``executor_scope`` exit waits for all of that executor's pending
+    work (TensorFlow's ``Executor.__del__``). A worker that stalls while its results are
+    being copied would then hold every other worker's thread, and the run with them.
+    Applied before the coordinator starts its threads.
+    """
+    from tensorflow.python.distribute.coordinator import cluster_coordinator  # no public switch
+    from tensorflow.python.eager import context as tf_context
+    from tensorflow.python.eager import executor as tf_executor
+
+    original = cluster_coordinator.Worker._process_queue
+    if getattr(original, "own_executor", False):
+        return
+
+    def process_queue(worker):
+        with tf_context.executor_scope(tf_executor.new_executor(enable_async=False)):
+            original(worker)
+
+    process_queue.own_executor = True
+    cluster_coordinator.Worker._process_queue = process_queue
+
+
+_RELEASE_LOCK = threading.Lock()
+_RELEASE_EXECUTORS: dict[int, object] = {}
+
+
+def _release_worker_outputs(remote, worker: int) -> None:
+    """[ps] Frees a step's outputs on the worker that made them, without ever waiting.
+
+    Once a step's results are copied to the chief, its tensors on the worker are freed
+    by a message to that worker. From a synchronous executor TensorFlow sends it through
+    the context's shared default executor and waits for the answer, so a worker that
+    stalls (not dies) just after a step would hold every later wait on that executor:
+    the chief's next validation batch, for one. Here the message is queued in an
+    asynchronous executor of that worker's own, which nothing ever waits on (the
+    executors live as long as the process): a stalled worker holds only its own queue.
+    """
+    from tensorflow.python.eager import context as tf_context
+    from tensorflow.python.eager import executor as tf_executor
+
+    with _RELEASE_LOCK:
+        executor = _RELEASE_EXECUTORS.get(worker)
+        if executor is None:
+            executor = _RELEASE_EXECUTORS[worker] = tf_executor.new_executor(enable_async=True)
+    with tf_context.executor_scope(executor):
+        remote._values = None  # private: the only reference to the worker-side tensors
+
+
 class _Trainer:
     """One run: setup shared by every mode, then the mode's way of applying gradients."""
 
@@ -117,6 +168,7 @@ class _Trainer:
         elif self.mode in PS_MODES:
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()  # [ps]
             self.strategy = tf.distribute.ParameterServerStrategy(resolver)  # [ps]
+            _coordinator_threads_own_executors()  # [ps]
             self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)  # [ps]
             _keep_functions_registered()  # [ps]
 
@@ -766,7 +818,9 @@ class _Trainer:
                         # one, a copy from a worker that stalls mid-transfer would hold
                         # every thread that waits on that executor.
                         with tf_context.executor_scope(tf_executor.new_executor(False)):
-                            future.set_result(remote.fetch())
+                            result = remote.fetch()
+                        _release_worker_outputs(remote, int(result[3]))
+                        future.set_result(result)
                     except BaseException as err:  # handed to the loop through the future
                         future.set_exception(err)
 

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train_config.json")
     args = parser.parse_args(argv)
+    # SIGUSR1 prints every thread's Python stack to stderr: the launcher sends it to a run
+    # that timed out, so a hang says where it was.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     bound = bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools
     if bound:
         print(f"local rank {os.environ.get('HOROVOD_LOCAL_RANK')}: cores {sorted(bound)}")
