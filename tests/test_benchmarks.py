@@ -119,6 +119,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
                 {"batch": 256, "single_one_core": 10.0, "sync2": 15.0, "efficiency": 0.75}
             ],
             "sync_efficiency": sync_eff,
+            "sync_efficiency_pairs": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
             "sync_vs_all_cores": 1.1,
             "machine_ceiling": 0.95,
             "batch": 1024,
@@ -223,6 +224,9 @@ def test_report_has_every_section_and_marks_misses():
     assert "| sync scaling efficiency at N = 2 >= 0.90 | 0.80 | **no** (0.10 short) |" in md
     assert "not reached" in md
     assert "| 256 | 10 | 15 | 0.75 |" in md
+    assert (
+        "**0.80**, the median of 3 (one core, sync) pairs run back to back (range 0.78-0.83)" in md
+    )
 
 
 @pytest.mark.slow
