@@ -81,7 +81,7 @@ def test_a_rewritten_file_replaces_the_old_one(tmp_path):
     rec.write_tfrecords(path, [b"old", b"older"])
     rec.write_tfrecords(path, [b"new"])
     assert rec.tfrecord_frame(b"new") == (tmp_path / "part.tfrecord").read_bytes()
-    rec.write_text(str(tmp_path / "v" / "vocab.txt"), "a\nb\u00e9\n")
+    rec.write_text("a\nb\u00e9\n", str(tmp_path / "v" / "vocab.txt"))
     assert (tmp_path / "v" / "vocab.txt").read_text("utf-8") == "a\nb\u00e9\n"
 
 

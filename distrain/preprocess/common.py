@@ -16,6 +16,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from distrain.preprocess.records import write_tfrecords
+
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -130,14 +132,7 @@ class _WriteShard(beam.DoFn):
         shard, grouped = item
         batches = sorted(grouped["batches"], key=lambda batch: batch[0])
         final = f"{self.prefix}-{shard:05d}-of-{self.num_shards:05d}{self.suffix}"
-        yield final, _write_records(final, (r for _, records in batches for r in records))
-
-
-def _write_records(final: str, records) -> int:
-    """Writes records to ``final`` atomically (see :func:`records.write_tfrecords`)."""
-    from distrain.preprocess.records import write_tfrecords
-
-    return write_tfrecords(final, records)
+        yield final, write_tfrecords(final, (r for _, records in batches for r in records))
 
 
 def batch_file_name(order_key) -> str:
@@ -167,7 +162,7 @@ class _WriteBatchFile(beam.DoFn):
     def process(self, batch):
         key, records = batch
         final = f"{self.prefix}-{batch_file_name(key)}{self.suffix}"
-        yield final, _write_records(final, records)
+        yield final, write_tfrecords(final, records)
 
 
 def shard_of(order_key, num_shards: int) -> int:
@@ -253,13 +248,6 @@ def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio:
             f"({rejected / input_records:.2%}), above the allowed {max_bad_ratio:.2%}; "
             "see the dead_letter output for each record and its reason"
         )
-
-
-def write_text_file(text: str, path: str) -> str:
-    """Writes ``text`` to ``path`` atomically (a temporary file renamed); returns the path."""
-    from distrain.preprocess.records import write_text
-
-    return write_text(path, text)
 
 
 def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:

@@ -36,9 +36,8 @@ from distrain.preprocess.common import (
     run_job,
     validation_mask,
     write_metadata,
-    write_text_file,
 )
-from distrain.preprocess.records import example, int64_feature
+from distrain.preprocess.records import example, int64_feature, write_text
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
@@ -449,7 +448,7 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             _ = encoded[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
                 str(out / split / "part"), config.num_shards
             )
-        _ = vocabulary | "WriteVocab" >> beam.Map(write_text_file, str(out / "vocab.txt"))
+        _ = vocabulary | "WriteVocab" >> beam.Map(write_text, str(out / "vocab.txt"))
         _ = parsed.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
             str(out / "dead_letter" / "part")
         )

@@ -26,6 +26,7 @@ import struct
 import uuid
 from collections.abc import Iterable, Mapping
 
+import google_crc32c
 import numpy as np
 
 _MASK64 = (1 << 64) - 1
@@ -45,15 +46,18 @@ def _varint_slow(value: int) -> bytes:
 _SMALL = [_varint_slow(i) for i in range(1 << 14)]
 
 
-def varint(value: int) -> bytes:
-    """The protobuf varint encoding of one int64 value."""
+def _varint(value: int) -> bytes:
     return _SMALL[value] if 0 <= value < 16384 else _varint_slow(value)
 
 
 def _field(tag: bytes, body: bytes) -> bytes:
     """A length-delimited field: tag, length, body."""
-    n = len(body)
-    return tag + (_SMALL[n] if n < 16384 else _varint_slow(n)) + body
+    return tag + _varint(len(body)) + body
+
+
+def _packed_feature(kind_tag: bytes, packed: bytes) -> bytes:
+    """A ``Feature`` whose list holds packed values (none: an empty list)."""
+    return _field(kind_tag, _field(b"\x0a", packed) if packed else b"")
 
 
 def int64_feature(values: Iterable[int] | np.ndarray) -> bytes:
@@ -61,12 +65,11 @@ def int64_feature(values: Iterable[int] | np.ndarray) -> bytes:
     if isinstance(values, np.ndarray):
         arr = values.astype(np.int64, copy=False).ravel()
         if arr.size and arr.min() >= 0 and arr.max() < 128:
-            packed = arr.astype(np.uint8).tobytes()  # one byte per value
-        else:
-            packed = b"".join([varint(int(v)) for v in arr.tolist()])
-    else:
-        packed = b"".join([_SMALL[v] if 0 <= v < 16384 else _varint_slow(v) for v in values])
-    return _field(b"\x1a", _field(b"\x0a", packed) if packed else b"")
+            return _packed_feature(b"\x1a", arr.astype(np.uint8).tobytes())  # a byte each
+        values = arr.tolist()
+    # The hot path of every job: the lookup is inlined rather than a call per value.
+    packed = b"".join([_SMALL[v] if 0 <= v < 16384 else _varint_slow(v) for v in values])
+    return _packed_feature(b"\x1a", packed)
 
 
 def bytes_feature(values: Iterable[bytes]) -> bytes:
@@ -76,8 +79,7 @@ def bytes_feature(values: Iterable[bytes]) -> bytes:
 
 def float_feature(values: Iterable[float] | np.ndarray) -> bytes:
     """A ``Feature`` holding a ``float_list`` (packed float32)."""
-    packed = np.asarray(values, dtype="<f4").ravel().tobytes()
-    return _field(b"\x12", _field(b"\x0a", packed) if packed else b"")
+    return _packed_feature(b"\x12", np.asarray(values, dtype="<f4").ravel().tobytes())
 
 
 _KEYS: dict[str, bytes] = {}
@@ -105,19 +107,9 @@ def example(features: Mapping[str, bytes]) -> bytes:
 # -- TFRecord files ---------------------------------------------------------------------
 
 
-def _crc32c():
-    try:
-        import google_crc32c
-    except ImportError as e:  # a declared dependency; say what is missing
-        raise ImportError("distrain writes TFRecords with google-crc32c: pip install it") from e
-    return google_crc32c.value
-
-
-def masked_crc32c(data: bytes, _crc=[]) -> int:  # noqa: B006  (a one-slot cache)
+def masked_crc32c(data: bytes) -> int:
     """TFRecord's checksum: crc32c rotated right by 15 bits plus a constant."""
-    if not _crc:
-        _crc.append(_crc32c())
-    crc = _crc[0](data)
+    crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -134,60 +126,54 @@ def tfrecord_frame(record: bytes) -> bytes:
     )
 
 
-def _makedirs(directory: str) -> None:
-    from apache_beam.io.filesystems import FileSystems
+def _write_atomically(path: str, chunks: Iterable[bytes]) -> None:
+    """Writes the chunks to a temporary file, renamed to ``path`` once complete.
 
+    A retried bundle rewrites the same file instead of leaving a second or partial one.
+    """
+    from apache_beam.io.filesystems import CompressionTypes, FileSystems
+
+    directory = os.path.dirname(path)
     if directory and not FileSystems.exists(directory):
         try:
             FileSystems.mkdirs(directory)
         except OSError:  # made meanwhile by another worker
             if not FileSystems.exists(directory):
                 raise
-
-
-def write_tfrecords(path: str, records: Iterable[bytes], chunk_bytes: int = 1 << 20) -> int:
-    """Writes records to a TFRecord file, atomically; returns how many.
-
-    A temporary file is renamed into place, so a retried bundle rewrites the same file
-    instead of leaving a second or partial one.
-    """
-    from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
-    _makedirs(os.path.dirname(path))
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    count, size, pending = 0, 0, []
-    with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        for record in records:
-            frame = tfrecord_frame(record)
-            pending.append(frame)
-            size += len(frame)
-            count += 1
-            if size >= chunk_bytes:
-                f.write(b"".join(pending))
-                pending, size = [], 0
-        f.write(b"".join(pending))
-    _replace(tmp, path)
-    return count
-
-
-def write_text(path: str, text: str) -> str:
-    """Writes a UTF-8 text file atomically; returns the path."""
-    from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
-    _makedirs(os.path.dirname(path))
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(text.encode("utf-8"))
-    _replace(tmp, path)
-    return path
-
-
-def _replace(tmp: str, path: str) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
+        for chunk in chunks:
+            f.write(chunk)
     if "://" not in path:
         os.replace(tmp, path)  # atomic on one local file system, replaces an older file
         return
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([tmp], [path])
+
+
+def write_tfrecords(path: str, records: Iterable[bytes], chunk_bytes: int = 1 << 20) -> int:
+    """Writes records to a TFRecord file, atomically; returns how many."""
+    count = 0
+
+    def chunks():
+        nonlocal count
+        pending, size = [], 0
+        for record in records:
+            frame = tfrecord_frame(record)
+            pending.append(frame)
+            size += len(frame)
+            count += 1
+            if size >= chunk_bytes:
+                yield b"".join(pending)
+                pending, size = [], 0
+        yield b"".join(pending)
+
+    _write_atomically(path, chunks())
+    return count
+
+
+def write_text(text: str, path: str) -> str:
+    """Writes a UTF-8 text file atomically; returns the path."""
+    _write_atomically(path, [text.encode("utf-8")])
+    return path
