@@ -190,6 +190,25 @@ def test_unpacking_a_truncated_gzip_names_the_file_and_leaves_nothing(tmp_path):
     assert not list((tmp_path / "work").iterdir())
 
 
+@pytest.mark.case("mnist/truncated-gzip")
+@pytest.mark.parametrize("damage", ["deflate data", "crc", "length"])
+def test_a_damaged_gzip_stream_is_refused_by_both_readers(tmp_path, damage):
+    # The fast inflater (ISA-L) must refuse what the gzip module refuses, not only
+    # truncation: a damaged block, a checksum or a length that does not match.
+    write_idx(tmp_path / "d.gz", _images(50))
+    data = bytearray((tmp_path / "d.gz").read_bytes())
+    at = {"deflate data": 40, "crc": len(data) - 6, "length": len(data) - 2}[damage]
+    data[at : at + 4] = bytes(b ^ 0xA5 for b in data[at : at + 4])
+    (tmp_path / "d.gz").write_bytes(bytes(data))
+    with pytest.raises(Exception):  # noqa: B017  (the stdlib's view of the same bytes)
+        gzip.decompress(bytes(data))
+    with pytest.raises(IdxFormatError, match=r"d\.gz: corrupt or truncated gzip"):
+        read_idx(tmp_path / "d.gz")
+    with pytest.raises(IdxFormatError, match=r"d\.gz: corrupt or truncated gzip"):
+        unpack_idx(tmp_path / "d.gz", tmp_path / "work")
+    assert not list((tmp_path / "work").glob("*"))
+
+
 def test_row_reads_check_the_file(tmp_path):
     write_idx(tmp_path / "i", _images(8))
     data = (tmp_path / "i").read_bytes()

@@ -21,6 +21,12 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from isal import igzip, isal_zlib
+
+# Gzip streams are inflated with Intel ISA-L (python-isal): the same format as the gzip
+# module, 2-3 times as fast. Unpacking the training images is the one serial step of
+# the MNIST job, so its speed bounds what more workers can gain.
+_GZIP_ERRORS = (EOFError, OSError, zlib.error, isal_zlib.error)
 
 # IDX type codes and the numpy dtypes they hold (big-endian where it matters).
 _DTYPES: dict[int, np.dtype] = {
@@ -55,8 +61,8 @@ def _read_bytes(path: Path) -> bytes:
         raise IdxFormatError(f"{path}: file is empty, expected an IDX header")
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as err:
+            return igzip.decompress(raw)
+        except _GZIP_ERRORS as err:
             raise IdxFormatError(f"{path}: corrupt or truncated gzip stream ({err})") from err
     if path.suffix == ".gz":
         raise IdxFormatError(f"{path}: not a gzip file (name ends in .gz, bytes do not)")
@@ -204,9 +210,9 @@ def unpack_idx(path: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex}")
     try:
-        with gzip.open(path, "rb") as src, open(tmp, "wb") as out:
+        with igzip.open(path, "rb") as src, open(tmp, "wb") as out:
             shutil.copyfileobj(src, out, 4 * 2**20)
-    except (EOFError, OSError, zlib.error) as err:
+    except _GZIP_ERRORS as err:
         tmp.unlink(missing_ok=True)
         raise IdxFormatError(f"{path}: corrupt or truncated gzip stream ({err})") from err
     os.replace(tmp, dest)
