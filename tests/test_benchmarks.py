@@ -251,6 +251,8 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     results = json.loads(js.read_text())
     assert results["machine"]["quick"] is True
     assert len(results["targets"]) == 8
+    # Each set-up ran a tiny input (its start-up) and the timed one.
+    assert all(0 < r["records"][0] < r["records"][1] for r in results["preprocessing"])
     assert "tiny workloads, not measurements" in md.read_text()
     train = {r["run"] for r in results["training"]["rows"]}
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
