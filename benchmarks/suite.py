@@ -197,8 +197,8 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
     Every repeat runs the plain loop and both Beam set-ups on a tiny input (their
     start-up) and on the timed input, one after the other, and gives each its per-record
     cost and its ratio to the plain loop's in that same repeat; the table shows the median
-    over repeats and the range of the ratio. Against two sizes n and 2n, the whole timed
-    input is signal: three times the work per second spent for the same start-up noise.
+    over repeats and the range of the ratio. Compared with timing two sizes n and 2n, the
+    whole timed input is signal: three times the signal for the same time.
     """
     import statistics
 
