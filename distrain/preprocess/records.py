@@ -63,10 +63,7 @@ def _packed_feature(kind_tag: bytes, packed: bytes) -> bytes:
 def int64_feature(values: Iterable[int] | np.ndarray) -> bytes:
     """A ``Feature`` holding an ``int64_list`` (packed)."""
     if isinstance(values, np.ndarray):
-        arr = values.astype(np.int64, copy=False).ravel()
-        if arr.size and arr.min() >= 0 and arr.max() < 128:
-            return _packed_feature(b"\x1a", arr.astype(np.uint8).tobytes())  # a byte each
-        values = arr.tolist()
+        values = values.astype(np.int64, copy=False).ravel().tolist()  # Python ints
     # The hot path of every job: the lookup is inlined rather than a call per value.
     packed = b"".join([_SMALL[v] if 0 <= v < 16384 else _varint_slow(v) for v in values])
     return _packed_feature(b"\x1a", packed)

@@ -819,7 +819,8 @@ class _Trainer:
                         # every thread that waits on that executor.
                         with tf_context.executor_scope(tf_executor.new_executor(False)):
                             result = remote.fetch()
-                        _release_worker_outputs(remote, int(result[3]))
+                        _, _, _, worker, _, _ = result  # as gradient_step returns it
+                        _release_worker_outputs(remote, int(worker))
                         future.set_result(result)
                     except BaseException as err:  # handed to the loop through the future
                         future.set_exception(err)
