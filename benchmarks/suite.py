@@ -6,11 +6,12 @@
 Measures (the sections of BENCHMARKS.md):
 
 1. Preprocessing: records/second of each Beam job against a plain loop doing the same
-   work (``benchmarks/plain.py``), with 1 and 2 Beam workers, at two input sizes; the
-   per-record cost is the difference between them (start-up cancels out).
+   work (``benchmarks/plain.py``), with 1 and 2 Beam workers, on a tiny input (the
+   start-up) and a timed one; the per-record cost is the difference between them.
 2. Training throughput per mode and worker count, every configuration on the same cores;
    sync scaling efficiency against one worker on 1/N of the cores and against one process
-   on all of them; two independent one-core processes give the machine's own ceiling.
+   on all of them; two independent one-core processes give the machine's own ceiling, and
+   the same two as Horovod ranks that never allreduce give Horovod's own cost.
 3. Time to accuracy (MNIST, DBPedia) or bits/char (Gutenberg) per mode.
 4. Horovod allreduce bandwidth against message size (2 ranks on loopback) next to the
    ring bound 2(N-1)/N * S / B, with B measured on the same loopback.
@@ -338,13 +339,10 @@ def _mnist_data(tmp: Path, size: int) -> Path:
     return data
 
 
-def _train(
-    data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, threads=0, batch=0
-) -> dict:
+def _train_config(data: Path, out: Path, run: str, cfg: SuiteConfig, threads=0, batch=0):
     from distrain.train.config import TrainConfig
-    from distrain.train.launch import run_training
 
-    tc = TrainConfig(
+    return TrainConfig(
         data_dir=str(data),
         output_dir=str(out),
         run=run,
@@ -353,6 +351,14 @@ def _train(
         batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
     )
+
+
+def _train(
+    data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, threads=0, batch=0
+) -> dict:
+    from distrain.train.launch import run_training
+
+    tc = _train_config(data, out, run, cfg, threads, batch)
     allowed = os.sched_getaffinity(0)
     if cores is not None:
         os.sched_setaffinity(0, cores)  # the launched processes inherit it
@@ -360,6 +366,50 @@ def _train(
         return run_training(tc)
     finally:
         os.sched_setaffinity(0, allowed)
+
+
+def _independent_pair(data: Path, out: Path, cfg: SuiteConfig, cores: list[int]) -> float:
+    """Examples/second of two independent ``single:1`` runs at once, one core each."""
+    results: list[float] = []
+
+    def one(core: int) -> None:
+        history = _train(data, out / f"core-{core}", "single:1", cfg, {core}, 1)
+        results.append(history["examples_per_second"])
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in cores[:2]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if len(results) != 2:
+        raise RuntimeError(f"an independent one-core run failed (see the log above); {out}")
+    return sum(results)
+
+
+def _run_ranks(args: list[str], env: dict | None = None) -> None:
+    """Runs ``horovodrun`` ARGS; a failure raises with the end of its output."""
+    from distrain.train.launch import _horovodrun
+
+    done = subprocess.run(
+        [_horovodrun(), *args], capture_output=True, text=True, env=env or dict(os.environ)
+    )
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"horovodrun {' '.join(args)} exited {done.returncode}:\n{tail}")
+
+
+def _idle_horovod_pair(data: Path, out: Path, cfg: SuiteConfig) -> float:
+    """As :func:`_independent_pair`, in two Horovod ranks that never allreduce.
+
+    ``benchmarks/idle_horovod_worker.py`` under ``horovodrun``: each rank bound to its
+    core, Horovod's background thread running, each training a ``single:1`` run alone.
+    """
+    config = _train_config(data, out, "single:1", cfg, threads=1).save(out / "config.json")
+    worker = ROOT / "benchmarks" / "idle_horovod_worker.py"
+    _run_ranks(
+        ["-np", "2", "-H", "localhost:2", "--gloo", PY, str(worker), str(config), f"{out}/result"]
+    )
+    return sum(json.loads((out / f"result.{r}").read_text())["examples_per_second"] for r in (0, 1))
 
 
 def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
@@ -394,17 +444,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         )
         log(f"training {run} on {where}: {history['examples_per_second']:,.0f} examples/s")
     # The machine's own ceiling: two independent one-core processes at once.
-    results: list[dict] = []
-
-    def one(core: int) -> None:
-        results.append(_train(data, tmp / f"indep-{core}", "single:1", cfg, {core}, 1))
-
-    threads_ = [threading.Thread(target=one, args=(c,)) for c in cores[:2]]
-    for t in threads_:
-        t.start()
-    for t in threads_:
-        t.join()
-    independent = sum(h["examples_per_second"] for h in results)
+    independent = _independent_pair(data, tmp / "indep-0", cfg, cores)
     rows.append(
         {
             "run": "2 x single:1, independent",
@@ -421,14 +461,22 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     all_cores = by[("single:1", "all cores")]["examples_per_second"]
     sync2 = by[("sync:2", "all cores")]["examples_per_second"]
     # The efficiency is a ratio of two runs made at different moments on a shared machine
-    # (run-to-run spread of several %): more (one core, sync) pairs, each run back to back.
-    pairs = [(one_core, sync2)]
+    # (run-to-run spread of several %): more repeats, each run back to back. Each repeat
+    # also splits sync's loss: two independent one-core runs (the machine), the same with
+    # Horovod started but no allreduce (Horovod's background work), then sync itself.
+    repeats = [(one_core, independent, _idle_horovod_pair(data, tmp / "idle-0", cfg), sync2)]
     for rep in range(1, cfg.efficiency_repeats):
         single = _train(data, tmp / f"e1-{rep}", "single:1", cfg, {cores[0]}, 1)
+        pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
+        idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
-        pairs.append((single["examples_per_second"], sync["examples_per_second"]))
-        log(f"sync efficiency, pair {rep + 1}: {pairs[-1][1] / (2 * pairs[-1][0]):.2f}")
-    efficiencies = [sync / (2 * single) for single, sync in pairs]
+        repeats.append((single["examples_per_second"], pair, idle, sync["examples_per_second"]))
+        log(f"sync efficiency, repeat {rep + 1}: {repeats[-1][3] / (2 * repeats[-1][0]):.2f}")
+    parts = {
+        name: [r[i] / (2 * r[0]) for r in repeats]
+        for i, name in enumerate(("independent", "horovod_idle", "sync"), start=1)
+    }
+    efficiencies = parts["sync"]
     for r in rows:
         r["vs_single_all_cores"] = r["examples_per_second"] / all_cores
         r["efficiency"] = r["examples_per_second"] / (r["workers"] * one_core)
@@ -457,7 +505,12 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         "sync_efficiency": statistics.median(efficiencies),
         "sync_efficiency_pairs": efficiencies,
         "sync_vs_all_cores": sync2 / all_cores,
-        "machine_ceiling": independent / (2 * one_core),
+        "machine_ceiling": statistics.median(parts["independent"]),
+        "sync_losses": {
+            "independent": parts["independent"],
+            "horovod_idle": parts["horovod_idle"],
+            "sync": parts["sync"],
+        },
         "model_bytes": model_bytes,
         "batch": cfg.train_batch,
         "cores": n_cores,
@@ -651,25 +704,11 @@ def loopback_bandwidth(total: int = 512 * 2**20, chunk: int = 4 * 2**20) -> dict
 
 def bench_allreduce(cfg: SuiteConfig, tmp: Path) -> dict:
     """Section 4: Horovod allreduce on 2 local ranks against the ring bound."""
-    from distrain.train.launch import _horovodrun
-
     link = loopback_bandwidth(64 * 2**20 if cfg.quick else 512 * 2**20)
     out = tmp / "allreduce.json"
-    subprocess.run(
-        [
-            _horovodrun(),
-            "-np",
-            "2",
-            "-H",
-            "localhost:2",
-            "--gloo",
-            PY,
-            str(ROOT / "benchmarks" / "allreduce_worker.py"),
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    worker = ROOT / "benchmarks" / "allreduce_worker.py"
+    _run_ranks(
+        ["-np", "2", "-H", "localhost:2", "--gloo", PY, str(worker), str(out)],
         env=dict(os.environ, DISTRAIN_BIND_CORES="0"),
     )
     measured = json.loads(out.read_text())
@@ -883,6 +922,52 @@ def _pairs(training: dict) -> str:
     )
 
 
+def _sync_losses(training: dict) -> list[str]:
+    """The table splitting sync's loss of efficiency at N = 2 (none for older results)."""
+    import statistics
+
+    losses = training.get("sync_losses")
+    if not losses:
+        return []
+    med = {k: statistics.median(v) for k, v in losses.items()}
+    rows = [
+        (
+            "two independent processes",
+            "independent",
+            "the machine (shared caches, memory bandwidth, the host)",
+            1.0,
+        ),
+        (
+            "the same, each a Horovod rank that never allreduces",
+            "horovod_idle",
+            "Horovod's background thread (a coordination round with the other rank every "
+            "cycle, busy or not)",
+            med["independent"],
+        ),
+        (
+            "sync:2",
+            "sync",
+            "the allreduce rounds of each step and the waits for the slower rank",
+            med["horovod_idle"],
+        ),
+    ]
+    n = len(losses["sync"])
+    return [
+        "Where sync's efficiency goes: each repeat ran the three set-ups below back to back "
+        "after its own one-worker, one-core run; medians over "
+        f"{n} repeat{'s' if n > 1 else ''}, the range in brackets.",
+        "",
+        "| two workers, one core each | efficiency | lost to | lost |",
+        "|---|---|---|---|",
+        *[
+            f"| {label} | {med[key]:.2f} ({min(losses[key]):.2f}-{max(losses[key]):.2f}) | "
+            f"{cause} | {before - med[key]:.2f} |"
+            for label, key, cause, before in rows
+        ],
+        "",
+    ]
+
+
 def render_markdown(results: dict) -> str:
     """BENCHMARKS.md from the results."""
     m = results["machine"]
@@ -970,6 +1055,7 @@ def render_markdown(results: dict) -> str:
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
+        *_sync_losses(tr),
         "Sync efficiency at N = 2 against the per-worker batch (more compute per allreduce):",
         "",
         "| batch per worker | one worker, one core, examples/s | sync:2 examples/s | efficiency |",

@@ -122,6 +122,11 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
             "sync_efficiency_pairs": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
             "sync_vs_all_cores": 1.1,
             "machine_ceiling": 0.95,
+            "sync_losses": {
+                "independent": [0.93, 0.95, 0.97],
+                "horovod_idle": [0.86, 0.9, 0.91],
+                "sync": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
+            },
             "batch": 1024,
             "cores": 2,
         },
@@ -227,6 +232,13 @@ def test_report_has_every_section_and_marks_misses():
     assert (
         "**0.80**, the median of 3 (one core, sync) pairs run back to back (range 0.78-0.83)" in md
     )
+    # Sync's loss split into the machine, Horovod running at all, and the allreduce rounds.
+    assert "medians over 3 repeats" in md
+    assert "| two independent processes | 0.95 (0.93-0.97) | the machine" in md
+    assert "| the same, each a Horovod rank that never allreduces | 0.90 (0.86-0.91) |" in md
+    assert "busy or not) | 0.05 |" in md
+    assert "| sync:2 | 0.80 (0.78-0.83) | the allreduce rounds" in md
+    assert "waits for the slower rank | 0.10 |" in md
 
 
 @pytest.mark.slow
@@ -257,3 +269,7 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     train = {r["run"] for r in results["training"]["rows"]}
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
+    losses = results["training"]["sync_losses"]
+    assert set(losses) == {"independent", "horovod_idle", "sync"}
+    assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
+    assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()
