@@ -953,9 +953,9 @@ def _sync_losses(training: dict) -> list[str]:
     ]
     n = len(losses["sync"])
     return [
-        "Where sync's efficiency goes: each repeat ran the three set-ups below back to back "
-        "after its own one-worker, one-core run; medians over "
-        f"{n} repeat{'s' if n > 1 else ''}, the range in brackets.",
+        "Where sync's efficiency goes: each repeat runs the three set-ups below and its own "
+        "one-worker, one-core run as the reference (the first repeat uses the table's runs); "
+        f"medians over {n} repeat{'s' if n > 1 else ''}, the range in brackets.",
         "",
         "| two workers, one core each | efficiency | lost to | lost |",
         "|---|---|---|---|",
@@ -1051,7 +1051,9 @@ def render_markdown(results: dict) -> str:
         "",
         f"Sync efficiency at N = 2: **{tr['sync_efficiency']:.2f}**{_pairs(tr)} "
         f"({tr['sync_vs_all_cores']:.2f} of one process on all cores). Two independent "
-        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone: that is "
+        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone"
+        + (" (the median of the repeats below)" if tr.get("sync_losses") else "")
+        + ": that is "
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
