@@ -30,7 +30,7 @@ if [ -f "$stamp" ] && "$py" -c 'import horovod.tensorflow, distrain' 2>/dev/null
 fi
 
 echo "setup: installing into .venv (TensorFlow, Beam, KFP; a few minutes the first time)"
-"$py" -m pip install -q --upgrade 'pip>=24' 'setuptools>=69,<81' wheel
+"$py" -m pip install -q --upgrade 'pip>=24' 'setuptools>=77,<81' wheel
 "$py" -m pip install -q -r requirements/pins.txt
 # tf-keras declares a dependency on the 'tensorflow' wheel; tensorflow-cpu provides the same
 # package, so install it without dependencies rather than pulling a second TF build.
