@@ -140,7 +140,7 @@ def test_syncreplicas_drops_stale_gradients_and_learns(mnist_examples, tmp_path)
         data_dir=str(mnist_examples),
         output_dir=str(tmp_path / "sr"),
         run="syncreplicas:3:aggregate=2",
-        epochs=3,
+        epochs=4,  # at 3, one CI run ended at 0.795 (161 validation examples: 0.006 each)
         batch_size=32,
     )
     history = run_training(cfg, timeout=300)
