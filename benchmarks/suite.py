@@ -247,26 +247,26 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
         for name in names:
             costs = [_per_record(points) for points in timings[name]]
             ratios = [c / p for c, p in zip(costs, plain_costs, strict=True)]
-            (small_n, _), (big_n, _) = timings[name][0]
-            small = [points[0][1] for points in timings[name]]
-            big = [points[1][1] for points in timings[name]]
+            (tiny_n, _), (timed_n, _) = timings[name][0]
+            tiny_s = [points[0][1] for points in timings[name]]
+            timed_s = [points[1][1] for points in timings[name]]
             per_record = statistics.median(costs)
             # The timed run's excess over the start-up run has to stand out of the
             # run-to-run spread, or the per-record cost is start-up noise (the 2-worker
             # runner's process start).
-            work = statistics.median(big) - statistics.median(small)
-            noise = max(max(small) - min(small), max(big) - min(big))
+            work = statistics.median(timed_s) - statistics.median(tiny_s)
+            noise = max(max(tiny_s) - min(tiny_s), max(timed_s) - min(timed_s))
             resolved = work > noise
             rows.append(
                 {
                     "dataset": dataset,
                     "pipeline": name,
-                    "records": [small_n, big_n],
-                    "seconds": [min(small), min(big)],
+                    "records": [tiny_n, timed_n],
+                    "seconds": [min(tiny_s), min(timed_s)],
                     "repeats": len(costs),
-                    "records_per_second": big_n / min(big),
+                    "records_per_second": timed_n / min(timed_s),
                     "per_record_us": per_record * 1e6 if resolved else None,
-                    "startup_seconds": max(0.0, min(small) - small_n * per_record),
+                    "startup_seconds": max(0.0, min(tiny_s) - tiny_n * per_record),
                     "work_seconds": work,
                     "noise_seconds": noise,
                     "per_record_vs_plain": statistics.median(ratios) if resolved else None,
@@ -390,9 +390,7 @@ def _run_ranks(args: list[str], env: dict | None = None) -> None:
     """Runs ``horovodrun`` ARGS; a failure raises with the end of its output."""
     from distrain.train.launch import _horovodrun
 
-    done = subprocess.run(
-        [_horovodrun(), *args], capture_output=True, text=True, env=env or dict(os.environ)
-    )
+    done = subprocess.run([_horovodrun(), *args], capture_output=True, text=True, env=env)
     if done.returncode:
         tail = (done.stdout + done.stderr)[-3000:]
         raise RuntimeError(f"horovodrun {' '.join(args)} exited {done.returncode}:\n{tail}")
@@ -470,8 +468,9 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
         idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
-        repeats.append((single["examples_per_second"], pair, idle, sync["examples_per_second"]))
-        log(f"sync efficiency, repeat {rep + 1}: {repeats[-1][3] / (2 * repeats[-1][0]):.2f}")
+        one, both = single["examples_per_second"], sync["examples_per_second"]
+        repeats.append((one, pair, idle, both))
+        log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
     parts = {
         name: [r[i] / (2 * r[0]) for r in repeats]
         for i, name in enumerate(("independent", "horovod_idle", "sync"), start=1)
@@ -506,11 +505,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         "sync_efficiency_pairs": efficiencies,
         "sync_vs_all_cores": sync2 / all_cores,
         "machine_ceiling": statistics.median(parts["independent"]),
-        "sync_losses": {
-            "independent": parts["independent"],
-            "horovod_idle": parts["horovod_idle"],
-            "sync": parts["sync"],
-        },
+        "sync_losses": parts,
         "model_bytes": model_bytes,
         "batch": cfg.train_batch,
         "cores": n_cores,
@@ -923,12 +918,10 @@ def _pairs(training: dict) -> str:
 
 
 def _sync_losses(training: dict) -> list[str]:
-    """The table splitting sync's loss of efficiency at N = 2 (none for older results)."""
+    """The table splitting sync's loss of efficiency at N = 2."""
     import statistics
 
-    losses = training.get("sync_losses")
-    if not losses:
-        return []
+    losses = training["sync_losses"]
     med = {k: statistics.median(v) for k, v in losses.items()}
     rows = [
         (
@@ -1051,9 +1044,8 @@ def render_markdown(results: dict) -> str:
         "",
         f"Sync efficiency at N = 2: **{tr['sync_efficiency']:.2f}**{_pairs(tr)} "
         f"({tr['sync_vs_all_cores']:.2f} of one process on all cores). Two independent "
-        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone"
-        + (" (the median of the repeats below)" if tr.get("sync_losses") else "")
-        + ": that is "
+        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone (the "
+        "median of the repeats below): that is "
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
