@@ -1,4 +1,7 @@
-"""One rank of the allreduce benchmark: ``horovodrun -np N python allreduce_worker.py OUT``.
+"""One rank of the allreduce benchmark: ``python allreduce_worker.py OUT`` per rank.
+
+The suite starts the ranks as sync runs start theirs (``mpirun -np N`` or ``horovodrun
+--gloo -np N``).
 
 Times ``hvd.allreduce`` of float32 tensors from 4 bytes to 64 MiB (after a warm-up) and,
 on rank 0, writes seconds per allreduce for each size as JSON.

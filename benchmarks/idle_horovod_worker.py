@@ -1,6 +1,8 @@
 """One rank of the Horovod-overhead measure: Horovod started, gradients never allreduced.
 
-    horovodrun -np 2 -H localhost:2 --gloo python benchmarks/idle_horovod_worker.py CONFIG OUT
+    mpirun -np 2 -H localhost:2 python benchmarks/idle_horovod_worker.py CONFIG OUT
+
+(the suite starts the ranks as sync runs start theirs: under mpirun, or horovodrun --gloo).
 
 Each rank binds to its cores as a sync rank does, starts Horovod (``hvd.init()``: its
 background thread then runs a coordination round with the other ranks every cycle, busy or

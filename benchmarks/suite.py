@@ -339,7 +339,9 @@ def _mnist_data(tmp: Path, size: int) -> Path:
     return data
 
 
-def _train_config(data: Path, out: Path, run: str, cfg: SuiteConfig, threads=0, batch=0):
+def _train_config(
+    data: Path, out: Path, run: str, cfg: SuiteConfig, threads=0, batch=0, controller="auto"
+):
     from distrain.train.config import TrainConfig
 
     return TrainConfig(
@@ -350,15 +352,23 @@ def _train_config(data: Path, out: Path, run: str, cfg: SuiteConfig, threads=0, 
         epochs=cfg.train_epochs,
         batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
+        controller=controller,
     )
 
 
 def _train(
-    data: Path, out: Path, run: str, cfg: SuiteConfig, cores=None, threads=0, batch=0
+    data: Path,
+    out: Path,
+    run: str,
+    cfg: SuiteConfig,
+    cores=None,
+    threads=0,
+    batch=0,
+    controller="auto",
 ) -> dict:
     from distrain.train.launch import run_training
 
-    tc = _train_config(data, out, run, cfg, threads, batch)
+    tc = _train_config(data, out, run, cfg, threads, batch, controller)
     allowed = os.sched_getaffinity(0)
     if cores is not None:
         os.sched_setaffinity(0, cores)  # the launched processes inherit it
@@ -386,27 +396,47 @@ def _independent_pair(data: Path, out: Path, cfg: SuiteConfig, cores: list[int])
     return sum(results)
 
 
-def _run_ranks(args: list[str], env: dict | None = None) -> None:
-    """Runs ``horovodrun`` ARGS; a failure raises with the end of its output."""
-    from distrain.train.launch import _horovodrun
+def _sync_controller(controller: str = "auto") -> str:
+    """The Horovod controller (``mpi`` or ``gloo``) sync:2 runs get here from ``controller``."""
+    from distrain.train.launch import sync_controller
 
-    done = subprocess.run([_horovodrun(), *args], capture_output=True, text=True, env=env)
+    return sync_controller(_sync_settings(controller))
+
+
+def _sync_settings(controller: str):
+    """A sync:2 config with only its controller set: what the launcher decides from."""
+    from distrain.train.config import TrainConfig
+
+    return TrainConfig(data_dir="", output_dir="", run="sync:2", controller=controller)
+
+
+def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = None) -> None:
+    """Runs ARGS as two local Horovod ranks, started as sync runs start theirs.
+
+    ``controller`` as :attr:`TrainConfig.controller`, with the launcher's environment for
+    it; a failure raises with the end of the output.
+    """
+    from distrain.train.launch import launch_env, sync_command
+
+    settings = _sync_settings(controller)
+    env = {**(env or os.environ), **launch_env(settings)}
+    cmd = sync_command(settings, args)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
         tail = (done.stdout + done.stderr)[-3000:]
-        raise RuntimeError(f"horovodrun {' '.join(args)} exited {done.returncode}:\n{tail}")
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
 
 
 def _idle_horovod_pair(data: Path, out: Path, cfg: SuiteConfig) -> float:
     """As :func:`_independent_pair`, in two Horovod ranks that never allreduce.
 
-    ``benchmarks/idle_horovod_worker.py`` under ``horovodrun``: each rank bound to its
-    core, Horovod's background thread running, each training a ``single:1`` run alone.
+    ``benchmarks/idle_horovod_worker.py`` under ``horovodrun`` with sync's controller: each
+    rank bound to its core, Horovod's background thread running, each training a
+    ``single:1`` run alone.
     """
     config = _train_config(data, out, "single:1", cfg, threads=1).save(out / "config.json")
     worker = ROOT / "benchmarks" / "idle_horovod_worker.py"
-    _run_ranks(
-        ["-np", "2", "-H", "localhost:2", "--gloo", PY, str(worker), str(config), f"{out}/result"]
-    )
+    _run_ranks([PY, str(worker), str(config), f"{out}/result"])
     return sum(json.loads((out / f"result.{r}").read_text())["examples_per_second"] for r in (0, 1))
 
 
@@ -420,7 +450,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     runs = [
         ("single:1", "all cores", None, n_cores),
         ("single:1", "1 core", {cores[0]}, 1),
-        ("sync:2", "all cores", None, 0),
+        ("sync:2", "all cores", None, 0),  # MPI where Horovod has it (the default), else gloo
         ("async:1", "all cores", None, 0),
         ("async:2", "all cores", None, 0),
         ("syncreplicas:2", "all cores", None, 0),
@@ -438,6 +468,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
                 "step_seconds": cfg.train_batch / max(history["examples_per_second"], 1e-9),
                 "val_accuracy": history["epochs"][-1]["val_accuracy"],
                 "train_seconds": history["train_seconds"],
+                "controller": history.get("controller"),
             }
         )
         log(f"training {run} on {where}: {history['examples_per_second']:,.0f} examples/s")
@@ -461,19 +492,32 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     # The efficiency is a ratio of two runs made at different moments on a shared machine
     # (run-to-run spread of several %): more repeats, each run back to back. Each repeat
     # also splits sync's loss: two independent one-core runs (the machine), the same with
-    # Horovod started but no allreduce (Horovod's background work), then sync itself.
-    repeats = [(one_core, independent, _idle_horovod_pair(data, tmp / "idle-0", cfg), sync2)]
+    # Horovod started but no allreduce (Horovod's background work), then sync itself; and
+    # it runs sync over the other controller, gloo, when the default is MPI.
+    controller = by[("sync:2", "all cores")]["controller"]
+
+    def over_gloo(name: str) -> float | None:
+        if controller == "gloo":
+            return None
+        run = _train(data, tmp / name, "sync:2", cfg, None, 0, controller="gloo")
+        return run["examples_per_second"]
+
+    idle0, gloo0 = _idle_horovod_pair(data, tmp / "idle-0", cfg), over_gloo("gloo-0")
+    repeats = [(one_core, independent, idle0, sync2, gloo0)]
     for rep in range(1, cfg.efficiency_repeats):
         single = _train(data, tmp / f"e1-{rep}", "single:1", cfg, {cores[0]}, 1)
         pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
         idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
+        gloo = over_gloo(f"gloo-{rep}")
         one, both = single["examples_per_second"], sync["examples_per_second"]
-        repeats.append((one, pair, idle, both))
+        repeats.append((one, pair, idle, both, gloo))
         log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
+    names = ("independent", "horovod_idle", "sync", "sync_gloo")
     parts = {
         name: [r[i] / (2 * r[0]) for r in repeats]
-        for i, name in enumerate(("independent", "horovod_idle", "sync"), start=1)
+        for i, name in enumerate(names, start=1)
+        if repeats[0][i] is not None
     }
     efficiencies = parts["sync"]
     for r in rows:
@@ -506,6 +550,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         "sync_vs_all_cores": sync2 / all_cores,
         "machine_ceiling": statistics.median(parts["independent"]),
         "sync_losses": parts,
+        "controller": controller,
         "model_bytes": model_bytes,
         "batch": cfg.train_batch,
         "cores": n_cores,
@@ -698,29 +743,44 @@ def loopback_bandwidth(total: int = 512 * 2**20, chunk: int = 4 * 2**20) -> dict
 
 
 def bench_allreduce(cfg: SuiteConfig, tmp: Path) -> dict:
-    """Section 4: Horovod allreduce on 2 local ranks against the ring bound."""
+    """Section 4: Horovod allreduce on 2 local ranks against the ring bound.
+
+    Under sync's controller (``rows``, what the scaling plan fits its link to) and, when
+    that is MPI, under gloo too (``gloo_rows``).
+    """
     link = loopback_bandwidth(64 * 2**20 if cfg.quick else 512 * 2**20)
-    out = tmp / "allreduce.json"
     worker = ROOT / "benchmarks" / "allreduce_worker.py"
-    _run_ranks(
-        ["-np", "2", "-H", "localhost:2", "--gloo", PY, str(worker), str(out)],
-        env=dict(os.environ, DISTRAIN_BIND_CORES="0"),
-    )
-    measured = json.loads(out.read_text())
-    n = measured["ranks"]
-    rows = []
-    for r in measured["results"]:
-        bound_seconds = 2 * (n - 1) / n * r["bytes"] / link["bytes_per_second"]
-        rows.append(
-            {
-                "bytes": r["bytes"],
-                "seconds": r["seconds"],
-                "algbw_bytes_per_second": r["bytes"] / r["seconds"],
-                "bound_seconds": bound_seconds,
-                "fraction_of_bound": bound_seconds / r["seconds"],
-            }
-        )
-    return {"ranks": n, "link": link, "rows": rows}
+    controller = _sync_controller()
+    measured = {}
+    for name in dict.fromkeys([controller, "gloo"]):
+        out = tmp / f"allreduce-{name}.json"
+        env = dict(os.environ, DISTRAIN_BIND_CORES="0")
+        _run_ranks([PY, str(worker), str(out)], controller=name, env=env)
+        measured[name] = json.loads(out.read_text())
+    n = measured[controller]["ranks"]
+
+    def rows(results: list[dict]) -> list[dict]:
+        found = []
+        for r in results:
+            bound_seconds = 2 * (n - 1) / n * r["bytes"] / link["bytes_per_second"]
+            found.append(
+                {
+                    "bytes": r["bytes"],
+                    "seconds": r["seconds"],
+                    "algbw_bytes_per_second": r["bytes"] / r["seconds"],
+                    "bound_seconds": bound_seconds,
+                    "fraction_of_bound": bound_seconds / r["seconds"],
+                }
+            )
+        return found
+
+    return {
+        "ranks": n,
+        "link": link,
+        "controller": controller,
+        "rows": rows(measured[controller]["results"]),
+        "gloo_rows": rows(measured["gloo"]["results"]) if controller != "gloo" else None,
+    }
 
 
 # -- 7. the scaling plan ---------------------------------------------------------------
@@ -921,7 +981,7 @@ def _sync_losses(training: dict) -> list[str]:
     """The table splitting sync's loss of efficiency at N = 2."""
     import statistics
 
-    losses = training["sync_losses"]
+    losses, controller = training["sync_losses"], training["controller"]
     med = {k: statistics.median(v) for k, v in losses.items()}
     rows = [
         (
@@ -938,23 +998,33 @@ def _sync_losses(training: dict) -> list[str]:
             med["independent"],
         ),
         (
-            "sync:2",
+            f"sync:2 over {controller}",
             "sync",
             "the allreduce rounds of each step and the waits for the slower rank",
             med["horovod_idle"],
         ),
     ]
+    if "sync_gloo" in losses:
+        rows.append(
+            (
+                "sync:2 over gloo, for comparison",
+                "sync_gloo",
+                "the same steps over Horovod's own TCP transport instead of Open MPI",
+                None,
+            )
+        )
     n = len(losses["sync"])
     return [
-        "Where sync's efficiency goes: each repeat runs the three set-ups below and its own "
+        "Where sync's efficiency goes: each repeat runs the set-ups below and its own "
         "one-worker, one-core run as the reference (the first repeat uses the table's runs); "
-        f"medians over {n} repeat{'s' if n > 1 else ''}, the range in brackets.",
+        f"medians over {n} repeat{'s' if n > 1 else ''}, the range in brackets. The Horovod "
+        f"ranks run under the {controller} controller, as sync runs do here.",
         "",
         "| two workers, one core each | efficiency | lost to | lost |",
         "|---|---|---|---|",
         *[
             f"| {label} | {med[key]:.2f} ({min(losses[key]):.2f}-{max(losses[key]):.2f}) | "
-            f"{cause} | {before - med[key]:.2f} |"
+            f"{cause} | {_fmt(None if before is None else before - med[key])} |"
             for label, key, cause, before in rows
         ],
         "",
@@ -969,7 +1039,9 @@ def render_markdown(results: dict) -> str:
         "",
         f"Measured by `scripts/bench.sh` on {m['date']}: {m['cores']} cores ({m['cpu']}), "
         f"Python {m['python']}, TensorFlow {m['tensorflow']}, Beam {m['beam']}, "
-        f"Horovod {m['horovod']}, KFP {m['kfp']}; the whole suite took "
+        f"Horovod {m['horovod']}"
+        + (f" (sync over {m['mpi']})" if m.get("mpi") else " (sync over gloo)")
+        + f", KFP {m['kfp']}; the whole suite took "
         f"{results['suite_seconds'] / 60:.1f} minutes"
         + (" (**--quick: tiny workloads, not measurements**)." if m["quick"] else ".")
         + " All numbers come from one run on one shared machine: compare rows and ratios, "
@@ -1027,16 +1099,18 @@ def render_markdown(results: dict) -> str:
         "",
         f"MNIST sample, CNN, batch {tr['batch']} per worker, {tr['cores']} cores for every "
         "configuration (threads per worker = cores / workers; sync ranks bound to their "
-        "cores); examples/second after the first epoch. Efficiency = throughput / (workers x "
-        "one worker on one core).",
+        "cores, under horovodrun as `distrain train` starts them, with Horovod's "
+        f"{tr['controller']} controller); examples/second after the first epoch. "
+        "Efficiency = throughput / (workers x one worker on one core).",
         "",
         "| run | cores | workers | examples/s | vs single on all cores | efficiency | "
         "val accuracy |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in tr["rows"]:
+        run = f"{r['run']} over {r['controller']}" if r.get("controller") else r["run"]
         lines.append(
-            f"| {r['run']} | {r['cores']} | {r['workers']} | {r['examples_per_second']:,.0f} | "
+            f"| {run} | {r['cores']} | {r['workers']} | {r['examples_per_second']:,.0f} | "
             f"{r['vs_single_all_cores']:.2f} | {r['efficiency']:.2f} | "
             f"{_fmt(r['val_accuracy'], '.4f')} |"
         )
@@ -1079,22 +1153,27 @@ def render_markdown(results: dict) -> str:
             )
     ar = results["allreduce"]
     link = ar["link"]
+    gloo = ar.get("gloo_rows")
     lines += [
         "",
         "## 4. Allreduce",
         "",
-        f"Horovod allreduce (gloo) of float32 tensors, {ar['ranks']} ranks on loopback. The "
+        f"Horovod allreduce ({ar['controller']}, as sync runs here) of float32 tensors, "
+        f"{ar['ranks']} ranks on loopback. The "
         f"ring bound is 2(N-1)/N x S / B with B = {link['bytes_per_second'] / 1e9:.2f} GB/s, "
         f"measured with TCP between two processes on the same loopback (one-way latency "
-        f"{link['latency_seconds'] * 1e6:.0f} µs).",
+        f"{link['latency_seconds'] * 1e6:.0f} µs)."
+        + (" The last column is the same allreduce over gloo." if gloo else ""),
         "",
-        "| bytes | seconds | algorithm bandwidth GB/s | ring bound seconds | fraction of bound |",
-        "|---|---|---|---|---|",
+        "| bytes | seconds | algorithm bandwidth GB/s | ring bound seconds | fraction of bound |"
+        + (" seconds over gloo |" if gloo else ""),
+        "|---|---|---|---|---|" + ("---|" if gloo else ""),
     ]
-    for r in ar["rows"]:
+    for i, r in enumerate(ar["rows"]):
         lines.append(
             f"| {r['bytes']:,} | {r['seconds']:.6f} | {r['algbw_bytes_per_second'] / 1e9:.3f} | "
             f"{r['bound_seconds']:.6f} | {r['fraction_of_bound']:.2f} |"
+            + (f" {gloo[i]['seconds']:.6f} |" if gloo else "")
         )
     ov = results["overhead"]
     lines += [
@@ -1200,8 +1279,20 @@ def machine(cfg: SuiteConfig) -> dict:
         "beam": apache_beam.__version__,
         "horovod": horovod.__version__,
         "kfp": kfp.__version__,
+        "mpi": _mpi_version(),
         "quick": cfg.quick,
     }
+
+
+def _mpi_version() -> str | None:
+    """``Open MPI 4.1.8`` (what sync's MPI controller runs on), or None without MPI."""
+    from distrain.train.launch import _venv_tool
+
+    if _sync_controller() != "mpi":
+        return None
+    done = subprocess.run([_venv_tool("mpirun"), "--version"], capture_output=True, text=True)
+    first = done.stdout.splitlines()[0] if done.stdout else ""  # mpirun (Open MPI) 4.1.8
+    return " ".join(first.replace("(", "").replace(")", "").split()[1:]) or None
 
 
 def main(argv: list[str] | None = None) -> int:

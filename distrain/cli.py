@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import distrain
-from distrain.train.config import DEFAULT_RUNS
+from distrain.train.config import CONTROLLERS, DEFAULT_RUNS
 
 PIPELINES = ("mnist", "dbpedia", "gutenberg")
 
@@ -134,6 +134,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         batch_size=args.batch_size,
         checkpoint_every_steps=args.checkpoint_every_steps,
+        controller=args.controller,
     )
     print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
     return 0
@@ -289,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=500,
         help="mid-epoch checkpoint period in global steps (0: epoch ends only); "
         "rerunning with the same --output resumes from the newest checkpoint",
+    )
+    tr.add_argument(
+        "--controller",
+        choices=CONTROLLERS,
+        default="auto",
+        help="sync runs: Horovod over mpirun or gloo (auto: MPI where built, gloo if elastic)",
     )
     tr.set_defaults(func=cmd_train)
 

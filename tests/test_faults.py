@@ -370,6 +370,45 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     assert_no_orphans(out)
 
 
+def sync_rank(out: Path, r: int) -> psutil.Process | None:
+    """The ``distrain worker`` process of Horovod rank ``r`` in the run writing to ``out``."""
+    for proc in run_processes(out):
+        try:
+            env = proc.environ()
+            rank = env.get("HOROVOD_RANK", env.get("OMPI_COMM_WORLD_RANK"))
+            if rank == str(r) and "worker" in proc.cmdline():
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.case("sync/rank-death", "train/no-orphans")
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_a_killed_sync_rank_ends_the_run_with_an_error(
+    mnist_examples, tmp_path, monkeypatch, controller
+):
+    # gloo notices a dead peer when it gives up on it (30 s by default); mpirun at once.
+    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "10")
+    out = tmp_path / "run"
+    killed: list[float] = []
+
+    def kill_rank_1():
+        sync_rank(out, 1).kill()
+        killed.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, 1), kill_rank_1)
+    cfg = config(mnist_examples, out, "sync:2", epochs=30, controller=controller)
+    with pytest.raises(TrainingError, match="training failed"):
+        run_training(cfg, timeout=300)
+    assert killed, "rank 1 was not killed"
+    ended_after = time.monotonic() - killed[0]
+    assert ended_after < (10 if controller == "mpi" else 30), ended_after
+    assert_no_orphans(out)
+
+
 def test_every_matrix_case_has_a_test_and_ids_are_unique():
     import re
 

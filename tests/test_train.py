@@ -1,13 +1,22 @@
-"""Training with local processes: single, and sync over horovodrun --gloo (2 ranks)."""
+"""Training with local processes: single, and sync under horovodrun (2 ranks, MPI and gloo)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from distrain.train.config import TrainConfig
+from distrain.train import launch
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.inputs import DataError, DatasetInfo, shard_size
-from distrain.train.launch import launch_command, run_training
+from distrain.train.launch import (
+    MPIRUN_OPTIONS,
+    launch_command,
+    launch_env,
+    run_training,
+    sync_controller,
+    worker_command,
+)
 
 
 def test_shard_size_matches_dataset_shard():
@@ -30,11 +39,48 @@ def test_launch_commands_per_mode(tmp_path):
         "--config",
         "c.json",
     ]
-    sync = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:3")
+    sync = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:3", controller="gloo")
     cmd = launch_command(sync, "c.json")
     assert cmd[0].endswith("horovodrun")
     assert cmd[1:5] == ["-np", "3", "-H", "localhost:3"]
     assert "--gloo" in cmd
+
+
+def _sync(tmp_path, run="sync:2", controller="auto"):
+    return TrainConfig(data_dir="d", output_dir=str(tmp_path), run=run, controller=controller)
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monkeypatch, built):
+    monkeypatch.setattr(launch, "mpi_controller_available", lambda: built)
+    auto = _sync(tmp_path)
+    assert sync_controller(auto) == ("mpi" if built else "gloo")
+    cmd = launch_command(auto, "c.json")
+    if built:  # mpirun itself, as the cluster's MPIJob launcher runs it
+        assert Path(cmd[0]).name == "mpirun" and cmd[1:5] == ["-np", "2", "-H", "localhost:2"]
+        assert cmd[5:-6] == MPIRUN_OPTIONS and cmd[-6:] == worker_command("c.json")
+    else:
+        assert Path(cmd[0]).name == "horovodrun" and "--gloo" in cmd
+    assert sync_controller(_sync(tmp_path, "sync:3:min=2")) == "gloo"  # elastic needs gloo
+    assert sync_controller(_sync(tmp_path, controller="gloo")) == "gloo"
+    if built:
+        env = launch_env(auto)
+        # Waits yield the core the rank's compute threads need.
+        assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+        assert env["PATH"].split(":")[0] == str(Path(launch._venv_tool("mpirun")).parent)
+        assert sync_controller(_sync(tmp_path, controller="mpi")) == "mpi"
+    else:
+        assert launch_env(auto) == {}
+        with pytest.raises(TrainingError, match="controller 'mpi' needs mpirun"):
+            sync_controller(_sync(tmp_path, controller="mpi"))
+    assert launch_env(_sync(tmp_path, run="async:2")) == {}
+
+
+def test_controller_is_checked_with_the_config(tmp_path):
+    with pytest.raises(ConfigError, match="unknown controller 'nccl'"):
+        _sync(tmp_path, controller="nccl")
+    with pytest.raises(ConfigError, match="elastic Horovod runs need the gloo controller"):
+        _sync(tmp_path, "sync:3:min=2", controller="mpi")
 
 
 @pytest.mark.slow
@@ -69,7 +115,8 @@ def test_rerun_resumes_from_checkpoint_without_extra_epochs(mnist_examples, tmp_
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path):
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, controller):
     out = tmp_path / "sync"
     cfg = TrainConfig(
         data_dir=str(mnist_examples),
@@ -77,8 +124,10 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path):
         run="sync:2",
         epochs=2,
         dump_rank_weights=True,
+        controller=controller,
     )
     history = run_training(cfg, timeout=300)
+    assert history["controller"] == controller
     assert history["run"]["workers"] == 2
     assert history["global_batch_size"] == 2 * cfg.batch_size
     assert history["config"]["learning_rate"] == cfg.learning_rate

@@ -20,33 +20,19 @@ import secrets
 
 from distrain.k8s.config import KubernetesConfig
 from distrain.train.config import PS_MODES, ConfigError, TrainConfig
-from distrain.train.launch import server_args, tf_config, worker_args
+from distrain.train.launch import (
+    MPIRUN_EXPORTS,
+    MPIRUN_OPTIONS,
+    server_args,
+    tf_config,
+    worker_args,
+)
 
 MPIJOB_API = ("kubeflow.org", "v2beta1", "mpijobs")
 RUN_LABEL = "distrain.dev/run"
 ROLE_LABEL = "distrain.dev/role"
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/distrain/.sshd_config"]
 SSH_AUTH_MOUNT_PATH = "/home/distrain/.ssh"
-MPIRUN_OPTIONS = [
-    "-bind-to",
-    "none",
-    "-map-by",
-    "slot",
-    "-x",
-    "PATH",
-    "-x",
-    "LD_LIBRARY_PATH",
-    "-x",
-    "TF_USE_LEGACY_KERAS",
-    "-x",
-    "PYTHONUNBUFFERED",
-    "-mca",
-    "pml",
-    "ob1",
-    "-mca",
-    "btl",
-    "^openib",
-]
 
 
 def run_name(cfg: TrainConfig) -> str:
@@ -118,7 +104,14 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
         "name": "launcher",
         "image": image,
         "command": ["mpirun"],
-        "args": ["-np", str(ranks), *MPIRUN_OPTIONS, "distrain", *worker_args(config_path)],
+        "args": [
+            "-np",
+            str(ranks),
+            *MPIRUN_OPTIONS,
+            *[arg for name in MPIRUN_EXPORTS for arg in ("-x", name)],
+            "distrain",
+            *worker_args(config_path),
+        ],
         "env": _env(),
         "resources": {
             "requests": {"cpu": "500m", "memory": "512Mi"},

@@ -12,6 +12,8 @@ from pathlib import Path
 MODES = ("single", "sync", "async", "syncreplicas")
 # Modes that run on parameter servers.
 PS_MODES = ("async", "syncreplicas")
+# Horovod controllers for sync runs (see TrainConfig.controller).
+CONTROLLERS = ("auto", "gloo", "mpi")
 MODELS = ("mlp", "cnn", "fasttext", "logreg", "lstm")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
@@ -192,6 +194,10 @@ class TrainConfig:
         steps_per_call: async mode: steps a worker runs per call scheduled by the
             coordinator (each step still applies its own gradient at once); amortises the
             coordinator's dispatch cost on small steps.
+        controller: sync mode: how Horovod's ranks coordinate and allreduce on this
+            machine. ``mpi``: under ``mpirun``, as the MPI Operator runs them on a cluster;
+            ``gloo``: Horovod's own TCP transport; ``auto``: MPI when this Horovod build
+            has it and the run is not elastic (elastic Horovod needs gloo), else gloo.
     """
 
     data_dir: str
@@ -210,6 +216,7 @@ class TrainConfig:
     start_timeout: int = 120
     steps_per_call: int = 4
     elastic_commit_steps: int = 10
+    controller: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.run, str):
@@ -235,6 +242,12 @@ class TrainConfig:
             raise ConfigError("checkpoint_every_steps must be 0 (epoch ends only) or positive")
         if self.threads_per_worker < 0:
             raise ConfigError("threads_per_worker must be 0 (automatic) or positive")
+        if self.controller not in CONTROLLERS:
+            raise ConfigError(
+                f"unknown controller {self.controller!r}; expected one of {', '.join(CONTROLLERS)}"
+            )
+        if self.controller == "mpi" and self.run.elastic:
+            raise ConfigError(f"{self.run.name}: elastic Horovod runs need the gloo controller")
 
     @property
     def threads(self) -> int:

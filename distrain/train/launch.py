@@ -1,7 +1,9 @@
 """Starting a training run's processes on this machine.
 
 * ``single``: one worker process.
-* ``sync``: ``horovodrun --gloo`` with N local ranks (the MPI Operator on a cluster).
+* ``sync``: ``horovodrun`` with N local ranks: under ``mpirun`` when Horovod has its MPI
+  controller (as the MPI Operator runs them on a cluster), else over gloo; elastic runs
+  always over gloo.
 * ``async`` / ``syncreplicas``: P parameter servers and N workers as TensorFlow servers on
   localhost ports, and one coordinator (chief) that trains; each process gets its role in
   ``TF_CONFIG``, as on Kubernetes. When the coordinator ends, the servers are stopped:
@@ -10,6 +12,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import shutil
@@ -22,15 +26,94 @@ from pathlib import Path
 
 from distrain.train.config import PS_MODES, TrainConfig, TrainingError
 
+# [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
+# binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
+# shared memory rather than InfiniBand's verbs.
+MPIRUN_OPTIONS = [
+    "-bind-to",
+    "none",
+    "-map-by",
+    "slot",
+    "-mca",
+    "pml",
+    "ob1",
+    "-mca",
+    "btl",
+    "^openib",
+]
+# [sync, MPI] What ranks on other hosts (over ssh) need of the launcher's environment; local
+# ranks are mpirun's children and inherit all of it.
+MPIRUN_EXPORTS = ["PATH", "LD_LIBRARY_PATH", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED"]
+# [sync, MPI] Open MPI settings of local runs. A rank's waits yield its core instead of
+# spinning on it: the ranks share their cores with TensorFlow's compute threads, and Open
+# MPI's default busy-polling cost sync:2 a third of its throughput on 2 cores.
+MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+# Open MPI refuses to start as root (as in many containers) unless told that it is meant.
+MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def _venv_tool(name: str) -> str | None:
+    """``name`` next to this Python (a venv's bin/, where setup puts it), else on PATH."""
+    local = Path(sys.executable).with_name(name)
+    return str(local) if local.exists() else shutil.which(name)
+
 
 def _horovodrun() -> str:
-    local = Path(sys.executable).with_name("horovodrun")
-    found = str(local) if local.exists() else shutil.which("horovodrun")
+    found = _venv_tool("horovodrun")
     if not found:
         raise TrainingError(
             "horovodrun not found: sync mode needs Horovod (run scripts/setup.sh, which builds it)"
         )
     return found
+
+
+@functools.cache
+def mpi_controller_available() -> bool:
+    """Whether sync runs can use Horovod's MPI controller here.
+
+    True when ``mpirun`` is at hand and Horovod's TensorFlow extension links ``libmpi``.
+    The extension's file is read, not imported: importing it would load TensorFlow into the
+    launcher. horovodrun checks the build itself before it starts any rank.
+    """
+    spec = importlib.util.find_spec("horovod")
+    if not _venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
+        return False
+    package = Path(next(iter(spec.submodule_search_locations)))
+    return any(b"libmpi.so" in so.read_bytes() for so in package.glob("tensorflow/mpi_lib*.so"))
+
+
+def sync_controller(cfg: TrainConfig) -> str:
+    """[sync] ``mpi`` or ``gloo``: the run's :attr:`TrainConfig.controller`, resolved.
+
+    Raises:
+        TrainingError: ``mpi`` was asked for and this Horovod or machine lacks it.
+    """
+    if cfg.controller == "gloo" or (cfg.controller == "auto" and cfg.run.elastic):
+        return "gloo"
+    if mpi_controller_available():
+        return "mpi"
+    if cfg.controller == "mpi":
+        raise TrainingError(
+            f"[{cfg.run.name}] controller 'mpi' needs mpirun and a Horovod built with MPI "
+            "(scripts/setup.sh installs Open MPI into .venv and builds it); use 'gloo' or 'auto'"
+        )
+    return "gloo"
+
+
+def launch_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment the launch command needs on top of the run's own."""
+    if cfg.run.mode != "sync" or sync_controller(cfg) != "mpi":
+        return {}
+    env = dict(MPI_ENV, **(MPI_ROOT_ENV if os.geteuid() == 0 else {}))
+    env = {key: value for key, value in env.items() if key not in os.environ}  # yours win
+    # horovodrun starts `mpirun` by name: the one beside this Python comes first.
+    mpirun_dir = Path(_venv_tool("mpirun")).parent
+    env["PATH"] = os.pathsep.join([str(mpirun_dir), os.environ.get("PATH", "")])
+    if mpirun_dir == Path(sys.executable).parent:
+        # PyPI's Open MPI (setup's, in the venv) looks for its own files under the prefix
+        # it was built in, unless told where it was installed.
+        env["OPAL_PREFIX"] = str(mpirun_dir.parent)
+    return env
 
 
 # How this machine runs the ``distrain`` command; in the images it is the entrypoint
@@ -120,18 +203,28 @@ def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str
             *cmd,
         ]
     if mode == "sync":
-        return [
-            _horovodrun(),
-            "-np",
-            str(n),
-            "-H",
-            f"localhost:{n}",
-            "--gloo",
-            "--start-timeout",
-            str(cfg.start_timeout),
-            *cmd,
-        ]
+        return sync_command(cfg, cmd)
     return cmd
+
+
+def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
+    """[sync] ``cmd`` started as ``cfg.run.workers`` ranks on this machine (not elastic)."""
+    n = cfg.run.workers
+    if sync_controller(cfg) == "mpi":
+        # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
+        # would put a shell between it and this process, which a killed launcher orphans).
+        return [_venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
+    return [
+        _horovodrun(),
+        "-np",
+        str(n),
+        "-H",
+        f"localhost:{n}",
+        "--gloo",
+        "--start-timeout",
+        str(cfg.start_timeout),
+        *cmd,
+    ]
 
 
 def free_ports(count: int) -> list[int]:
@@ -254,6 +347,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
     env.pop("TF_CONFIG", None)
+    env.update(launch_env(cfg))
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
     try:

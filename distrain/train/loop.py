@@ -441,6 +441,8 @@ class _Trainer:
             history["worker_progress"] = self.worker_progress
         else:
             history["staleness"] = [0] * int(self.version.numpy())  # [sync] never stale
+            if self.hvd:  # [sync] the transport the ranks actually used
+                history["controller"] = "mpi" if self.hvd.mpi_enabled() else "gloo"
             if self.cfg.run.elastic:
                 history["elastic_resets"] = self.elastic_resets
         return history

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import faulthandler
 import os
 import signal
@@ -44,6 +45,22 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
+def die_with_parent() -> None:
+    """[sync] Makes this rank end when the process that started it does (Linux).
+
+    Under ``mpirun`` the ranks are mpirun's children. A launcher killed outright takes
+    mpirun with it (``SIGKILL``, see :func:`distrain.train.launch.guarded`), and its ranks
+    would go on training alone; with this the kernel kills them too. Not a rank: nothing.
+    """
+    env = os.environ
+    if sys.platform != "linux" or not ("HOROVOD_RANK" in env or "OMPI_COMM_WORLD_RANK" in env):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above
+        sys.exit("launcher gone before start")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one training process from a config file written by the launcher."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -52,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     # SIGUSR1 prints every thread's Python stack to stderr: the launcher sends it to a run
     # that timed out, so a hang says where it was.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    die_with_parent()  # [sync]
     bound = bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools
     if bound:
-        print(f"local rank {os.environ.get('HOROVOD_LOCAL_RANK')}: cores {sorted(bound)}")
+        rank = os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK"))
+        print(f"local rank {rank}: cores {sorted(bound)}")
     cfg = TrainConfig.from_json(Path(args.config).read_text())
     from distrain.train.loop import train
 
