@@ -430,7 +430,7 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
 def _idle_horovod_pair(data: Path, out: Path, cfg: SuiteConfig) -> float:
     """As :func:`_independent_pair`, in two Horovod ranks that never allreduce.
 
-    ``benchmarks/idle_horovod_worker.py`` under ``horovodrun`` with sync's controller: each
+    ``benchmarks/idle_horovod_worker.py`` started as sync runs start their ranks: each
     rank bound to its core, Horovod's background thread running, each training a
     ``single:1`` run alone.
     """
@@ -1099,7 +1099,7 @@ def render_markdown(results: dict) -> str:
         "",
         f"MNIST sample, CNN, batch {tr['batch']} per worker, {tr['cores']} cores for every "
         "configuration (threads per worker = cores / workers; sync ranks bound to their "
-        "cores, under horovodrun as `distrain train` starts them, with Horovod's "
+        "cores, started as `distrain train` starts them, with Horovod's "
         f"{tr['controller']} controller); examples/second after the first epoch. "
         "Efficiency = throughput / (workers x one worker on one core).",
         "",

@@ -1,9 +1,9 @@
 """Starting a training run's processes on this machine.
 
 * ``single``: one worker process.
-* ``sync``: ``horovodrun`` with N local ranks: under ``mpirun`` when Horovod has its MPI
-  controller (as the MPI Operator runs them on a cluster), else over gloo; elastic runs
-  always over gloo.
+* ``sync``: N local ranks under ``mpirun`` when Horovod has its MPI controller (as the
+  MPIJob's launcher runs them on a cluster), else under ``horovodrun --gloo``; elastic runs
+  always under ``horovodrun --gloo``.
 * ``async`` / ``syncreplicas``: P parameter servers and N workers as TensorFlow servers on
   localhost ports, and one coordinator (chief) that trains; each process gets its role in
   ``TF_CONFIG``, as on Kubernetes. When the coordinator ends, the servers are stopped:
@@ -73,7 +73,7 @@ def mpi_controller_available() -> bool:
 
     True when ``mpirun`` is at hand and Horovod's TensorFlow extension links ``libmpi``.
     The extension's file is read, not imported: importing it would load TensorFlow into the
-    launcher. horovodrun checks the build itself before it starts any rank.
+    launcher (each rank's ``hvd.init()`` still fails clearly on a build without MPI).
     """
     spec = importlib.util.find_spec("horovod")
     if not _venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
@@ -106,9 +106,7 @@ def launch_env(cfg: TrainConfig) -> dict[str, str]:
         return {}
     env = dict(MPI_ENV, **(MPI_ROOT_ENV if os.geteuid() == 0 else {}))
     env = {key: value for key, value in env.items() if key not in os.environ}  # yours win
-    # horovodrun starts `mpirun` by name: the one beside this Python comes first.
     mpirun_dir = Path(_venv_tool("mpirun")).parent
-    env["PATH"] = os.pathsep.join([str(mpirun_dir), os.environ.get("PATH", "")])
     if mpirun_dir == Path(sys.executable).parent:
         # PyPI's Open MPI (setup's, in the venv) looks for its own files under the prefix
         # it was built in, unless told where it was installed.
