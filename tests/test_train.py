@@ -77,6 +77,14 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
     assert launch_env(_sync(tmp_path, run="async:2")) == {}
 
 
+def test_elf_needed_lists_a_binarys_libraries(tmp_path):
+    import shutil
+
+    assert "libc.so.6" in launch.elf_needed(Path(shutil.which("ls")))
+    (tmp_path / "text.so").write_text("not an ELF file")
+    assert launch.elf_needed(tmp_path / "text.so") == []
+
+
 def test_controller_is_checked_with_the_config(tmp_path):
     with pytest.raises(ConfigError, match="unknown controller 'nccl'"):
         _sync(tmp_path, controller="nccl")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
 import json
@@ -19,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -72,14 +74,51 @@ def mpi_controller_available() -> bool:
     """Whether sync runs can use Horovod's MPI controller here.
 
     True when ``mpirun`` is at hand and Horovod's TensorFlow extension links ``libmpi``.
-    The extension's file is read, not imported: importing it would load TensorFlow into the
-    launcher (each rank's ``hvd.init()`` still fails clearly on a build without MPI).
+    The extension's dynamic section is read, not the extension imported: importing it would
+    load TensorFlow into the launcher (each rank's ``hvd.init()`` still fails clearly on a
+    build without MPI).
     """
     spec = importlib.util.find_spec("horovod")
     if not _venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
         return False
     package = Path(next(iter(spec.submodule_search_locations)))
-    return any(b"libmpi.so" in so.read_bytes() for so in package.glob("tensorflow/mpi_lib*.so"))
+    return any(
+        name.startswith("libmpi.so")
+        for so in package.glob("tensorflow/mpi_lib*.so")
+        for name in elf_needed(so)
+    )
+
+
+def elf_needed(path: Path) -> list[str]:
+    """The libraries a 64-bit little-endian ELF file names as ``DT_NEEDED``.
+
+    Reads the section headers, the dynamic section and its string table: a few KB, not the
+    whole file (Horovod's extension is about 50 MB).
+    """
+    with open(path, "rb") as f:
+
+        def read(offset: int, size: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+
+        header = read(0, 64)
+        if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+            return []
+        (shoff,) = struct.unpack_from("<Q", header, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", header, 0x3A)
+        table = read(shoff, shnum * shentsize)
+        sections = [struct.unpack_from("<IIQQQQII", table, i * shentsize) for i in range(shnum)]
+        needed = []
+        for _, kind, _, _, offset, size, link, _ in sections:
+            if kind != 6:  # SHT_DYNAMIC
+                continue
+            strings_offset = sections[link][4]
+            entries = read(offset, size)
+            for tag, value in struct.iter_unpack("<qQ", entries):
+                if tag == 1:  # DT_NEEDED
+                    name = read(strings_offset + value, 256).split(b"\0", 1)[0]
+                    needed.append(name.decode())
+        return needed
 
 
 def sync_controller(cfg: TrainConfig) -> str:
@@ -182,42 +221,29 @@ def host_discovery_script(path: Path, slots: int) -> Path:
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:
     """The command that runs the training (for PS modes: the coordinator's)."""
     cmd = worker_command(config_path)
-    mode, n = cfg.run.mode, cfg.run.workers
-    if mode == "sync" and cfg.run.elastic:
-        script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
-        return [
-            _horovodrun(),
-            "-np",
-            str(n),
-            "--min-np",
-            str(cfg.run.min_workers),
-            "--max-np",
-            str(n),
-            "--host-discovery-script",
-            str(script),
-            "--gloo",
-            "--start-timeout",
-            str(cfg.start_timeout),
-            *cmd,
-        ]
-    if mode == "sync":
+    if cfg.run.mode == "sync":
         return sync_command(cfg, cmd)
     return cmd
 
 
 def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
-    """[sync] ``cmd`` started as ``cfg.run.workers`` ranks on this machine (not elastic)."""
+    """[sync] ``cmd`` started as ``cfg.run.workers`` ranks on this machine."""
     n = cfg.run.workers
     if sync_controller(cfg) == "mpi":
         # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
         # would put a shell between it and this process, which a killed launcher orphans).
         return [_venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
+    if cfg.run.elastic:  # [sync, elastic] between min and n ranks, hosts found by a script
+        script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
+        hosts = ["--min-np", str(cfg.run.min_workers), "--max-np", str(n)]
+        hosts += ["--host-discovery-script", str(script)]
+    else:
+        hosts = ["-H", f"localhost:{n}"]
     return [
         _horovodrun(),
         "-np",
         str(n),
-        "-H",
-        f"localhost:{n}",
+        *hosts,
         "--gloo",
         "--start-timeout",
         str(cfg.start_timeout),
@@ -259,11 +285,21 @@ def tf_config(cluster: dict, task_type: str, index: int) -> str:
 # (PR_SET_PDEATHSIG survives exec), and it gives up if the launcher is already gone. A
 # separate tiny process rather than ``preexec_fn``, whose fork runs the parent's fork
 # handlers (gRPC's abort in a process that has loaded it).
+def die_with_parent(parent: int) -> None:
+    """Makes the kernel kill this process (``SIGKILL``) when its parent ends (Linux).
+
+    Survives ``exec``. Exits at once if ``parent`` is already gone (this process was
+    re-parented before the call).
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        sys.exit("launcher gone before start")
+
+
 _GUARD = (
-    "import ctypes, os, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, 9)\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit('launcher gone before start')\n"
+    "import os, sys\n"
+    "from distrain.train.launch import die_with_parent\n"
+    "die_with_parent(int(sys.argv[1]))\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 

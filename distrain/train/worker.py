@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
 import os
 import signal
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from distrain.train.config import TrainConfig
+from distrain.train.launch import die_with_parent
 
 
 def bind_rank_to_cores() -> set[int] | None:
@@ -45,7 +45,7 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
-def die_with_parent() -> None:
+def die_with_launcher() -> None:
     """[sync] Makes this rank end when the process that started it does (Linux).
 
     Under ``mpirun`` the ranks are mpirun's children. A launcher killed outright takes
@@ -53,12 +53,8 @@ def die_with_parent() -> None:
     would go on training alone; with this the kernel kills them too. Not a rank: nothing.
     """
     env = os.environ
-    if sys.platform != "linux" or not ("HOROVOD_RANK" in env or "OMPI_COMM_WORLD_RANK" in env):
-        return
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above
-        sys.exit("launcher gone before start")
+    if sys.platform == "linux" and ("HOROVOD_RANK" in env or "OMPI_COMM_WORLD_RANK" in env):
+        die_with_parent(os.getppid())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGUSR1 prints every thread's Python stack to stderr: the launcher sends it to a run
     # that timed out, so a hang says where it was.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    die_with_parent()  # [sync]
+    die_with_launcher()  # [sync]
     bound = bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools
     if bound:
         rank = os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK"))
