@@ -45,6 +45,19 @@ def assert_no_orphans(out: Path, wait: float = 10.0) -> None:
     assert not left, f"processes outlived the run: {left}"
 
 
+def sync_rank(out: Path, r: int) -> psutil.Process | None:
+    """The ``distrain worker`` process of Horovod rank ``r`` in the run writing to ``out``."""
+    for proc in run_processes(out):
+        try:
+            env = proc.environ()
+            rank = env.get("HOROVOD_RANK", env.get("OMPI_COMM_WORLD_RANK"))
+            if rank == str(r) and "worker" in proc.cmdline():
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
 def server_of(out: Path, job: str, index: int) -> psutil.Process | None:
     """The PS-mode server process with role ``job:index`` of the run in ``out``."""
     for proc in run_processes(out):
@@ -336,23 +349,14 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     out = tmp_path / "faulted"
     killed = []
 
-    def rank(r: int):
-        for proc in run_processes(out):
-            try:
-                if proc.environ().get("HOROVOD_RANK") == str(r) and "worker" in proc.cmdline():
-                    return proc
-            except psutil.Error:
-                continue
-        return None
-
     def kill_rank_2():
-        proc = rank(2)
+        proc = sync_rank(out, 2)
         proc.kill()
         killed.append(proc.pid)
 
     def mid_first_epoch():  # the first epoch has 62 steps
         steps = checkpoint_steps(out)
-        return steps and 15 <= max(steps) < 55 and rank(2)
+        return steps and 15 <= max(steps) < 55 and sync_rank(out, 2)
 
     when(mid_first_epoch, kill_rank_2)
     faulted = run_training(config(mnist_8k, out, "sync:3:min=2", **settings), timeout=600)
@@ -368,19 +372,6 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     assert abs(acc - ref) <= 0.005, (acc, ref)
     assert faulted["epochs"][-1]["val_accuracy"] >= ref - 0.02, faulted["epochs"][-3:]
     assert_no_orphans(out)
-
-
-def sync_rank(out: Path, r: int) -> psutil.Process | None:
-    """The ``distrain worker`` process of Horovod rank ``r`` in the run writing to ``out``."""
-    for proc in run_processes(out):
-        try:
-            env = proc.environ()
-            rank = env.get("HOROVOD_RANK", env.get("OMPI_COMM_WORLD_RANK"))
-            if rank == str(r) and "worker" in proc.cmdline():
-                return proc
-        except psutil.Error:
-            continue
-    return None
 
 
 @pytest.mark.slow
