@@ -58,6 +58,7 @@ def check_parameters(
     learning_rate: float,
     validation_fraction: float,
     launcher: str,
+    controller: str = "auto",
 ):
     """Every pipeline parameter, checked before any step does work; all problems at once."""
     from distrain.steps import check_parameters as step
@@ -72,4 +73,5 @@ def check_parameters(
         learning_rate=learning_rate,
         validation_fraction=validation_fraction,
         launcher=launcher,
+        controller=controller,
     )

@@ -17,6 +17,7 @@ def train(
     learning_rate: float = 0.001,
     seed: int = 0,
     launcher: str = "local",
+    controller: str = "auto",
     worker_image: str = "",
     namespace: str = "",
     gpus_per_worker: int = 0,
@@ -35,7 +36,8 @@ def train(
     or parameter-server Jobs (async, syncreplicas) of ``worker_image`` with the given
     resources, node selector and tolerations; the volume claim is shared with this step.
     ``accelerator_type`` / ``accelerator_count`` are this step's own GPUs (set on the
-    task by the pipeline); they are recorded with the model.
+    task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
+    Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
     """
     from distrain.steps import train as step
@@ -61,10 +63,12 @@ def train(
         batch_size=batch_size,
         learning_rate=learning_rate,
         seed=seed,
+        controller=controller,
     )
     trained.metadata.update(
         {
             "run": history["run"]["name"],
+            "transport": history.get("controller", ""),
             "train_seconds": history["train_seconds"],
             "examples_per_second": history["examples_per_second"],
             "accelerator": f"{accelerator_count} x {accelerator_type}" if accelerator_count else "",

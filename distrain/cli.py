@@ -89,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "epochs": args.epochs or defaults.epochs,
         "seed": args.seed,
         "sample_size": args.sample_size,
+        "controller": args.controller,
     }
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
@@ -232,6 +233,15 @@ SAMPLE_HELP = (
 )
 
 
+def _add_controller(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--controller",
+        choices=CONTROLLERS,
+        default="auto",
+        help="sync runs: Horovod over mpirun or gloo (auto: MPI where built, gloo if elastic)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="distrain", description=__doc__.split("\n\n")[0])
@@ -274,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
+    _add_controller(run)
     run.set_defaults(func=cmd_run)
 
     tr = sub.add_parser("train", help="one training run on preprocessed data")
@@ -291,12 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="mid-epoch checkpoint period in global steps (0: epoch ends only); "
         "rerunning with the same --output resumes from the newest checkpoint",
     )
-    tr.add_argument(
-        "--controller",
-        choices=CONTROLLERS,
-        default="auto",
-        help="sync runs: Horovod over mpirun or gloo (auto: MPI where built, gloo if elastic)",
-    )
+    _add_controller(tr)
     tr.set_defaults(func=cmd_train)
 
     man = sub.add_parser(

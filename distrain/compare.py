@@ -26,6 +26,7 @@ COLUMNS = [
     ("workers", "workers", "{}"),
     ("parameter_servers", "PS", "{}"),
     ("aggregation", "aggregate", "{}"),
+    ("transport", "transport", "{}"),
     ("accuracy", "accuracy", "{:.4f}"),
     ("macro_f1", "macro F1", "{:.4f}"),
     ("bits_per_char", "bits/char", "{:.3f}"),
@@ -150,6 +151,11 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
             speedup = float(base["history"]["train_seconds"]) / seconds
         mean, p95, worst = _staleness(hist)
         agg = run.get("replicas_to_aggregate")
+        # How the workers exchanged gradients or variables: Horovod's controller for sync
+        # runs (as the run recorded it), TensorFlow's gRPC runtime for parameter servers.
+        transport = hist.get("controller") if run["mode"] == "sync" else None
+        if run["mode"] in ("async", "syncreplicas"):
+            transport = "grpc"
         rows.append(
             {
                 "name": run["name"],
@@ -157,6 +163,7 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
                 "workers": int(run["workers"]),
                 "parameter_servers": int(run.get("parameter_servers") or 0),
                 "aggregation": f"{agg}/{run['workers']}" if run["mode"] == "syncreplicas" else None,
+                "transport": transport,
                 **quality,
                 "train_seconds": seconds,
                 "examples_per_second": float(hist.get("examples_per_second", 0.0)),
@@ -210,7 +217,9 @@ def render_markdown(comparison: dict) -> str:
         "each run's); efficiency is speedup / workers; time to target is the wall-clock "
         f"time to reach validation accuracy {comparison['target_accuracy']}; staleness "
         "is the number of parameter versions between the one a gradient was computed on and "
-        "the one it was applied to (or dropped at).",
+        "the one it was applied to (or dropped at); transport is how the workers exchanged "
+        "gradients (Horovod's mpi or gloo controller for sync runs, TensorFlow's gRPC to the "
+        "parameter servers for async and syncreplicas).",
         "",
         "| " + " | ".join(h for _, h, _ in columns(comparison)) + " |",
         "|"

@@ -67,6 +67,7 @@ def check_parameters(
     learning_rate: float = 1e-3,
     validation_fraction: float = 0.1,
     launcher: str = "local",
+    controller: str = "auto",
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -80,6 +81,7 @@ def check_parameters(
         learning_rate: Base learning rate.
         validation_fraction: Share of the training files held out.
         launcher: ``local`` or ``kubernetes``.
+        controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
 
     Returns:
         The run names, in order.
@@ -105,7 +107,7 @@ def check_parameters(
         problems.append(f"runs: {err}")
     for spec in specs:
         try:
-            TrainConfig(
+            cfg = TrainConfig(
                 data_dir="-",
                 output_dir="-",
                 run=spec,
@@ -113,10 +115,20 @@ def check_parameters(
                 epochs=epochs,
                 batch_size=batch_size,
                 learning_rate=learning_rate,
+                controller=controller,
             )
         except ConfigError as err:
             problems.append(f"run {spec.name}: {err}")
             break  # the same settings for every run: once is enough
+        if launcher == "kubernetes":
+            from distrain.k8s.objects import check_cluster_run
+            from distrain.k8s.train import needs_cluster
+
+            try:
+                if needs_cluster(cfg):
+                    check_cluster_run(cfg)
+            except ConfigError as err:
+                problems.append(f"run {err}")
     if not 0 < validation_fraction < 1:
         problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     if launcher not in ("local", "kubernetes"):

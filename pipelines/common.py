@@ -78,6 +78,7 @@ def build_pipeline(
         beam_image: str = image("beam"),
         trainer_image: str = trainer_image_default,
         launcher: str = "local",
+        controller: str = "auto",
         namespace: str = "",
         accelerator_type: str = "nvidia.com/gpu",
         accelerator_count: int = gpus_default,
@@ -99,6 +100,7 @@ def build_pipeline(
             learning_rate=learning_rate,
             validation_fraction=validation_fraction,
             launcher=launcher,
+            controller=controller,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
         data = fetch_data(
@@ -126,6 +128,7 @@ def build_pipeline(
                 learning_rate=learning_rate,
                 seed=seed,
                 launcher=launcher,
+                controller=controller,
                 worker_image=trainer_image,
                 namespace=namespace,
                 gpus_per_worker=gpus_per_worker,

@@ -64,6 +64,13 @@ def reports():
     ]
 
 
+def reports_with_controller(controller="mpi"):
+    """:func:`reports`, the sync run's history naming the Horovod controller it used."""
+    runs = reports()
+    next(r for r in runs if r["run"]["mode"] == "sync")["history"]["controller"] = controller
+    return runs
+
+
 def test_rows_ordered_with_speedup_efficiency_and_best():
     c = build_comparison(reports())
     rows = {r["name"]: r for r in c["rows"]}
@@ -79,6 +86,18 @@ def test_rows_ordered_with_speedup_efficiency_and_best():
     assert rows["async:2"]["staleness_mean"] == pytest.approx(0.5)
     assert rows["syncreplicas:3"]["staleness_max"] == 2
     assert rows["single:1"]["staleness_mean"] is None
+
+
+def test_transport_column_names_each_runs_exchange():
+    c = build_comparison(reports_with_controller("gloo"))
+    rows = {r["name"]: r for r in c["rows"]}
+    assert rows["sync:2"]["transport"] == "gloo"
+    assert rows["async:2"]["transport"] == rows["syncreplicas:3"]["transport"] == "grpc"
+    assert rows["single:1"]["transport"] is None
+    header = render_markdown(c).splitlines()
+    assert any("| transport |" in line for line in header)
+    # A sync history from before the controller was recorded: no guess, an empty cell.
+    assert build_comparison(reports())["rows"][1]["transport"] is None
 
 
 def test_time_to_target():

@@ -146,6 +146,23 @@ def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path):
     }
 
 
+def test_cluster_settings_an_mpijob_cannot_honour_are_refused_up_front():
+    # On Kubernetes sync runs are MPIJobs: mpirun starts a fixed set of ranks.
+    with pytest.raises(StepError) as err:
+        check_parameters(
+            "mnist", "sample", ["sync:2", "sync:3:min=2"], launcher="kubernetes", controller="gloo"
+        )
+    text = str(err.value)
+    assert "sync:2: controller 'gloo' is for local runs" in text
+    assert "sync:3:min=2: elastic sync runs with local processes only" in text
+    with pytest.raises(StepError, match="unknown controller 'nccl'"):
+        check_parameters("mnist", "sample", ["sync:2"], controller="nccl")
+    # The same settings are fine for local runs, and one-worker runs never go to the cluster.
+    assert check_parameters("mnist", "sample", ["sync:3:min=2"], controller="gloo")
+    assert check_parameters("mnist", "sample", ["sync:1"], launcher="kubernetes", controller="gloo")
+    assert check_parameters("mnist", "sample", ["sync:2"], launcher="kubernetes", controller="mpi")
+
+
 @pytest.mark.case("params/data-dir")
 def test_training_on_a_missing_data_directory_fails_before_starting(tmp_path):
     cfg = TrainConfig(data_dir=str(tmp_path / "missing"), output_dir=str(tmp_path / "out"))

@@ -54,6 +54,13 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     assert defaults["runs"]["defaultValue"] == DEFAULT_RUNS
     model = {"mnist": "mlp", "dbpedia": "fasttext", "gutenberg": "lstm"}[dataset]
     assert defaults["model"]["defaultValue"] == model
+    # Sync runs' Horovod controller is a pipeline parameter, checked first, used by training.
+    assert defaults["controller"]["defaultValue"] == "auto"
+    check = spec["components"][tasks["check-parameters"]["componentRef"]["name"]]
+    assert "controller" in check["inputDefinitions"]["parameters"]
+    assert inner["train"]["inputs"]["parameters"]["controller"]["componentInputParameter"] == (
+        "pipelinechannel--controller"
+    )
     # No component installs packages at run time: the images carry distrain and kfp.
     for executor in executors.values():
         assert "pip install" not in " ".join(executor["container"]["command"])
@@ -97,6 +104,7 @@ def test_kfp_dsl_compile(tmp_path, cli_env, dataset):
         (["--runs", "ring:2"], "unknown mode 'ring'"),
         (["--runs", "syncreplicas:2:aggregate=3"], "replicas_to_aggregate must be between"),
         (["--data", "/nonexistent/mnist"], "data directory /nonexistent/mnist does not exist"),
+        (["--controller", "nccl"], "invalid choice: 'nccl'"),
     ],
 )
 def test_run_refuses_bad_parameters_before_any_work(tmp_path, cli_env, args, message):
@@ -152,6 +160,8 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     assert rows["async:2"]["staleness_max"] > 0
     assert rows["sync:2"]["staleness_max"] == 0
     assert rows["syncreplicas:3"]["aggregation"] == "2/3"
+    assert rows["sync:2"]["transport"] in ("mpi", "gloo")
+    assert rows["async:2"]["transport"] == "grpc"
     assert "syncreplicas:3" in (out / "comparison.md").read_text()
     assert "data:image/png;base64," in (out / "comparison.html").read_text()
     # Progress and the final table were printed.

@@ -240,6 +240,26 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
     return services + jobs
 
 
+def check_cluster_run(cfg: TrainConfig) -> None:
+    """Refuses the settings of a multi-worker run that a cluster job cannot honour.
+
+    Raises:
+        ConfigError: An elastic sync run (the MPI Operator, v2beta1, starts a fixed set of
+            ranks and has no host discovery for horovodrun's elastic mode), or a sync run
+            asking for the gloo controller (the MPIJob's launcher starts the ranks with
+            ``mpirun``: Horovod's mpi controller).
+    """
+    if cfg.run.elastic:
+        raise ConfigError(
+            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
+        )
+    if cfg.run.mode == "sync" and cfg.controller == "gloo":
+        raise ConfigError(
+            f"{cfg.run.name}: controller 'gloo' is for local runs; on Kubernetes sync runs are "
+            "an MPIJob whose ranks mpirun starts (use 'auto' or 'mpi')"
+        )
+
+
 def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> list[dict]:
     """Every object the launcher creates for a run, in creation order.
 
@@ -249,12 +269,7 @@ def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path:
     """
     if cfg.run.workers < 2 or cfg.run.mode == "single":
         raise ConfigError(f"{cfg.run.name} runs in the step's own pod, not as a cluster job")
-    if cfg.run.elastic:
-        # The MPI Operator (v2beta1) starts a fixed set of ranks and has no host
-        # discovery for horovodrun's elastic mode.
-        raise ConfigError(
-            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
-        )
+    check_cluster_run(cfg)
     if cfg.run.mode == "sync":
         return [mpijob(cfg, k, name, config_path)]
     if cfg.run.mode in PS_MODES:
