@@ -1,6 +1,7 @@
 """Training with local processes: single, and sync under horovodrun (2 ranks, MPI and gloo)."""
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -167,7 +168,13 @@ def _server_processes() -> set[int]:
 
 
 @pytest.mark.slow
-def test_async_trains_records_staleness_and_leaves_no_process(mnist_examples, tmp_path):
+def test_async_trains_records_staleness_and_leaves_no_process(
+    mnist_examples, tmp_path, monkeypatch
+):
+    scratch = tmp_path / "tmp"  # the launcher's temporary directory, and its processes'
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     before = _server_processes()
     cfg = TrainConfig(
         data_dir=str(mnist_examples),
@@ -178,6 +185,9 @@ def test_async_trains_records_staleness_and_leaves_no_process(mnist_examples, tm
     )
     history = run_training(cfg, timeout=300)
     assert _server_processes() == before, "parameter servers or workers outlived the run"
+    # Nor did their files: servers are stopped and the chief ends with os._exit, so
+    # autograph's generated modules outlive them unless the run's directory goes.
+    assert list(scratch.iterdir()) == []
     assert history["run"]["parameter_servers"] == 1
     assert history["epochs"][-1]["val_accuracy"] > 0.8
     # Workers pushed without waiting for each other: some gradients were computed on

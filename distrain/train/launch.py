@@ -23,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -382,6 +383,11 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
     env.pop("TF_CONFIG", None)
     env.update(launch_env(cfg))
+    # One temporary directory for all the run's processes, removed with the run: what they
+    # leave in it (autograph's generated modules, which a process removes only at a normal
+    # exit, and PS-mode servers are stopped and their chief ends with os._exit) goes too.
+    scratch = tempfile.mkdtemp(prefix="distrain-")
+    env["TMPDIR"] = scratch
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
     try:
@@ -421,6 +427,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
             )
     finally:
         procs.stop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
     history_path = out / "history.json"
     if not history_path.exists():
         raise TrainingError(f"[{cfg.run.name}] finished but wrote no {history_path}")
