@@ -519,7 +519,6 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         for i, name in enumerate(names, start=1)
         if repeats[0][i] is not None
     }
-    efficiencies = parts["sync"]
     for r in rows:
         r["vs_single_all_cores"] = r["examples_per_second"] / all_cores
         r["efficiency"] = r["examples_per_second"] / (r["workers"] * one_core)
@@ -545,8 +544,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     return {
         "batch_sweep": sweep,
         "rows": rows,
-        "sync_efficiency": statistics.median(efficiencies),
-        "sync_efficiency_pairs": efficiencies,
+        "sync_efficiency": statistics.median(parts["sync"]),
         "sync_vs_all_cores": sync2 / all_cores,
         "machine_ceiling": statistics.median(parts["independent"]),
         "sync_losses": parts,
@@ -968,7 +966,7 @@ def _fmt(v, spec: str = ".2f", none: str = "—") -> str:
 
 def _pairs(training: dict) -> str:
     """' (median of k pairs, a-b)' for a sync efficiency measured more than once."""
-    effs = training.get("sync_efficiency_pairs") or []
+    effs = training["sync_losses"]["sync"]
     if len(effs) < 2:
         return ""
     return (
@@ -1286,11 +1284,11 @@ def machine(cfg: SuiteConfig) -> dict:
 
 def _mpi_version() -> str | None:
     """``Open MPI 4.1.8`` (what sync's MPI controller runs on), or None without MPI."""
-    from distrain.train.launch import _venv_tool
+    from distrain.train.launch import venv_tool
 
     if _sync_controller() != "mpi":
         return None
-    done = subprocess.run([_venv_tool("mpirun"), "--version"], capture_output=True, text=True)
+    done = subprocess.run([venv_tool("mpirun"), "--version"], capture_output=True, text=True)
     first = done.stdout.splitlines()[0] if done.stdout else ""  # mpirun (Open MPI) 4.1.8
     return " ".join(first.replace("(", "").replace(")", "").split()[1:]) or None
 

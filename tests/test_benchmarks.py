@@ -296,3 +296,10 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     assert all(r["seconds"] > 0 for r in results["allreduce"]["gloo_rows"])
     assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
     assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()
+
+
+def test_committed_report_is_the_committed_results_rendered():
+    # BENCHMARKS.md is written by the suite from the numbers it measured, never edited by
+    # hand: rendering benchmarks/results.json again gives the same document.
+    results = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    assert render_markdown(results) == (ROOT / "BENCHMARKS.md").read_text()

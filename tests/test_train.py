@@ -69,7 +69,7 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
         # Waits yield the core the rank's compute threads need.
         assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
         # PyPI's Open MPI in the venv is told where it was installed.
-        assert env["OPAL_PREFIX"] == str(Path(launch._venv_tool("mpirun")).parent.parent)
+        assert env["OPAL_PREFIX"] == str(Path(launch.venv_tool("mpirun")).parent.parent)
         assert sync_controller(_sync(tmp_path, controller="mpi")) == "mpi"
     else:
         assert launch_env(auto) == {}

@@ -55,14 +55,14 @@ MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def _venv_tool(name: str) -> str | None:
+def venv_tool(name: str) -> str | None:
     """``name`` next to this Python (a venv's bin/, where setup puts it), else on PATH."""
     local = Path(sys.executable).with_name(name)
     return str(local) if local.exists() else shutil.which(name)
 
 
 def _horovodrun() -> str:
-    found = _venv_tool("horovodrun")
+    found = venv_tool("horovodrun")
     if not found:
         raise TrainingError(
             "horovodrun not found: sync mode needs Horovod (run scripts/setup.sh, which builds it)"
@@ -80,7 +80,7 @@ def mpi_controller_available() -> bool:
     build without MPI).
     """
     spec = importlib.util.find_spec("horovod")
-    if not _venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
+    if not venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
         return False
     package = Path(next(iter(spec.submodule_search_locations)))
     return any(
@@ -146,7 +146,7 @@ def launch_env(cfg: TrainConfig) -> dict[str, str]:
         return {}
     env = dict(MPI_ENV, **(MPI_ROOT_ENV if os.geteuid() == 0 else {}))
     env = {key: value for key, value in env.items() if key not in os.environ}  # yours win
-    mpirun_dir = Path(_venv_tool("mpirun")).parent
+    mpirun_dir = Path(venv_tool("mpirun")).parent
     if mpirun_dir == Path(sys.executable).parent:
         # PyPI's Open MPI (setup's, in the venv) looks for its own files under the prefix
         # it was built in, unless told where it was installed.
@@ -233,7 +233,7 @@ def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
     if sync_controller(cfg) == "mpi":
         # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
         # would put a shell between it and this process, which a killed launcher orphans).
-        return [_venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
+        return [venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
     if cfg.run.elastic:  # [sync, elastic] between min and n ranks, hosts found by a script
         script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
         hosts = ["--min-np", str(cfg.run.min_workers), "--max-np", str(n)]
