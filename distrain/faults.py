@@ -47,6 +47,7 @@ CASES: list[tuple[str, str]] = [
     ("sync/elastic", "sync: elastic Horovod survives 1 of 3 workers killed"),
     ("sync/rank-death", "sync: a killed rank ends the run with an error within seconds"),
     ("async/worker-death", "async: a killed worker, training continues and completes"),
+    ("async/stall", "async: a stalled worker does not stall training"),
     ("async/ps-death", "async: a killed PS fails the run clearly; the rerun resumes"),
     ("syncreplicas/stall", "syncreplicas: a stalled worker does not stall training"),
     ("syncreplicas/worker-death", "syncreplicas: a dead worker does not stall training"),

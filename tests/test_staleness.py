@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from distrain.train.staleness import SyncReplicasAggregator, summarize
+from distrain.train.staleness import StallWatch, SyncReplicasAggregator, summarize
 
 
 class SGD:
@@ -77,3 +77,19 @@ def test_summarize():
 def test_bad_aggregate():
     with pytest.raises(ValueError):
         SyncReplicasAggregator(0, lambda m: None)
+
+
+def test_stall_watch_limit_follows_the_recent_calls():
+    watch = StallWatch(factor=20, floor=5.0, window=4)
+    assert watch.limit() == float("inf")  # no call has finished: nothing to judge by
+    assert not watch.stalled(3600)
+    for seconds in (0.05, 0.04, 0.06):
+        watch.finished(seconds)
+    assert watch.limit() == 5.0  # 20 x 0.05 s is under the floor
+    assert not watch.stalled(4.9) and watch.stalled(5.1)
+    for seconds in (0.5, 0.5, 0.6, 0.5):  # slower calls: only the last 4 count
+        watch.finished(seconds)
+    assert watch.limit() == pytest.approx(10.0)
+    assert not watch.stalled(9.0) and watch.stalled(10.5)
+    with pytest.raises(ValueError, match="factor > 1"):
+        StallWatch(factor=1.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import sys
 import threading
@@ -30,7 +31,7 @@ import numpy as np
 from distrain.train.config import PS_MODES, TrainConfig, TrainingError
 from distrain.train.inputs import DatasetInfo, make_dataset, shard_size
 from distrain.train.models import build_model
-from distrain.train.staleness import SyncReplicasAggregator, summarize
+from distrain.train.staleness import StallWatch, SyncReplicasAggregator, summarize
 
 VAL_BATCH = 512
 
@@ -436,7 +437,8 @@ class _Trainer:
             }
             history["dropped_gradients"] = self.dropped
             history["lost_results"] = self.lost_results
-            # Steps still in flight when the run ended (syncreplicas' backups), discarded.
+            # Steps still out when the run ended (syncreplicas' backups, a stalled worker's
+            # call in async), never waited for.
             history["abandoned_steps"] = getattr(self, "abandoned_steps", 0)
             history["worker_progress"] = self.worker_progress
         else:
@@ -753,12 +755,49 @@ class _Trainer:
             self.staleness.extend(delays)
             self.staleness_by_worker.setdefault(key, []).extend(delays)
 
+        def launch(function, args) -> concurrent.futures.Future:
+            """[ps] Schedules ``function`` on a free worker; its results come in a future.
+
+            Results are fetched by a daemon thread per call, so a worker that stalls holds
+            only its own call, and nothing waits for it when the run ends.
+            """
+            from tensorflow.python.eager import context as tf_context
+            from tensorflow.python.eager import executor as tf_executor
+
+            remote = self.coordinator.schedule(function, args=args)  # [ps]
+            future: concurrent.futures.Future = concurrent.futures.Future()
+
+            def fetch():
+                try:
+                    # Copied to the chief in an executor of its own: in the shared one, a
+                    # copy from a worker that stalls mid-transfer would hold every thread
+                    # that waits on that executor.
+                    with tf_context.executor_scope(tf_executor.new_executor(False)):
+                        result = remote.fetch()
+                    _release_worker_outputs(remote, int(result[3]))  # [3]: the worker
+                    future.set_result(result)
+                except BaseException as err:  # handed to the loop through the future
+                    future.set_exception(err)
+
+            threading.Thread(target=fetch, daemon=True).start()
+            return future
+
         def run_async_epochs():
-            # An epoch is one pass's worth of updates, split into calls of steps_per_call
-            # steps; with step checkpoints, the calls up to each checkpoint are joined first.
+            # An epoch is one pass's worth of updates, taken in calls of steps_per_call steps
+            # by whichever worker is free. The calls up to a checkpoint boundary are done
+            # (or given up on as stalled, their steps done by others) before the checkpoint,
+            # so checkpoints fall on the boundary's step.
             steps = max(1, info.splits["train"] // cfg.batch_size)
             every = cfg.checkpoint_every_steps or steps
             first_epoch, done = self.resume_point(steps)
+            # [async] Up to four calls per worker at a time: one running, the next queued so
+            # that no worker waits for the chief's dispatch (two cost small steps 3 % of
+            # their throughput). A call that outlives the stall limit is given up on and its
+            # steps go to the other workers; if its worker wakes, its updates still land
+            # (late, and stale) and are counted when they come.
+            window = 4 * cfg.run.workers
+            watch = StallWatch()
+            given_up: dict[concurrent.futures.Future, int] = {}  # call -> its steps
             start = time.perf_counter()
             for epoch in range(first_epoch, cfg.epochs):
                 t0 = time.perf_counter()
@@ -769,36 +808,72 @@ class _Trainer:
                     stop = min(
                         steps, ((epoch * steps + position) // every + 1) * every - epoch * steps
                     )
-                    results = [
-                        self.coordinator.schedule(  # [async]
-                            async_step,
-                            args=(iterator, tf.constant(min(steps_per_call, stop - s))),
+                    owed, completed = stop - position, 0  # owed: steps not scheduled yet
+                    live: dict[concurrent.futures.Future, tuple[int, float]] = {}
+                    last_back = time.monotonic()  # when a call last came back, any call
+                    while completed < stop - position:
+                        while owed and len(live) < window:
+                            count = min(steps_per_call, owed)
+                            call = launch(async_step, (iterator, tf.constant(count)))  # [async]
+                            live[call] = (count, time.monotonic())
+                            owed -= count
+                        finished, _ = concurrent.futures.wait(
+                            [*live, *given_up],
+                            timeout=1.0,
+                            return_when=concurrent.futures.FIRST_COMPLETED,
                         )
-                        for s in range(position, stop, steps_per_call)
-                    ]
-                    self.coordinator.join()  # [ps] wait for every scheduled step
-                    for remote in results:
-                        try:
-                            batch_loss, batch_correct, delays, worker, timestamp = remote.fetch()
-                        except tf.errors.UnavailableError:
-                            # [async] the worker died after its steps ran: the updates are
-                            # on the parameter servers, only their loss and staleness are lost.
-                            self.lost_results += 1
-                            continue
-                        loss_sum += float(batch_loss)
-                        correct += float(batch_correct)
-                        note(worker, timestamp, [int(d) for d in delays])
+                        now = time.monotonic()
+                        last_back = now if finished else last_back
+                        # [async] Every worker stalled (or dead and not replaced): a clear
+                        # failure, not a wait forever. Before any call is back: start-up time.
+                        limit = watch.limit()
+                        allowed = cfg.start_timeout if math.isinf(limit) else max(60.0, 4 * limit)
+                        if now - last_back > allowed:
+                            raise TrainingError(
+                                f"[{cfg.run.name}] no worker has finished a call in "
+                                f"{now - last_back:.0f} s: every worker is stalled or gone "
+                                f"(their logs: {self.out / 'logs'})"
+                            )
+                        for call in finished:
+                            late = call in given_up
+                            if late:
+                                given_up.pop(call)
+                            else:
+                                count, scheduled = live.pop(call)
+                                watch.finished(time.monotonic() - scheduled)
+                                completed += count
+                            try:
+                                batch_loss, batch_correct, delays, worker, timestamp = call.result()
+                            except tf.errors.UnavailableError:
+                                # [async] the worker died after its steps ran: the updates are
+                                # on the parameter servers, only their loss and staleness are lost.
+                                self.lost_results += 1
+                                continue
+                            note(worker, timestamp, [int(d) for d in delays])
+                            if not late:
+                                loss_sum += float(batch_loss)
+                                correct += float(batch_correct)
+                        for call, (count, scheduled) in list(live.items()):
+                            if watch.stalled(now - scheduled):
+                                # [async] its worker has stalled: the others take its steps.
+                                del live[call]
+                                given_up[call] = count
+                                owed += count
+                                self.log(
+                                    f"a call of {count} steps has not come back in "
+                                    f"{now - scheduled:.1f} s (limit {watch.limit():.1f} s): "
+                                    "its steps go to the other workers"
+                                )
                     position = stop
                     if self.step_checkpoint_due(epoch * steps + stop, stop == steps):
                         self.checkpoint(epoch * steps + stop)
                 seconds = time.perf_counter() - t0
                 seen = (steps - begin) * cfg.batch_size
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
+            # Calls given up on and still out when training ends: a stalled worker's.
+            self.abandoned_steps = sum(given_up.values())
 
         def run_syncreplicas_epochs():
-            from tensorflow.python.eager import context as tf_context
-            from tensorflow.python.eager import executor as tf_executor
-
             agg_n = cfg.run.replicas_to_aggregate
             total = cfg.run.workers
             # An epoch is as many aggregated updates as make one pass over the data.
@@ -810,31 +885,12 @@ class _Trainer:
                 version=int(self.version.numpy()),
             )
 
-            def launch() -> concurrent.futures.Future:
-                remote = self.coordinator.schedule(gradient_step, args=(iterator,))  # [ps]
-                future: concurrent.futures.Future = concurrent.futures.Future()
-
-                def fetch():
-                    try:
-                        # Copied to the chief in an executor of its own: in the shared
-                        # one, a copy from a worker that stalls mid-transfer would hold
-                        # every thread that waits on that executor.
-                        with tf_context.executor_scope(tf_executor.new_executor(False)):
-                            result = remote.fetch()
-                        _, _, _, worker, _, _ = result  # as gradient_step returns it
-                        _release_worker_outputs(remote, int(worker))
-                        future.set_result(result)
-                    except BaseException as err:  # handed to the loop through the future
-                        future.set_exception(err)
-
-                # A daemon thread per step: a worker that stalls holds only its own step,
-                # and nothing waits for it when the run ends.
-                threading.Thread(target=fetch, daemon=True).start()
-                return future
+            def launch_step() -> concurrent.futures.Future:
+                return launch(gradient_step, (iterator,))
 
             # [syncreplicas] keep one step in flight per worker: the first agg_n of them
             # make the update; the rest are backups whose late gradients are dropped.
-            pending = {launch() for _ in range(total)}
+            pending = {launch_step() for _ in range(total)}
             lost_in_a_row = 0
             start = time.perf_counter()
             try:
@@ -862,7 +918,7 @@ class _Trainer:
                                         f"{lost_in_a_row} steps in a row were lost to "
                                         f"unavailable workers: {err}"
                                     ) from err
-                                pending.add(launch())
+                                pending.add(launch_step())
                                 continue
                             lost_in_a_row = 0
                             outcome = aggregator.submit(grads, int(read))
@@ -875,7 +931,7 @@ class _Trainer:
                                 step, aggregator.applied >= target
                             ):
                                 self.checkpoint(step)
-                            pending.add(launch())
+                            pending.add(launch_step())
                     self.dropped = aggregator.dropped
                     seconds = time.perf_counter() - t0
                     seen = (updates - begin) * agg_n * cfg.batch_size

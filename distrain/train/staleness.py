@@ -1,4 +1,4 @@
-"""Gradient aggregation with staleness: the SyncReplicas rule, and staleness statistics.
+"""Stale work: the SyncReplicas rule, staleness statistics, and calls given up on as stalled.
 
 The rule is the one of TensorFlow's ``SyncReplicasOptimizer``: every gradient carries the
 parameter version (global step) it was computed on. A gradient computed on an older
@@ -11,6 +11,8 @@ straggler does not hold the step up.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -89,3 +91,41 @@ def summarize(delays: Sequence[int]) -> dict:
         "p95": float(np.percentile(values, 95)),
         "max": int(values.max()),
     }
+
+
+class StallWatch:
+    """[async] When a scheduled call has taken so long that its worker counts as stalled.
+
+    A call's time runs from its scheduling to its results reaching the chief. The limit is
+    ``factor`` times the median of the recent calls' times, and never under ``floor``
+    seconds: a worker that is merely slower stays far inside it, one that is stopped,
+    swapped out or hung soon passes it. Async training then schedules the call's steps
+    again for the other workers instead of waiting (Downpour: no worker waits for another).
+    Until a first call has finished there is no limit: the first calls also pay for
+    tracing and for the workers' start, and nothing yet says how long a call takes.
+
+    Args:
+        factor: Multiple of the median call time.
+        floor: Seconds: the least limit.
+        window: Recent calls whose times make the median.
+    """
+
+    def __init__(self, factor: float = 20.0, floor: float = 5.0, window: int = 64):
+        if factor <= 1 or floor <= 0:
+            raise ValueError(f"StallWatch needs factor > 1 and floor > 0, got {factor}, {floor}")
+        self.factor, self.floor = factor, floor
+        self._times: deque[float] = deque(maxlen=window)
+
+    def finished(self, seconds: float) -> None:
+        """Records the time a call took."""
+        self._times.append(seconds)
+
+    def limit(self) -> float:
+        """Seconds after which a call still running counts as stalled (inf: none yet)."""
+        if not self._times:
+            return math.inf
+        return max(self.floor, self.factor * float(np.median(self._times)))
+
+    def stalled(self, seconds: float) -> bool:
+        """Whether a call running for ``seconds`` counts as stalled."""
+        return seconds > self.limit()
