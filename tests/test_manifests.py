@@ -12,6 +12,7 @@ from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL, build_objects
 from distrain.k8s.validate import ManifestError, validate_all, validate_object
 from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.launch import mca_options
 
 from .conftest import ROOT
 
@@ -159,6 +160,19 @@ def _containers(obj: dict) -> list[tuple[str, dict, dict]]:
         role = obj["spec"]["template"]["metadata"]["labels"]["distrain.dev/role"]
         return [(role, pod, pod["containers"][0])]
     return []
+
+
+def test_cpu_ranks_yield_their_cores_in_mpi_waits_and_gpu_ranks_do_not():
+    # CPU ranks share their cores with TensorFlow's compute threads, as local ranks do.
+    def mpirun_args(k: KubernetesConfig) -> list[str]:
+        (mpijob,) = build_objects(_cfg("sync:2"), k, "r1", "/mnt/distrain/o/c.json")
+        spec = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+        return spec["containers"][0]["args"]
+
+    cpu = " ".join(mpirun_args(KubernetesConfig()))
+    assert "-mca mpi_yield_when_idle 1" in cpu
+    assert "mpi_yield_when_idle" not in " ".join(mpirun_args(GPU_POOL))
+    assert mca_options({"OMPI_MCA_a_b": "2", "PATH": "/bin"}) == ["-mca", "a_b", "2"]
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,10 @@ import secrets
 from distrain.k8s.config import KubernetesConfig
 from distrain.train.config import PS_MODES, ConfigError, TrainConfig
 from distrain.train.launch import (
+    MPI_ENV,
     MPIRUN_EXPORTS,
     MPIRUN_OPTIONS,
+    mca_options,
     server_args,
     tf_config,
     worker_args,
@@ -100,6 +102,10 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
             f"sync:{ranks} with {slots} GPUs per worker pod: the ranks must fill whole pods"
         )
     image = k.resolved_image()
+    # [sync, MPI] CPU ranks share their cores with TensorFlow's compute threads: their MPI
+    # waits yield the core, as local runs' do (MPI_ENV). As options of mpirun, which hands
+    # them to the ranks it starts over ssh in the worker pods. GPU ranks keep busy-polling.
+    yield_idle = [] if k.gpus_per_worker else mca_options(MPI_ENV)
     launcher = {
         "name": "launcher",
         "image": image,
@@ -108,6 +114,7 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
             "-np",
             str(ranks),
             *MPIRUN_OPTIONS,
+            *yield_idle,
             *[arg for name in MPIRUN_EXPORTS for arg in ("-x", name)],
             "distrain",
             *worker_args(config_path),

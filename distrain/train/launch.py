@@ -47,12 +47,25 @@ MPIRUN_OPTIONS = [
 # [sync, MPI] What ranks on other hosts (over ssh) need of the launcher's environment; local
 # ranks are mpirun's children and inherit all of it.
 MPIRUN_EXPORTS = ["PATH", "LD_LIBRARY_PATH", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED"]
-# [sync, MPI] Open MPI settings of local runs. A rank's waits yield its core instead of
+# [sync, MPI] Open MPI settings of local runs (and of CPU ranks on a cluster, given to the
+# MPIJob's mpirun as -mca options). A rank's waits yield its core instead of
 # spinning on it: the ranks share their cores with TensorFlow's compute threads, and Open
 # MPI's default busy-polling cost sync:2 a third of its throughput on 2 cores.
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+
 # Open MPI refuses to start as root (as in many containers) unless told that it is meant.
 MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def mca_options(env: dict[str, str]) -> list[str]:
+    """``OMPI_MCA_<name>`` settings as mpirun's ``-mca <name> <value>`` options."""
+    prefix = "OMPI_MCA_"
+    return [
+        arg
+        for key, value in env.items()
+        if key.startswith(prefix)
+        for arg in ("-mca", key.removeprefix(prefix), value)
+    ]
 
 
 def venv_tool(name: str) -> str | None:
