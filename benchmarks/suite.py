@@ -340,7 +340,14 @@ def _mnist_data(tmp: Path, size: int) -> Path:
 
 
 def _train_config(
-    data: Path, out: Path, run: str, cfg: SuiteConfig, threads=0, batch=0, controller="auto"
+    data: Path,
+    out: Path,
+    run: str,
+    cfg: SuiteConfig,
+    threads=0,
+    batch=0,
+    controller="auto",
+    idle_threads=True,
 ):
     from distrain.train.config import TrainConfig
 
@@ -353,6 +360,7 @@ def _train_config(
         batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
         controller=controller,
+        idle_horovod_threads=idle_threads,
     )
 
 
@@ -365,10 +373,11 @@ def _train(
     threads=0,
     batch=0,
     controller="auto",
+    idle_threads=True,
 ) -> dict:
     from distrain.train.launch import run_training
 
-    tc = _train_config(data, out, run, cfg, threads, batch, controller)
+    tc = _train_config(data, out, run, cfg, threads, batch, controller, idle_threads)
     allowed = os.sched_getaffinity(0)
     if cores is not None:
         os.sched_setaffinity(0, cores)  # the launched processes inherit it
@@ -493,7 +502,8 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     # (run-to-run spread of several %): more repeats, each run back to back. Each repeat
     # also splits sync's loss: two independent one-core runs (the machine), the same with
     # Horovod started but no allreduce (Horovod's background work), then sync itself; and
-    # it runs sync over the other controller, gloo, when the default is MPI.
+    # it runs sync over the other controller, gloo, when the default is MPI, and sync with
+    # Horovod's threads at the default priority instead of idle.
     controller = by[("sync:2", "all cores")]["controller"]
 
     def over_gloo(name: str) -> float | None:
@@ -502,18 +512,23 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         run = _train(data, tmp / name, "sync:2", cfg, None, 0, controller="gloo")
         return run["examples_per_second"]
 
+    def normal_priority(name: str) -> float:
+        run = _train(data, tmp / name, "sync:2", cfg, None, 0, idle_threads=False)
+        return run["examples_per_second"]
+
     idle0, gloo0 = _idle_horovod_pair(data, tmp / "idle-0", cfg), over_gloo("gloo-0")
-    repeats = [(one_core, independent, idle0, sync2, gloo0)]
+    repeats = [(one_core, independent, idle0, sync2, gloo0, normal_priority("normal-0"))]
     for rep in range(1, cfg.efficiency_repeats):
         single = _train(data, tmp / f"e1-{rep}", "single:1", cfg, {cores[0]}, 1)
         pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
         idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
         gloo = over_gloo(f"gloo-{rep}")
+        normal = normal_priority(f"normal-{rep}")
         one, both = single["examples_per_second"], sync["examples_per_second"]
-        repeats.append((one, pair, idle, both, gloo))
+        repeats.append((one, pair, idle, both, gloo, normal))
         log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
-    names = ("independent", "horovod_idle", "sync", "sync_gloo")
+    names = ("independent", "horovod_idle", "sync", "sync_gloo", "sync_normal_priority")
     parts = {
         name: [r[i] / (2 * r[0]) for r in repeats]
         for i, name in enumerate(names, start=1)
@@ -1011,6 +1026,16 @@ def _sync_losses(training: dict) -> list[str]:
                 None,
             )
         )
+    if "sync_normal_priority" in losses:
+        rows.append(
+            (
+                f"sync:2 over {controller}, Horovod's threads at the default priority",
+                "sync_normal_priority",
+                "the same steps with Horovod's background thread preempting the compute "
+                "at every cycle (`idle_horovod_threads=False`)",
+                None,
+            )
+        )
     n = len(losses["sync"])
     return [
         "Where sync's efficiency goes: each repeat runs the set-ups below and its own "
@@ -1098,7 +1123,8 @@ def render_markdown(results: dict) -> str:
         f"MNIST sample, CNN, batch {tr['batch']} per worker, {tr['cores']} cores for every "
         "configuration (threads per worker = cores / workers; sync ranks bound to their "
         "cores, started as `distrain train` starts them, with Horovod's "
-        f"{tr['controller']} controller); examples/second after the first epoch. "
+        f"{tr['controller']} controller and its threads at idle priority); examples/second "
+        "after the first epoch. "
         "Efficiency = throughput / (workers x one worker on one core).",
         "",
         "| run | cores | workers | examples/s | vs single on all cores | efficiency | "

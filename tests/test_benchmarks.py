@@ -129,6 +129,7 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
                 "horovod_idle": [0.86, 0.9, 0.91],
                 "sync": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
                 "sync_gloo": [0.75, 0.78, 0.8],
+                "sync_normal_priority": [0.8, 0.84, 0.86],
             },
             "controller": "mpi",
             "batch": 1024,
@@ -290,12 +291,20 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
     losses = results["training"]["sync_losses"]
-    # Sync runs over MPI here (setup installs Open MPI), gloo beside it for comparison.
+    # Sync runs over MPI here (setup installs Open MPI), gloo beside it for comparison, and
+    # Horovod's threads at the default priority beside the idle priority sync runs give them.
     assert results["training"]["controller"] == "mpi"
-    assert set(losses) == {"independent", "horovod_idle", "sync", "sync_gloo"}
+    assert set(losses) == {
+        "independent",
+        "horovod_idle",
+        "sync",
+        "sync_gloo",
+        "sync_normal_priority",
+    }
     assert all(r["seconds"] > 0 for r in results["allreduce"]["gloo_rows"])
     assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
     assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()
+    assert "Horovod's threads at the default priority |" in md.read_text()
 
 
 def test_committed_report_is_the_committed_results_rendered():

@@ -1,6 +1,9 @@
 """Training with local processes: single, and sync under horovodrun (2 ranks, MPI and gloo)."""
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -138,6 +141,8 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
     )
     history = run_training(cfg, timeout=300)
     assert history["controller"] == controller
+    # Horovod's background thread at least runs at idle priority (idle_horovod_threads).
+    assert history["idle_horovod_threads"] >= 1
     assert history["run"]["workers"] == 2
     assert history["global_batch_size"] == 2 * cfg.batch_size
     assert history["config"]["learning_rate"] == cfg.learning_rate
@@ -155,6 +160,41 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
     # Each rank ran the same number of full steps over its half of the training split.
     steps = info.splits["train"] // 2 // cfg.batch_size
     assert history["epochs"][0]["examples"] == 2 * steps * cfg.batch_size
+
+
+_PRIORITIES = """
+import json, os, sys, threading
+from distrain.train.worker import start_horovod
+main = threading.get_native_id()
+hvd, lowered = start_horovod(sys.argv[1] == "idle")
+policies = {t: os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
+print(json.dumps({"main": main, "lowered": lowered, "idle": os.SCHED_IDLE, "policies": policies}))
+"""
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("priority", ["idle", "normal"])
+def test_start_horovod_lowers_only_the_threads_it_started(tmp_path, priority):
+    # One rank started alone, with the environment sync runs get (Open MPI's prefix).
+    cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:2")
+    env = {**os.environ, **launch_env(cfg)}
+    done = subprocess.run(
+        [sys.executable, "-c", _PRIORITIES, priority],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    idle = {int(t) for t, policy in seen["policies"].items() if policy == seen["idle"]}
+    if priority == "idle":
+        # Horovod's background thread (and MPI's) came with hvd.init() and run at idle
+        # priority; the thread that called it, and so TensorFlow's compute, does not.
+        assert seen["lowered"] and idle == set(seen["lowered"])
+        assert seen["main"] not in idle
+    else:
+        assert seen["lowered"] == [] and idle == set()
 
 
 def _server_processes() -> set[int]:

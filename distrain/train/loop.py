@@ -158,10 +158,13 @@ class _Trainer:
         self.coordinator = None
         self.rank, self.size = 0, 1
         if self.mode == "sync":
-            import horovod.tensorflow as hvd  # [sync]
+            from distrain.train.worker import start_horovod
 
-            hvd.init()  # [sync]
+            # [sync] hvd.init(), Horovod's own threads at idle priority (CPU ranks share
+            # their cores with them).
+            hvd, lowered = start_horovod(cfg.idle_horovod_threads)
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()  # [sync]
+            self.idle_threads = len(lowered)
             if self.size != cfg.run.workers and not cfg.run.elastic:
                 raise TrainingError(
                     f"started with {self.size} ranks, the run asks {cfg.run.workers}"
@@ -445,6 +448,8 @@ class _Trainer:
             history["staleness"] = [0] * int(self.version.numpy())  # [sync] never stale
             if self.hvd:  # [sync] the transport the ranks actually used
                 history["controller"] = "mpi" if self.hvd.mpi_enabled() else "gloo"
+                # [sync] Horovod's threads that rank 0 runs at idle priority (0: none)
+                history["idle_horovod_threads"] = self.idle_threads
             if self.cfg.run.elastic:
                 history["elastic_resets"] = self.elastic_resets
         return history

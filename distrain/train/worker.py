@@ -45,6 +45,41 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
+def start_horovod(idle_threads: bool = True):
+    """[sync] ``hvd.init()``, with Horovod's own threads at idle priority if asked.
+
+    ``hvd.init()`` starts Horovod's background thread (and, under MPI, Open MPI's progress
+    threads). The background thread wakes every cycle (1 ms) for a coordination round
+    with the other ranks, busy or not, and on a CPU rank it shares the rank's cores with
+    TensorFlow's compute threads: each wake-up preempts them. At ``SCHED_IDLE`` (Linux)
+    these threads take a core only when TensorFlow leaves it, as it does while a step
+    waits for its allreduce, so the rounds that matter still run at once. This is a
+    per-thread setting of the kernel's scheduler: Horovod itself is unchanged.
+
+    Args:
+        idle_threads: Lower the new threads to ``SCHED_IDLE``
+            (:attr:`TrainConfig.idle_horovod_threads`).
+
+    Returns:
+        The ``horovod.tensorflow`` module, initialised, and the ids of the threads lowered
+        (empty when nothing was changed).
+    """
+    import horovod.tensorflow as hvd
+
+    tasks = Path("/proc/self/task")
+    before = set(os.listdir(tasks)) if idle_threads and tasks.is_dir() else None
+    hvd.init()
+    lowered = []
+    if before is not None and hasattr(os, "SCHED_IDLE"):
+        for tid in sorted(set(os.listdir(tasks)) - before, key=int):
+            try:
+                os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))
+            except (ProcessLookupError, PermissionError):
+                continue  # a thread that has ended already, or a kernel that refuses
+            lowered.append(int(tid))
+    return hvd, lowered
+
+
 def die_with_launcher() -> None:
     """[sync] Makes this rank end when the process that started it does (Linux).
 
