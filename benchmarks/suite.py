@@ -347,9 +347,12 @@ def _train_config(
     threads=0,
     batch=0,
     controller="auto",
-    idle_threads=True,
+    idle_threads=None,
 ):
     from distrain.train.config import TrainConfig
+
+    # None: the default sync runs get (TrainConfig.idle_horovod_threads).
+    idle = {} if idle_threads is None else {"idle_horovod_threads": idle_threads}
 
     return TrainConfig(
         data_dir=str(data),
@@ -360,7 +363,7 @@ def _train_config(
         batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
         controller=controller,
-        idle_horovod_threads=idle_threads,
+        **idle,
     )
 
 
@@ -373,7 +376,7 @@ def _train(
     threads=0,
     batch=0,
     controller="auto",
-    idle_threads=True,
+    idle_threads=None,
 ) -> dict:
     from distrain.train.launch import run_training
 
@@ -503,8 +506,10 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     # also splits sync's loss: two independent one-core runs (the machine), the same with
     # Horovod started but no allreduce (Horovod's background work), then sync itself; and
     # it runs sync over the other controller, gloo, when the default is MPI, and sync with
-    # Horovod's threads at the default priority instead of idle.
+    # Horovod's threads at the other priority (idle or default) than sync runs get.
     controller = by[("sync:2", "all cores")]["controller"]
+    idle_default = _train_config(data, tmp, "sync:2", cfg).idle_horovod_threads
+    other_priority = "sync_normal_priority" if idle_default else "sync_idle_priority"
 
     def over_gloo(name: str) -> float | None:
         if controller == "gloo":
@@ -512,23 +517,23 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         run = _train(data, tmp / name, "sync:2", cfg, None, 0, controller="gloo")
         return run["examples_per_second"]
 
-    def normal_priority(name: str) -> float:
-        run = _train(data, tmp / name, "sync:2", cfg, None, 0, idle_threads=False)
+    def at_other_priority(name: str) -> float:
+        run = _train(data, tmp / name, "sync:2", cfg, None, 0, idle_threads=not idle_default)
         return run["examples_per_second"]
 
     idle0, gloo0 = _idle_horovod_pair(data, tmp / "idle-0", cfg), over_gloo("gloo-0")
-    repeats = [(one_core, independent, idle0, sync2, gloo0, normal_priority("normal-0"))]
+    repeats = [(one_core, independent, idle0, sync2, gloo0, at_other_priority("priority-0"))]
     for rep in range(1, cfg.efficiency_repeats):
         single = _train(data, tmp / f"e1-{rep}", "single:1", cfg, {cores[0]}, 1)
         pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
         idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
         gloo = over_gloo(f"gloo-{rep}")
-        normal = normal_priority(f"normal-{rep}")
+        normal = at_other_priority(f"priority-{rep}")
         one, both = single["examples_per_second"], sync["examples_per_second"]
         repeats.append((one, pair, idle, both, gloo, normal))
         log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
-    names = ("independent", "horovod_idle", "sync", "sync_gloo", "sync_normal_priority")
+    names = ("independent", "horovod_idle", "sync", "sync_gloo", other_priority)
     parts = {
         name: [r[i] / (2 * r[0]) for r in repeats]
         for i, name in enumerate(names, start=1)
@@ -1036,6 +1041,16 @@ def _sync_losses(training: dict) -> list[str]:
                 None,
             )
         )
+    if "sync_idle_priority" in losses:
+        rows.append(
+            (
+                f"sync:2 over {controller}, Horovod's threads at idle priority",
+                "sync_idle_priority",
+                "the same steps with Horovod's background thread and MPI's at `SCHED_IDLE`, "
+                "running when TensorFlow leaves the core (`idle_horovod_threads=True`)",
+                None,
+            )
+        )
     n = len(losses["sync"])
     return [
         "Where sync's efficiency goes: each repeat runs the set-ups below and its own "
@@ -1116,6 +1131,9 @@ def render_markdown(results: dict) -> str:
             f"{_fmt(r['per_record_us'], '.1f')} | {r['startup_seconds']:.1f} | {vs_plain} |"
         )
     tr = results["training"]
+    # The main runs' priority for Horovod's threads: the comparison row has the other one.
+    idle_main = "sync_normal_priority" in tr["sync_losses"]
+    idle = " and its threads at idle priority" if idle_main else ""
     lines += [
         "",
         "## 2. Training throughput",
@@ -1123,8 +1141,7 @@ def render_markdown(results: dict) -> str:
         f"MNIST sample, CNN, batch {tr['batch']} per worker, {tr['cores']} cores for every "
         "configuration (threads per worker = cores / workers; sync ranks bound to their "
         "cores, started as `distrain train` starts them, with Horovod's "
-        f"{tr['controller']} controller and its threads at idle priority); examples/second "
-        "after the first epoch. "
+        f"{tr['controller']} controller{idle}); examples/second after the first epoch. "
         "Efficiency = throughput / (workers x one worker on one core).",
         "",
         "| run | cores | workers | examples/s | vs single on all cores | efficiency | "

@@ -292,19 +292,19 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
     losses = results["training"]["sync_losses"]
     # Sync runs over MPI here (setup installs Open MPI), gloo beside it for comparison, and
-    # Horovod's threads at the default priority beside the idle priority sync runs give them.
+    # Horovod's threads at idle priority beside the default priority sync runs give them.
     assert results["training"]["controller"] == "mpi"
     assert set(losses) == {
         "independent",
         "horovod_idle",
         "sync",
         "sync_gloo",
-        "sync_normal_priority",
+        "sync_idle_priority",
     }
     assert all(r["seconds"] > 0 for r in results["allreduce"]["gloo_rows"])
     assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
     assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()
-    assert "Horovod's threads at the default priority |" in md.read_text()
+    assert "Horovod's threads at idle priority |" in md.read_text()
 
 
 def test_committed_report_is_the_committed_results_rendered():

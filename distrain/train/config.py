@@ -198,11 +198,13 @@ class TrainConfig:
             machine. ``mpi``: under ``mpirun``, as the MPI Operator runs them on a cluster;
             ``gloo``: Horovod's own TCP transport; ``auto``: MPI when this Horovod build
             has it and the run is not elastic (elastic Horovod needs gloo), else gloo.
-        idle_horovod_threads: sync mode: Horovod's background thread (and MPI's progress
-            threads) run at the kernel's idle priority, taking a core only when
-            TensorFlow's threads leave it (see :func:`distrain.train.worker.start_horovod`):
-            on CPU ranks they share their cores, and the background thread's wake-up every
-            cycle otherwise preempts the compute. False: the default priority.
+        idle_horovod_threads: sync mode, ranks without a GPU: run Horovod's background
+            thread (and MPI's progress threads) at the kernel's idle priority, taking a
+            core only when TensorFlow's threads leave it (see
+            :func:`distrain.train.worker.start_horovod`), instead of preempting the compute
+            at every cycle's wake-up. Off by default: on 2 shared cores its effect on sync
+            efficiency was not told apart from the run-to-run drift (BENCHMARKS.md,
+            section 2, measures both).
     """
 
     data_dir: str
@@ -222,7 +224,7 @@ class TrainConfig:
     steps_per_call: int = 4
     elastic_commit_steps: int = 10
     controller: str = "auto"
-    idle_horovod_threads: bool = True
+    idle_horovod_threads: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.run, str):

@@ -45,7 +45,7 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
-def start_horovod(idle_threads: bool = True):
+def start_horovod(idle_threads: bool = False):
     """[sync] ``hvd.init()``, with Horovod's own threads at idle priority if asked.
 
     ``hvd.init()`` starts Horovod's background thread (and, under MPI, Open MPI's progress
