@@ -508,7 +508,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     # it runs sync over the other controller, gloo, when the default is MPI, and sync with
     # Horovod's threads at the other priority (idle or default) than sync runs get.
     controller = by[("sync:2", "all cores")]["controller"]
-    idle_default = _train_config(data, tmp, "sync:2", cfg).idle_horovod_threads
+    idle_default = _sync_settings(controller).idle_horovod_threads
     other_priority = "sync_normal_priority" if idle_default else "sync_idle_priority"
 
     def over_gloo(name: str) -> float | None:
@@ -529,9 +529,9 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
         sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
         gloo = over_gloo(f"gloo-{rep}")
-        normal = at_other_priority(f"priority-{rep}")
+        other = at_other_priority(f"priority-{rep}")
         one, both = single["examples_per_second"], sync["examples_per_second"]
-        repeats.append((one, pair, idle, both, gloo, normal))
+        repeats.append((one, pair, idle, both, gloo, other))
         log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
     names = ("independent", "horovod_idle", "sync", "sync_gloo", other_priority)
     parts = {
@@ -995,6 +995,21 @@ def _pairs(training: dict) -> str:
     )
 
 
+# The comparison row of sync at the priority for Horovod's threads that sync runs do not get.
+PRIORITY_ROWS = {
+    "sync_normal_priority": (
+        "the default priority",
+        "the same steps with Horovod's background thread preempting the compute "
+        "at every cycle (`idle_horovod_threads=False`)",
+    ),
+    "sync_idle_priority": (
+        "idle priority",
+        "the same steps with Horovod's background thread and MPI's at `SCHED_IDLE`, "
+        "running when TensorFlow leaves the core (`idle_horovod_threads=True`)",
+    ),
+}
+
+
 def _sync_losses(training: dict) -> list[str]:
     """The table splitting sync's loss of efficiency at N = 2."""
     import statistics
@@ -1031,26 +1046,10 @@ def _sync_losses(training: dict) -> list[str]:
                 None,
             )
         )
-    if "sync_normal_priority" in losses:
-        rows.append(
-            (
-                f"sync:2 over {controller}, Horovod's threads at the default priority",
-                "sync_normal_priority",
-                "the same steps with Horovod's background thread preempting the compute "
-                "at every cycle (`idle_horovod_threads=False`)",
-                None,
-            )
-        )
-    if "sync_idle_priority" in losses:
-        rows.append(
-            (
-                f"sync:2 over {controller}, Horovod's threads at idle priority",
-                "sync_idle_priority",
-                "the same steps with Horovod's background thread and MPI's at `SCHED_IDLE`, "
-                "running when TensorFlow leaves the core (`idle_horovod_threads=True`)",
-                None,
-            )
-        )
+    for key, (priority, cause) in PRIORITY_ROWS.items():
+        if key in losses:
+            label = f"sync:2 over {controller}, Horovod's threads at {priority}"
+            rows.append((label, key, cause, None))
     n = len(losses["sync"])
     return [
         "Where sync's efficiency goes: each repeat runs the set-ups below and its own "

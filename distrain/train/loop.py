@@ -160,11 +160,8 @@ class _Trainer:
         if self.mode == "sync":
             from distrain.train.worker import start_horovod
 
-            # [sync] hvd.init(), Horovod's own threads at idle priority on CPU ranks, which
-            # share their cores with them (a GPU rank's cores are mostly free, and its
-            # background thread feeds NCCL: it keeps the default priority).
-            cpu_rank = not tf.config.list_physical_devices("GPU")
-            hvd, lowered = start_horovod(cfg.idle_horovod_threads and cpu_rank)
+            # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
+            hvd, lowered = start_horovod(cfg.idle_horovod_threads)
             self.hvd, self.rank, self.size = hvd, hvd.rank(), hvd.size()  # [sync]
             self.idle_threads = len(lowered)
             if self.size != cfg.run.workers and not cfg.run.elastic:
