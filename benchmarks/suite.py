@@ -10,8 +10,8 @@ Measures (the sections of BENCHMARKS.md):
    start-up) and a timed one; the per-record cost is the difference between them.
 2. Training throughput per mode and worker count, every configuration on the same cores;
    sync scaling efficiency against one worker on 1/N of the cores and against one process
-   on all of them; two independent one-core processes give the machine's own ceiling, and
-   the same two as Horovod ranks that never allreduce give Horovod's own cost.
+   on all of them, each two-worker run set against the one-core runs just before and
+   after it; two independent one-core processes give the machine's own ceiling.
 3. Time to accuracy (MNIST, DBPedia) or bits/char (Gutenberg) per mode.
 4. Horovod allreduce bandwidth against message size (2 ranks on loopback) next to the
    ring bound 2(N-1)/N * S / B, with B measured on the same loopback.
@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS first)
@@ -57,25 +57,29 @@ class SuiteConfig:
         mnist_records: MNIST training images of the generated preprocessing sample.
         dbpedia_rows: DBPedia training rows of the generated preprocessing sample.
         gutenberg_chars: Gutenberg characters of the generated preprocessing sample.
-        preprocess_tiles: Copies of the sample in the timed preprocessing input (large
-            enough for the work to stand out of the start-up noise, without generating
-            that much data); a run on a tiny input of the same format gives the start-up.
-        train_size: MNIST training images for the throughput runs.
+        preprocess_tiles: Copies of each data set's sample in its timed preprocessing
+            input (large enough for the work to stand out of the start-up noise, without
+            generating that much data; MNIST's plain loop is the fastest per record, so
+            it gets the most); a run on a tiny input of the same format gives the start-up.
+        train_size: MNIST training images for the throughput runs (the preprocessing
+            sample's, reused, when the sizes are equal).
         train_batch: Per-worker batch of the throughput runs.
         train_epochs: Epochs of the throughput runs (the first is excluded as warm-up).
         preprocess_repeats: Repeats of each preprocessing measure (medians are reported).
-        efficiency_repeats: Interleaved (one worker on one core, sync on all) pairs behind
-            the sync efficiency (the median is reported, with the range).
+        efficiency_repeats: sync:2 runs behind the sync efficiency, each between two
+            one-worker, one-core runs (the median is reported, with the range).
         link_gbps: Link bandwidth of the scaling plan (Gbit/s).
         link_latency_us: Link latency of the scaling plan (microseconds).
     """
 
     quick: bool = False
     mnist_records: int = 30000
-    dbpedia_rows: int = 14000
-    gutenberg_chars: int = 1_500_000
-    preprocess_tiles: int = 6
-    train_size: int = 60000
+    dbpedia_rows: int = 7000
+    gutenberg_chars: int = 1_000_000
+    preprocess_tiles: dict = field(
+        default_factory=lambda: {"mnist": 8, "dbpedia": 6, "gutenberg": 6}
+    )
+    train_size: int = 30000
     train_batch: int = 1024
     train_epochs: int = 3
     preprocess_repeats: int = 3
@@ -91,7 +95,7 @@ class SuiteConfig:
             mnist_records=1500,
             dbpedia_rows=1400,
             gutenberg_chars=60000,
-            preprocess_tiles=1,
+            preprocess_tiles={"mnist": 1, "dbpedia": 1, "gutenberg": 1},
             train_size=3000,
             train_batch=256,
             train_epochs=2,
@@ -206,7 +210,7 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
     import tensorflow  # noqa: F401  (loaded before timing: start-up is not the loop's work)
 
     from benchmarks import plain
-    from distrain.steps import fetch, preprocess
+    from distrain.steps import preprocess
 
     sizes = {
         "mnist": cfg.mnist_records,
@@ -216,11 +220,10 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
     names = ["plain loop", *(name for name, _ in BEAM_CONFIGS)]
     rows = []
     for dataset, n in sizes.items():
-        sample = tmp / f"{dataset}-sample"
-        fetch(dataset, "sample", sample, sample_size=n, seed=1)
-        tiny = tmp / f"{dataset}-tiny"
-        fetch(dataset, "sample", tiny, sample_size=STARTUP_SIZES[dataset], seed=1)
-        timed = tile_sample(dataset, sample, tmp / f"{dataset}-x", cfg.preprocess_tiles)
+        sample = _sample(tmp, dataset, n)
+        tiny = _sample(tmp, dataset, STARTUP_SIZES[dataset])
+        tiles = cfg.preprocess_tiles[dataset]
+        timed = tile_sample(dataset, sample, tmp / f"{dataset}-x", tiles)
         raws = {"start-up": tiny, "timed": timed}
         # timings[name][repeat] = [(records, seconds) of the start-up run, of the timed run]
         timings: dict[str, list[list[tuple[int, float]]]] = {name: [] for name in names}
@@ -329,13 +332,22 @@ def _per_record(points: list[tuple[int, float]]) -> float:
 # -- 2. training throughput ------------------------------------------------------------
 
 
+def _sample(tmp: Path, dataset: str, size: int) -> Path:
+    """A generated raw sample of ``size`` records (seed 1), made once per run."""
+    from distrain.steps import fetch
+
+    raw = tmp / f"{dataset}-sample-{size}"
+    if not raw.exists():
+        fetch(dataset, "sample", raw, sample_size=size, seed=1)
+    return raw
+
+
 def _mnist_data(tmp: Path, size: int) -> Path:
-    from distrain.steps import fetch, preprocess
+    from distrain.steps import preprocess
 
     data = tmp / f"mnist-train-{size}"
     if not data.exists():
-        fetch("mnist", "sample", tmp / f"mnist-raw-{size}", sample_size=size)
-        preprocess("mnist", tmp / f"mnist-raw-{size}", data)
+        preprocess("mnist", _sample(tmp, "mnist", size), data)
     return data
 
 
@@ -347,12 +359,8 @@ def _train_config(
     threads=0,
     batch=0,
     controller="auto",
-    idle_threads=None,
 ):
     from distrain.train.config import TrainConfig
-
-    # None: the default sync runs get (TrainConfig.idle_horovod_threads).
-    idle = {} if idle_threads is None else {"idle_horovod_threads": idle_threads}
 
     return TrainConfig(
         data_dir=str(data),
@@ -363,7 +371,6 @@ def _train_config(
         batch_size=batch or cfg.train_batch,
         threads_per_worker=threads,
         controller=controller,
-        **idle,
     )
 
 
@@ -376,11 +383,10 @@ def _train(
     threads=0,
     batch=0,
     controller="auto",
-    idle_threads=None,
 ) -> dict:
     from distrain.train.launch import run_training
 
-    tc = _train_config(data, out, run, cfg, threads, batch, controller, idle_threads)
+    tc = _train_config(data, out, run, cfg, threads, batch, controller)
     allowed = os.sched_getaffinity(0)
     if cores is not None:
         os.sched_setaffinity(0, cores)  # the launched processes inherit it
@@ -439,17 +445,50 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
 
 
-def _idle_horovod_pair(data: Path, out: Path, cfg: SuiteConfig) -> float:
-    """As :func:`_independent_pair`, in two Horovod ranks that never allreduce.
+def bracketed(reference, items: list[tuple[str, object]]) -> tuple[list[dict], list[float]]:
+    """Runs ``reference``, then each item followed by ``reference`` again.
 
-    ``benchmarks/idle_horovod_worker.py`` started as sync runs start their ranks: each
-    rank bound to its core, Horovod's background thread running, each training a
-    ``single:1`` run alone.
+    Each item's throughput is set against the mean of the reference runs just before and
+    after it: a host whose speed drifts over minutes (a shared machine) cancels out to
+    first order, where a reference run made once, or only before, does not (on this
+    project's 2-core hosts a run made later in a repeat came out about 0.1 more
+    efficient than one made earlier against the same reference).
+
+    Args:
+        reference: Callable returning examples/second of the reference set-up (one
+            worker on one core).
+        items: ``(name, callable)`` of the two-worker set-ups, in the order to run them.
+
+    Returns:
+        ``(measured, references)``: per item its name, examples/second, the mean
+        reference and its efficiency (throughput / (2 x reference)); and every reference
+        throughput in run order.
     """
-    config = _train_config(data, out, "single:1", cfg, threads=1).save(out / "config.json")
-    worker = ROOT / "benchmarks" / "idle_horovod_worker.py"
-    _run_ranks([PY, str(worker), str(config), f"{out}/result"])
-    return sum(json.loads((out / f"result.{r}").read_text())["examples_per_second"] for r in (0, 1))
+    refs = [reference()]
+    measured = []
+    for name, measure in items:
+        value = measure()
+        refs.append(reference())
+        ref = (refs[-2] + refs[-1]) / 2
+        measured.append(
+            {
+                "name": name,
+                "examples_per_second": value,
+                "reference": ref,
+                "efficiency": value / (2 * ref),
+            }
+        )
+    return measured, refs
+
+
+def interleave(repeated: str, repeats: int, others: list[str]) -> list[str]:
+    """``repeated`` ``repeats`` times with each of ``others`` placed between them, so
+    that no set-up always runs at the same point of the sequence."""
+    order = []
+    for i in range(max(repeats, len(others))):
+        order += [repeated] if i < repeats else []
+        order += [others[i]] if i < len(others) else []
+    return order
 
 
 def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
@@ -459,117 +498,127 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     data = _mnist_data(tmp, cfg.train_size)
     cores = sorted(os.sched_getaffinity(0))
     n_cores = len(cores)
-    runs = [
-        ("single:1", "all cores", None, n_cores),
-        ("single:1", "1 core", {cores[0]}, 1),
-        ("sync:2", "all cores", None, 0),  # MPI where Horovod has it (the default), else gloo
-        ("async:1", "all cores", None, 0),
-        ("async:2", "all cores", None, 0),
-        ("syncreplicas:2", "all cores", None, 0),
-        ("syncreplicas:3:aggregate=2", "all cores", None, 0),
+    histories: dict[str, list[dict]] = {"single:1 1 core": [], "sync:2": []}
+    counter = iter(range(10**6))
+
+    def one_core(batch: int = 0) -> float:
+        history = _train(data, tmp / f"r-{next(counter)}", "single:1", cfg, {cores[0]}, 1, batch)
+        if not batch:
+            histories["single:1 1 core"].append(history)
+        return history["examples_per_second"]
+
+    def sync(batch: int = 0) -> float:
+        history = _train(data, tmp / f"s-{next(counter)}", "sync:2", cfg, None, 0, batch)
+        if not batch:
+            histories["sync:2"].append(history)
+        return history["examples_per_second"]
+
+    controller = _sync_controller()
+    # Sync's efficiency, and the machine's own ceiling beside it (two independent one-core
+    # processes at once); each between two one-core runs.
+    setups = {
+        "sync": sync,
+        "independent": lambda: _independent_pair(data, tmp / f"i-{next(counter)}", cfg, cores),
+    }
+    order = interleave("sync", cfg.efficiency_repeats, ["independent"])
+    measured, refs = bracketed(one_core, [(name, setups[name]) for name in order])
+    for m in measured:
+        log(f"{m['name']}: efficiency {m['efficiency']:.2f} (reference {m['reference']:,.0f}/s)")
+    parts: dict[str, list[float]] = {}
+    for m in measured:
+        parts.setdefault(m["name"], []).append(m["efficiency"])
+
+    def row(run: str, where: str, history: dict, eps: float | None = None, runs: int = 1):
+        eps = history["examples_per_second"] if eps is None else eps
+        return {
+            "run": run,
+            "cores": where,
+            "workers": history["run"]["workers"],
+            "examples_per_second": eps,
+            "runs": runs,
+            "step_seconds": cfg.train_batch / max(eps, 1e-9),
+            "val_accuracy": history["epochs"][-1]["val_accuracy"],
+            "train_seconds": history["train_seconds"],
+            "controller": history.get("controller"),
+        }
+
+    # The table: one-core and sync rows are the medians of the runs above.
+    one = statistics.median(refs)
+    sync_runs = [m["examples_per_second"] for m in measured if m["name"] == "sync"]
+    rows = [
+        row("single:1", "1 core", histories["single:1 1 core"][0], one, len(refs)),
+        row(
+            "sync:2",
+            "all cores",
+            histories["sync:2"][0],
+            statistics.median(sync_runs),
+            len(sync_runs),
+        ),
     ]
-    rows = []
-    for run, where, pin, threads in runs:
-        history = _train(data, tmp / f"t-{len(rows)}", run, cfg, pin, threads)
-        rows.append(
-            {
-                "run": run,
-                "cores": where,
-                "workers": history["run"]["workers"],
-                "examples_per_second": history["examples_per_second"],
-                "step_seconds": cfg.train_batch / max(history["examples_per_second"], 1e-9),
-                "val_accuracy": history["epochs"][-1]["val_accuracy"],
-                "train_seconds": history["train_seconds"],
-                "controller": history.get("controller"),
-            }
-        )
-        log(f"training {run} on {where}: {history['examples_per_second']:,.0f} examples/s")
-    # The machine's own ceiling: two independent one-core processes at once.
-    independent = _independent_pair(data, tmp / "indep-0", cfg, cores)
+    for run, threads in [
+        ("single:1", n_cores),
+        ("async:1", 0),
+        ("async:2", 0),
+        ("syncreplicas:2", 0),
+        ("syncreplicas:3:aggregate=2", 0),
+    ]:
+        history = _train(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
+        rows.append(row(run, "all cores", history))
+        log(f"training {run} on all cores: {history['examples_per_second']:,.0f} examples/s")
+    independent = [m["examples_per_second"] for m in measured if m["name"] == "independent"]
     rows.append(
         {
             "run": "2 x single:1, independent",
             "cores": "1 core each",
             "workers": 2,
-            "examples_per_second": independent,
+            "examples_per_second": statistics.median(independent),
+            "runs": len(independent),
             "step_seconds": None,
             "val_accuracy": None,
             "train_seconds": None,
         }
     )
-    by = {(r["run"], r["cores"]): r for r in rows}
-    one_core = by[("single:1", "1 core")]["examples_per_second"]
-    all_cores = by[("single:1", "all cores")]["examples_per_second"]
-    sync2 = by[("sync:2", "all cores")]["examples_per_second"]
-    # The efficiency is a ratio of two runs made at different moments on a shared machine
-    # (run-to-run spread of several %): more repeats, each run back to back. Each repeat
-    # also splits sync's loss: two independent one-core runs (the machine), the same with
-    # Horovod started but no allreduce (Horovod's background work), then sync itself; and
-    # it runs sync over the other controller, gloo, when the default is MPI, and sync with
-    # Horovod's threads at the other priority (idle or default) than sync runs get.
-    controller = by[("sync:2", "all cores")]["controller"]
-    idle_default = _sync_settings(controller).idle_horovod_threads
-    other_priority = "sync_normal_priority" if idle_default else "sync_idle_priority"
-
-    def over_gloo(name: str) -> float | None:
-        if controller == "gloo":
-            return None
-        run = _train(data, tmp / name, "sync:2", cfg, None, 0, controller="gloo")
-        return run["examples_per_second"]
-
-    def at_other_priority(name: str) -> float:
-        run = _train(data, tmp / name, "sync:2", cfg, None, 0, idle_threads=not idle_default)
-        return run["examples_per_second"]
-
-    idle0, gloo0 = _idle_horovod_pair(data, tmp / "idle-0", cfg), over_gloo("gloo-0")
-    repeats = [(one_core, independent, idle0, sync2, gloo0, at_other_priority("priority-0"))]
-    for rep in range(1, cfg.efficiency_repeats):
-        single = _train(data, tmp / f"e1-{rep}", "single:1", cfg, {cores[0]}, 1)
-        pair = _independent_pair(data, tmp / f"indep-{rep}", cfg, cores)
-        idle = _idle_horovod_pair(data, tmp / f"idle-{rep}", cfg)
-        sync = _train(data, tmp / f"e2-{rep}", "sync:2", cfg, None, 0)
-        gloo = over_gloo(f"gloo-{rep}")
-        other = at_other_priority(f"priority-{rep}")
-        one, both = single["examples_per_second"], sync["examples_per_second"]
-        repeats.append((one, pair, idle, both, gloo, other))
-        log(f"sync efficiency, repeat {rep + 1}: {both / (2 * one):.2f}")
-    names = ("independent", "horovod_idle", "sync", "sync_gloo", other_priority)
-    parts = {
-        name: [r[i] / (2 * r[0]) for r in repeats]
-        for i, name in enumerate(names, start=1)
-        if repeats[0][i] is not None
-    }
+    all_cores = next(r for r in rows if r["cores"] == "all cores" and r["run"] == "single:1")
     for r in rows:
-        r["vs_single_all_cores"] = r["examples_per_second"] / all_cores
-        r["efficiency"] = r["examples_per_second"] / (r["workers"] * one_core)
-    # Sync efficiency against the per-worker batch: the compute per allreduce.
+        r["vs_single_all_cores"] = r["examples_per_second"] / all_cores["examples_per_second"]
+        r["efficiency"] = r["examples_per_second"] / (r["workers"] * one)
+    # Sync efficiency against the per-worker batch (the compute per allreduce): a sync run
+    # between two one-core runs at a larger batch.
     sweep = []
-    for batch in (256, 1024, 4096) if not cfg.quick else (128,):
-        if batch == cfg.train_batch:
-            single, sync = one_core, sync2
-        else:
-            single = _train(data, tmp / f"b1-{batch}", "single:1", cfg, {cores[0]}, 1, batch)
-            sync = _train(data, tmp / f"b2-{batch}", "sync:2", cfg, None, 0, batch)
-            single, sync = single["examples_per_second"], sync["examples_per_second"]
+    for batch in (4096,) if not cfg.quick else (128,):
+        (pair,), _ = bracketed(lambda b=batch: one_core(b), [("sync", lambda b=batch: sync(b))])
+        single, both = pair["reference"], pair["examples_per_second"]
         sweep.append(
             {
                 "batch": batch,
                 "single_one_core": single,
-                "sync2": sync,
-                "efficiency": sync / (2 * single),
+                "sync2": both,
+                "efficiency": both / (2 * single),
             }
         )
         log(f"sync efficiency at batch {batch}/worker: {sweep[-1]['efficiency']:.2f}")
-    model_bytes = _model_bytes(data)
+    sweep.append(
+        {
+            "batch": cfg.train_batch,
+            "single_one_core": one,
+            "sync2": rows[1]["examples_per_second"],
+            "efficiency": statistics.median(parts["sync"]),
+        }
+    )
+    sweep.sort(key=lambda b: b["batch"])
+    sync_idle = histories["sync:2"][0].get("idle_horovod_threads")
     return {
         "batch_sweep": sweep,
         "rows": rows,
         "sync_efficiency": statistics.median(parts["sync"]),
-        "sync_vs_all_cores": sync2 / all_cores,
+        "sync_vs_all_cores": rows[1]["examples_per_second"] / all_cores["examples_per_second"],
         "machine_ceiling": statistics.median(parts["independent"]),
         "sync_losses": parts,
+        "references": refs,
+        "order": order,
         "controller": controller,
-        "model_bytes": model_bytes,
+        "idle_horovod_threads": bool(sync_idle),
+        "model_bytes": _model_bytes(data),
         "batch": cfg.train_batch,
         "cores": n_cores,
     }
@@ -587,7 +636,7 @@ def _model_bytes(data: Path) -> int:
 
 PIPELINES = {
     # dataset: (sample size, run specs, epochs, target, metric)
-    "mnist": (10000, ["single:1", "sync:2", "async:2", "syncreplicas:3:aggregate=2"], 5, 0.97),
+    "mnist": (8000, ["single:1", "sync:2", "async:2", "syncreplicas:3:aggregate=2"], 5, 0.97),
     "dbpedia": (4200, ["single:1", "sync:2", "async:2", "syncreplicas:3:aggregate=2"], 5, 0.9),
     "gutenberg": (120000, ["single:1", "sync:2", "async:2"], 4, 3.0),
 }
@@ -985,29 +1034,23 @@ def _fmt(v, spec: str = ".2f", none: str = "—") -> str:
 
 
 def _pairs(training: dict) -> str:
-    """' (median of k pairs, a-b)' for a sync efficiency measured more than once."""
+    """', the median of k runs (range a-b)' for a sync efficiency measured more than once."""
     effs = training["sync_losses"]["sync"]
     if len(effs) < 2:
         return ""
     return (
-        f", the median of {len(effs)} (one core, sync) pairs run back to back "
-        f"(range {min(effs):.2f}-{max(effs):.2f})"
+        f", the median of {len(effs)} sync:2 runs, each set against the one-core runs just "
+        f"before and after it (range {min(effs):.2f}-{max(effs):.2f})"
     )
 
 
-# The comparison row of sync at the priority for Horovod's threads that sync runs do not get.
-PRIORITY_ROWS = {
-    "sync_normal_priority": (
-        "the default priority",
-        "the same steps with Horovod's background thread preempting the compute "
-        "at every cycle (`idle_horovod_threads=False`)",
-    ),
-    "sync_idle_priority": (
-        "idle priority",
-        "the same steps with Horovod's background thread and MPI's at `SCHED_IDLE`, "
-        "running when TensorFlow leaves the core (`idle_horovod_threads=True`)",
-    ),
-}
+def _spread(values: list[float]) -> str:
+    """'median (min-max)', or the one value."""
+    import statistics
+
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def _sync_losses(training: dict) -> list[str]:
@@ -1024,44 +1067,26 @@ def _sync_losses(training: dict) -> list[str]:
             1.0,
         ),
         (
-            "the same, each a Horovod rank that never allreduces",
-            "horovod_idle",
-            "Horovod's background thread (a coordination round with the other rank every "
-            "cycle, busy or not)",
-            med["independent"],
-        ),
-        (
             f"sync:2 over {controller}",
             "sync",
-            "the allreduce rounds of each step and the waits for the slower rank",
-            med["horovod_idle"],
+            "Horovod's background thread, the allreduce rounds of each step and the waits "
+            "for the slower rank",
+            med["independent"],
         ),
     ]
-    if "sync_gloo" in losses:
-        rows.append(
-            (
-                "sync:2 over gloo, for comparison",
-                "sync_gloo",
-                "the same steps over Horovod's own TCP transport instead of Open MPI",
-                None,
-            )
-        )
-    for key, (priority, cause) in PRIORITY_ROWS.items():
-        if key in losses:
-            label = f"sync:2 over {controller}, Horovod's threads at {priority}"
-            rows.append((label, key, cause, None))
-    n = len(losses["sync"])
+    order = ", ".join(training["order"])
+    refs = training["references"]
     return [
-        "Where sync's efficiency goes: each repeat runs the set-ups below and its own "
-        "one-worker, one-core run as the reference (the first repeat uses the table's runs); "
-        f"medians over {n} repeat{'s' if n > 1 else ''}, the range in brackets. The Horovod "
-        f"ranks run under the {controller} controller, as sync runs do here.",
+        "Where sync's efficiency goes. The set-ups below ran in turn with a one-worker, "
+        f"one-core run before and after each (order: {order}); each is set against the "
+        "mean of those two, so the host's drift over minutes cancels (the one-core runs "
+        f"ranged {min(refs):,.0f}-{max(refs):,.0f} examples/s). Medians where a set-up ran "
+        "more than once, the range in brackets.",
         "",
         "| two workers, one core each | efficiency | lost to | lost |",
         "|---|---|---|---|",
         *[
-            f"| {label} | {med[key]:.2f} ({min(losses[key]):.2f}-{max(losses[key]):.2f}) | "
-            f"{cause} | {_fmt(None if before is None else before - med[key])} |"
+            f"| {label} | {_spread(losses[key])} | {cause} | {before - med[key]:.2f} |"
             for label, key, cause, before in rows
         ],
         "",
@@ -1093,7 +1118,8 @@ def render_markdown(results: dict) -> str:
         met = "yes" if t["met"] else f"**no** ({t['miss']})"
         lines.append(f"| {t['target']} | {t['measured']} | {met} |")
 
-    tiles = results.get("config", {}).get("preprocess_tiles", 1)
+    tiles = results.get("config", {}).get("preprocess_tiles", {})
+    copies = ", ".join(f"{n} ({d})" for d, n in tiles.items()) or "several"
     lines += [
         "",
         "## 1. Preprocessing",
@@ -1101,7 +1127,7 @@ def render_markdown(results: dict) -> str:
         "Each Beam job against `benchmarks/plain.py`, a plain loop doing the same parsing, "
         "split, vocabulary and `tf.train.Example` records with the library's own functions "
         "(records encoded and written without TensorFlow, as the Beam workers do). The "
-        f"timed input is a generated sample copied {tiles} times in each data set's own "
+        f"timed input is a generated sample copied {copies} times in each data set's own "
         "format; each set-up also runs a tiny input of the same format (a few records: "
         "its start-up). The per-record cost is (t(timed) - t(tiny)) / (records between "
         "them), so start-up (pipeline construction, worker processes) cancels out and is "
@@ -1130,9 +1156,7 @@ def render_markdown(results: dict) -> str:
             f"{_fmt(r['per_record_us'], '.1f')} | {r['startup_seconds']:.1f} | {vs_plain} |"
         )
     tr = results["training"]
-    # The main runs' priority for Horovod's threads: the comparison row has the other one.
-    idle_main = "sync_normal_priority" in tr["sync_losses"]
-    idle = " and its threads at idle priority" if idle_main else ""
+    idle = " and its threads at idle priority" if tr.get("idle_horovod_threads") else ""
     lines += [
         "",
         "## 2. Training throughput",
@@ -1141,7 +1165,9 @@ def render_markdown(results: dict) -> str:
         "configuration (threads per worker = cores / workers; sync ranks bound to their "
         "cores, started as `distrain train` starts them, with Horovod's "
         f"{tr['controller']} controller{idle}); examples/second after the first epoch. "
-        "Efficiency = throughput / (workers x one worker on one core).",
+        "Efficiency = throughput / (workers x one worker on one core). Rows run more than "
+        "once show the median examples/s (runs in brackets); their efficiency divides by "
+        "the median one-core run.",
         "",
         "| run | cores | workers | examples/s | vs single on all cores | efficiency | "
         "val accuracy |",
@@ -1149,6 +1175,7 @@ def render_markdown(results: dict) -> str:
     ]
     for r in tr["rows"]:
         run = f"{r['run']} over {r['controller']}" if r.get("controller") else r["run"]
+        run += f" ({r['runs']} runs)" if r.get("runs", 1) > 1 else ""
         lines.append(
             f"| {run} | {r['cores']} | {r['workers']} | {r['examples_per_second']:,.0f} | "
             f"{r['vs_single_all_cores']:.2f} | {r['efficiency']:.2f} | "
@@ -1158,13 +1185,15 @@ def render_markdown(results: dict) -> str:
         "",
         f"Sync efficiency at N = 2: **{tr['sync_efficiency']:.2f}**{_pairs(tr)} "
         f"({tr['sync_vs_all_cores']:.2f} of one process on all cores). Two independent "
-        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone (the "
-        "median of the repeats below): that is "
+        f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone (measured "
+        "as below): that is "
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
         *_sync_losses(tr),
-        "Sync efficiency at N = 2 against the per-worker batch (more compute per allreduce):",
+        "Sync efficiency at N = 2 against the per-worker batch (more compute per allreduce); "
+        f"batch {tr['batch']} is the measure above, the others one sync:2 run each between "
+        "two one-core runs at the same batch:",
         "",
         "| batch per worker | one worker, one core, examples/s | sync:2 examples/s | efficiency |",
         "|---|---|---|---|",

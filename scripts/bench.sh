@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite: sets up, runs every measure on this machine (about 15 minutes on
+# The benchmark suite: sets up, runs every measure on this machine (about 20 minutes on
 # 2 cores), and writes BENCHMARKS.md and benchmarks/results.json. Extra arguments go to
 # benchmarks/suite.py (--quick for a smoke run, --link-gbps / --link-latency-us for the
 # scaling plan's link). Run it on an otherwise idle machine: its numbers are ratios

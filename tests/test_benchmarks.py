@@ -8,6 +8,8 @@ import pytest
 
 from benchmarks.suite import (
     _per_record,
+    bracketed,
+    interleave,
     ps_throughput,
     render_markdown,
     ring_step,
@@ -45,6 +47,30 @@ def test_link_fitted_to_allreduce_times():
     bandwidth, latency = fit_link({"ranks": 2, "rows": rows})
     assert bandwidth == pytest.approx(1e9, rel=1e-6)
     assert latency == pytest.approx(1e-3, rel=1e-6)
+
+
+def test_each_setup_is_set_against_the_reference_runs_either_side():
+    calls = []
+    speeds = iter([10.0, 12.0, 9.0])  # the host slows down: reference 10, then 12, then 9
+
+    def reference():
+        calls.append("ref")
+        return next(speeds)
+
+    def setup(name, value):
+        return name, lambda: calls.append(name) or value
+
+    measured, refs = bracketed(reference, [setup("sync", 19.8), setup("pair", 18.0)])
+    assert calls == ["ref", "sync", "ref", "pair", "ref"]
+    assert refs == [10.0, 12.0, 9.0]
+    assert [m["reference"] for m in measured] == [11.0, 10.5]
+    assert [m["efficiency"] for m in measured] == pytest.approx([0.9, 18.0 / 21.0])
+
+
+def test_repeated_setup_alternates_with_the_others():
+    assert interleave("s", 3, ["a", "b"]) == ["s", "a", "s", "b", "s"]
+    assert interleave("s", 1, ["a", "b", "c"]) == ["s", "a", "b", "c"]
+    assert interleave("s", 2, []) == ["s", "s"]
 
 
 def test_per_record_cost_cancels_start_up():
@@ -126,11 +152,10 @@ def _results(sync_eff=0.95, overhead=0.1, beam1=1.2, beam2=0.8):
             "machine_ceiling": 0.95,
             "sync_losses": {
                 "independent": [0.93, 0.95, 0.97],
-                "horovod_idle": [0.86, 0.9, 0.91],
                 "sync": [sync_eff - 0.02, sync_eff, sync_eff + 0.03],
-                "sync_gloo": [0.75, 0.78, 0.8],
-                "sync_normal_priority": [0.8, 0.84, 0.86],
             },
+            "references": [10.0, 11.0, 9.5, 10.5],
+            "order": ["sync", "independent", "sync", "sync"],
             "controller": "mpi",
             "batch": 1024,
             "cores": 2,
@@ -245,18 +270,15 @@ def test_report_has_every_section_and_marks_misses():
     assert "not reached" in md
     assert "| 256 | 10 | 15 | 0.75 |" in md
     assert (
-        "**0.80**, the median of 3 (one core, sync) pairs run back to back (range 0.78-0.83)" in md
+        "**0.80**, the median of 3 sync:2 runs, each set against the one-core runs just before "
+        "and after it (range 0.78-0.83)" in md
     )
-    # Sync's loss split into the machine, Horovod running at all, and the allreduce rounds.
-    assert "medians over 3 repeats" in md
+    # Sync's loss split into the machine and sync's own (Horovod, allreduce, waits).
+    assert "(order: sync, independent, sync, sync)" in md
+    assert "the one-core runs ranged 10-11 examples/s" in md
     assert "| two independent processes | 0.95 (0.93-0.97) | the machine" in md
-    assert "| the same, each a Horovod rank that never allreduces | 0.90 (0.86-0.91) |" in md
-    assert "busy or not) | 0.05 |" in md
-    assert "| sync:2 over mpi | 0.80 (0.78-0.83) | the allreduce rounds" in md
-    assert "waits for the slower rank | 0.10 |" in md
-    # The other controller, beside it: its efficiency, no share of the split.
-    assert "| sync:2 over gloo, for comparison | 0.78 (0.75-0.80) |" in md
-    assert "instead of Open MPI | — |" in md
+    assert "| sync:2 over mpi | 0.80 (0.78-0.83) | Horovod's background thread" in md
+    assert "waits for the slower rank | 0.15 |" in md
     assert "Horovod 0.28.1 (sync over Open MPI 4.1.8)" in md
     assert "| 4,096 | 0.001000 | 0.004 | 0.000002 | 0.00 | 0.002000 |" in md
     assert "| sync:2 over mpi | all cores | 2 | 1,000 |" in md
@@ -291,20 +313,17 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
     losses = results["training"]["sync_losses"]
-    # Sync runs over MPI here (setup installs Open MPI), gloo beside it for comparison, and
-    # Horovod's threads at idle priority beside the default priority sync runs give them.
-    assert results["training"]["controller"] == "mpi"
-    assert set(losses) == {
-        "independent",
-        "horovod_idle",
-        "sync",
-        "sync_gloo",
-        "sync_idle_priority",
-    }
+    # Sync runs over MPI here (setup installs Open MPI), the allreduce over gloo beside it;
+    # every two-worker set-up between two one-core reference runs.
+    training = results["training"]
+    assert training["controller"] == "mpi"
+    assert set(losses) == {"independent", "sync"}
+    assert training["order"] == ["sync", "independent"]
+    assert len(training["references"]) == 3 and min(training["references"]) > 0
     assert all(r["seconds"] > 0 for r in results["allreduce"]["gloo_rows"])
     assert all(len(v) == 1 and v[0] > 0 for v in losses.values())
-    assert "| the same, each a Horovod rank that never allreduces |" in md.read_text()
-    assert "Horovod's threads at idle priority |" in md.read_text()
+    assert "| two independent processes |" in md.read_text()
+    assert [b["batch"] for b in training["batch_sweep"]] == [128, 256]
 
 
 def test_committed_report_is_the_committed_results_rendered():

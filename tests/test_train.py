@@ -12,7 +12,7 @@ import pytest
 
 from distrain.train import launch
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
-from distrain.train.inputs import DataError, DatasetInfo, shard_size
+from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
 from distrain.train.launch import (
     MPIRUN_OPTIONS,
     launch_command,
@@ -27,6 +27,18 @@ def test_shard_size_matches_dataset_shard():
     total = 103
     assert sum(shard_size(total, 4, i) for i in range(4)) == total
     assert [shard_size(10, 3, i) for i in range(3)] == [4, 3, 3]
+
+
+def test_input_pipelines_do_not_autotune(mnist_examples):
+    # tf.data's autotuning thread makes deleting a long-lived iterator wait for its next
+    # round (20 s at the end of a 30 s run); every training and scoring input is built
+    # with fixed parallelism instead.
+    info = DatasetInfo.load(mnist_examples)
+    for kwargs in ({}, {"shuffle": True, "repeat": True, "shard": (2, 1)}):
+        ds = make_dataset(info, "train", 32, **kwargs)
+        assert ds.options().autotune.enabled is False
+        x, y = next(iter(ds))
+        assert x.shape[0] == 32 and y.shape == (32,)
 
 
 def test_missing_metadata_is_a_clear_error(tmp_path):
