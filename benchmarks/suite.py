@@ -29,6 +29,7 @@ Timings are ratios measured in one run on one machine: compare rows, not machine
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -478,6 +479,7 @@ def bracketed(reference, items: list[tuple[str, object]]) -> tuple[list[dict], l
                 "efficiency": value / (2 * ref),
             }
         )
+        log(f"{name}: efficiency {value / (2 * ref):.2f} (reference {ref:,.0f}/s)")
     return measured, refs
 
 
@@ -498,19 +500,19 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     data = _mnist_data(tmp, cfg.train_size)
     cores = sorted(os.sched_getaffinity(0))
     n_cores = len(cores)
-    histories: dict[str, list[dict]] = {"single:1 1 core": [], "sync:2": []}
-    counter = iter(range(10**6))
+    first: dict[str, dict] = {}  # the first history of each run at the default batch
+    counter = itertools.count()
 
     def one_core(batch: int = 0) -> float:
         history = _train(data, tmp / f"r-{next(counter)}", "single:1", cfg, {cores[0]}, 1, batch)
         if not batch:
-            histories["single:1 1 core"].append(history)
+            first.setdefault("single:1", history)
         return history["examples_per_second"]
 
     def sync(batch: int = 0) -> float:
         history = _train(data, tmp / f"s-{next(counter)}", "sync:2", cfg, None, 0, batch)
         if not batch:
-            histories["sync:2"].append(history)
+            first.setdefault("sync:2", history)
         return history["examples_per_second"]
 
     controller = _sync_controller()
@@ -522,11 +524,11 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     }
     order = interleave("sync", cfg.efficiency_repeats, ["independent"])
     measured, refs = bracketed(one_core, [(name, setups[name]) for name in order])
-    for m in measured:
-        log(f"{m['name']}: efficiency {m['efficiency']:.2f} (reference {m['reference']:,.0f}/s)")
-    parts: dict[str, list[float]] = {}
+    parts: dict[str, list[float]] = {}  # efficiencies per set-up
+    speeds: dict[str, list[float]] = {}  # examples/second per set-up
     for m in measured:
         parts.setdefault(m["name"], []).append(m["efficiency"])
+        speeds.setdefault(m["name"], []).append(m["examples_per_second"])
 
     def row(run: str, where: str, history: dict, eps: float | None = None, runs: int = 1):
         eps = history["examples_per_second"] if eps is None else eps
@@ -544,15 +546,14 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
 
     # The table: one-core and sync rows are the medians of the runs above.
     one = statistics.median(refs)
-    sync_runs = [m["examples_per_second"] for m in measured if m["name"] == "sync"]
     rows = [
-        row("single:1", "1 core", histories["single:1 1 core"][0], one, len(refs)),
+        row("single:1", "1 core", first["single:1"], one, len(refs)),
         row(
             "sync:2",
             "all cores",
-            histories["sync:2"][0],
-            statistics.median(sync_runs),
-            len(sync_runs),
+            first["sync:2"],
+            statistics.median(speeds["sync"]),
+            len(speeds["sync"]),
         ),
     ]
     for run, threads in [
@@ -565,7 +566,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         history = _train(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
         rows.append(row(run, "all cores", history))
         log(f"training {run} on all cores: {history['examples_per_second']:,.0f} examples/s")
-    independent = [m["examples_per_second"] for m in measured if m["name"] == "independent"]
+    independent = speeds["independent"]
     rows.append(
         {
             "run": "2 x single:1, independent",
@@ -606,7 +607,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         }
     )
     sweep.sort(key=lambda b: b["batch"])
-    sync_idle = histories["sync:2"][0].get("idle_horovod_threads")
+    sync_idle = first["sync:2"].get("idle_horovod_threads")
     return {
         "batch_sweep": sweep,
         "rows": rows,

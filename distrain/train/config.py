@@ -203,8 +203,7 @@ class TrainConfig:
             core only when TensorFlow's threads leave it (see
             :func:`distrain.train.worker.start_horovod`), instead of preempting the compute
             at every cycle's wake-up. Off by default: on 2 shared cores its effect on sync
-            efficiency was not told apart from the run-to-run drift (BENCHMARKS.md,
-            section 2, measures both).
+            efficiency was not told apart from the run-to-run drift (see the README).
     """
 
     data_dir: str
