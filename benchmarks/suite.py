@@ -15,9 +15,9 @@ Measures (the sections of BENCHMARKS.md):
 3. Time to accuracy (MNIST, DBPedia) or bits/char (Gutenberg) per mode.
 4. Horovod allreduce bandwidth against message size (2 ranks on loopback) next to the
    ring bound 2(N-1)/N * S / B, with B measured on the same loopback.
-5. Orchestration overhead: a kfp.local pipeline run against the sum of its steps' own
-   compute time.
-6. Peak resident memory of each step.
+5. Orchestration overhead: each kfp.local pipeline run of section 3 against the sum of
+   its steps' own compute time.
+6. Peak resident memory of each step's process tree, in those same runs.
 7. A scaling plan: the cost model T_comm = K (T_lat + N T_data) for ring allreduce (sync)
    and parameter-server traffic (async), fitted to nothing but the measured single-worker
    step time, the model size and a link's bandwidth and latency; checked against the
@@ -67,8 +67,13 @@ class SuiteConfig:
         train_batch: Per-worker batch of the throughput runs.
         train_epochs: Epochs of the throughput runs (the first is excluded as warm-up).
         preprocess_repeats: Repeats of each preprocessing measure (medians are reported).
-        efficiency_repeats: sync:2 runs behind the sync efficiency, each between two
-            one-worker, one-core runs (the median is reported, with the range).
+        efficiency_repeats: Whole sync:2 runs, each between two one-worker, one-core
+            runs (the median is reported, with the range): the run-by-run measure beside
+            the paired phases.
+        paired_groups: Groups of phases (sync, alone, each rank solo) of the phase-paired
+            measure of sync efficiency (:mod:`benchmarks.paired_worker`); the median
+            group's is the target's.
+        paired_steps: Training steps per phase.
         link_gbps: Link bandwidth of the scaling plan (Gbit/s).
         link_latency_us: Link latency of the scaling plan (microseconds).
     """
@@ -78,13 +83,15 @@ class SuiteConfig:
     dbpedia_rows: int = 7000
     gutenberg_chars: int = 1_000_000
     preprocess_tiles: dict = field(
-        default_factory=lambda: {"mnist": 8, "dbpedia": 6, "gutenberg": 6}
+        default_factory=lambda: {"mnist": 8, "dbpedia": 6, "gutenberg": 12}
     )
     train_size: int = 30000
     train_batch: int = 1024
     train_epochs: int = 3
     preprocess_repeats: int = 3
-    efficiency_repeats: int = 3
+    efficiency_repeats: int = 1
+    paired_groups: int = 12
+    paired_steps: int = 8
     link_gbps: float = 10.0
     link_latency_us: float = 20.0
 
@@ -102,6 +109,8 @@ class SuiteConfig:
             train_epochs=2,
             preprocess_repeats=1,
             efficiency_repeats=1,
+            paired_groups=2,
+            paired_steps=3,
             **kw,
         )
 
@@ -109,73 +118,6 @@ class SuiteConfig:
 def log(message: str) -> None:
     """Progress on stderr, with the time, so a person can follow a long run."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# -- process trees: peak memory ---------------------------------------------------------
-
-
-class PeakMemory:
-    """Samples the resident memory of a process and its descendants; keeps the peak."""
-
-    def __init__(self, pid: int, interval: float = 0.05):
-        import psutil
-
-        self.proc = psutil.Process(pid)
-        self.interval = interval
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import psutil
-
-        while not self._stop.is_set():
-            total = 0
-            try:
-                procs = [self.proc, *self.proc.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                break
-            for p in procs:
-                try:
-                    total += p.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
-            self.peak = max(self.peak, total)
-            time.sleep(self.interval)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def run_step(step: str, tmp: Path, *args, **kwargs) -> dict:
-    """One pipeline step in a fresh process: its own compute time and peak memory."""
-    result_path = tmp / f"step-{time.monotonic_ns()}.json"
-    kwargs = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
-    kwargs["_args"] = [str(a) for a in args]
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [PY, str(ROOT / "benchmarks" / "step_runner.py"), step, json.dumps(kwargs), result_path],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    with PeakMemory(proc.pid) as mem:
-        _, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"step {step} failed:\n{err[-3000:]}")
-    out = json.loads(result_path.read_text())
-    return {
-        "step": step,
-        "seconds": out["seconds"],
-        "process_seconds": time.perf_counter() - start,
-        "peak_rss_mb": mem.peak / 2**20,
-        "result": out["result"],
-    }
 
 
 # -- 1. preprocessing -------------------------------------------------------------------
@@ -397,13 +339,28 @@ def _train(
         os.sched_setaffinity(0, allowed)
 
 
-def _independent_pair(data: Path, out: Path, cfg: SuiteConfig, cores: list[int]) -> float:
-    """Examples/second of two independent ``single:1`` runs at once, one core each."""
-    results: list[float] = []
+def speed(history: dict, workers: int = 1) -> tuple[float, float | None]:
+    """A run's examples/second, and the same from its median step (None if not recorded).
+
+    Examples/second is the mean over the run's steady steps; the median step is the
+    typical one, which bursts of another load on the host (seconds long, one core at a
+    time here) leave alone. ``workers``: batches per step (a sync run's ranks).
+    """
+    step = history.get("step_ms")
+    batch = history["config"]["batch_size"] * workers
+    typical = batch / (step["median"] / 1e3) if step else None
+    return history["examples_per_second"], typical
+
+
+def _independent_pair(
+    data: Path, out: Path, cfg: SuiteConfig, cores: list[int]
+) -> tuple[float, float | None]:
+    """:func:`speed` of two independent ``single:1`` runs at once, one core each (summed)."""
+    results: list[tuple[float, float | None]] = []
 
     def one(core: int) -> None:
         history = _train(data, out / f"core-{core}", "single:1", cfg, {core}, 1)
-        results.append(history["examples_per_second"])
+        results.append(speed(history))
 
     threads = [threading.Thread(target=one, args=(c,)) for c in cores[:2]]
     for t in threads:
@@ -412,7 +369,8 @@ def _independent_pair(data: Path, out: Path, cfg: SuiteConfig, cores: list[int])
         t.join()
     if len(results) != len(threads):
         raise RuntimeError(f"an independent one-core run failed (see the log above); {out}")
-    return sum(results)
+    typical = [t for _, t in results]
+    return sum(e for e, _ in results), None if None in typical else sum(typical)
 
 
 def _sync_controller(controller: str = "auto") -> str:
@@ -446,6 +404,100 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
 
 
+def paired_phases(
+    data: Path, out: Path, cfg: SuiteConfig, controller: str = "auto", idle: bool = False
+) -> dict:
+    """Sync efficiency from alternating phases of one sync:2 run (:func:`paired_efficiency`).
+
+    ``controller`` and ``idle`` as :class:`TrainConfig`'s ``controller`` and
+    ``idle_horovod_threads``.
+    """
+    import dataclasses
+
+    out.mkdir(parents=True)
+    config = out / "train_config.json"
+    settings = _train_config(data, out, "sync:2", cfg, controller=controller)
+    config.write_text(dataclasses.replace(settings, idle_horovod_threads=idle).to_json())
+    worker = str(ROOT / "benchmarks" / "paired_worker.py")
+    groups, steps = str(cfg.paired_groups), str(cfg.paired_steps)
+    _run_ranks([PY, worker, str(config), str(out / "phases"), groups, steps], controller)
+    ranks = [json.loads(p.read_text()) for p in sorted(out.glob("phases-rank*.json"))]
+    return paired_efficiency(ranks)
+
+
+def paired_efficiency(ranks: list[dict]) -> dict:
+    """Sync efficiency per group of phases, from every rank's record of them.
+
+    In each group (see :mod:`benchmarks.paired_worker`), sync's examples/second (every
+    rank's batch per step, over the slowest rank's phase time) is set against:
+
+    - the ``solo`` phases: the sum of each rank's examples/second alone on the machine, as
+      one worker on 1/N of the cores; sync / that is the sync scaling efficiency;
+    - the ``alone`` phase: the same sum with every rank training at once; alone / solo is
+      what the machine costs two workers, sync / alone what sync itself costs.
+
+    Each rank, bound to its own core, lost to its Horovod threads the CPU time they used
+    in its phases without the allreduce; a worker alone would not have lost it, so those
+    phases take it off (each rank's share per kind over all groups, as the clock of one
+    phase is coarse). The uncorrected efficiency is kept beside it.
+
+    Args:
+        ranks: The JSON of each rank written by :mod:`benchmarks.paired_worker`.
+
+    Returns:
+        Medians over groups of the efficiency (the target's measure, with its range and
+        every group's value), of alone / solo and sync / alone, the uncorrected
+        efficiency, and the Horovod threads' share of a core per kind.
+    """
+    import statistics
+
+    batch, n = ranks[0]["batch"], len(ranks)
+    phase = {(r["rank"], p["group"], p["kind"]): p for r in ranks for p in r["phases"]}
+    share: dict[tuple[int, str], float] = {}
+    for r in ranks:
+        for kind in ("alone", "solo"):
+            mine = [p for p in r["phases"] if p["kind"] == kind]
+            cpu = sum(p["horovod_cpu_seconds"] for p in mine)
+            share[r["rank"], kind] = cpu / sum(p["seconds"] for p in mine)
+
+    def speed(group: int, kind: str, corrected: bool = True) -> float:
+        """Examples/second of a phase without the allreduce: the sum of the ranks'."""
+        total = 0.0
+        for r in ranks:
+            p = phase[r["rank"], group, kind]
+            kept = 1 - share[r["rank"], kind] if corrected else 1.0
+            total += p["steps"] * batch / (p["seconds"] * kept)
+        return total
+
+    groups = sorted({p["group"] for r in ranks for p in r["phases"]})
+    efficiency, uncorrected, machine, own = [], [], [], []
+    for g in groups:
+        sync = [phase[r["rank"], g, "sync"] for r in ranks]
+        sync_speed = n * sync[0]["steps"] * batch / max(p["seconds"] for p in sync)
+        efficiency.append(sync_speed / speed(g, "solo"))
+        uncorrected.append(sync_speed / speed(g, "solo", corrected=False))
+        machine.append(speed(g, "alone") / speed(g, "solo"))
+        own.append(sync_speed / speed(g, "alone"))
+    median = statistics.median
+    return {
+        "efficiency": median(efficiency),
+        "range": [min(efficiency), max(efficiency)],
+        "groups_efficiency": efficiency,
+        "uncorrected": median(uncorrected),
+        "machine": median(machine),
+        "sync_own": median(own),
+        "horovod_cpu_share": {
+            kind: statistics.mean(v for (_, k), v in share.items() if k == kind)
+            for kind in ("alone", "solo")
+        },
+        "groups": len(groups),
+        "controller": ranks[0].get("controller"),
+        "idle_horovod_threads": any(r.get("idle_horovod_threads") for r in ranks),
+        "steps_per_phase": ranks[0]["phases"][0]["steps"],
+        "batch": batch,
+    }
+
+
 def bracketed(reference, items: list[tuple[str, object]]) -> tuple[list[dict], list[float]]:
     """Runs ``reference``, then each item followed by ``reference`` again.
 
@@ -456,31 +508,41 @@ def bracketed(reference, items: list[tuple[str, object]]) -> tuple[list[dict], l
     efficient than one made earlier against the same reference).
 
     Args:
-        reference: Callable returning examples/second of the reference set-up (one
+        reference: Callable returning the :func:`speed` of the reference set-up (one
             worker on one core).
-        items: ``(name, callable)`` of the two-worker set-ups, in the order to run them.
+        items: ``(name, callable)`` of the two-worker set-ups, in the order to run them;
+            each callable returns its set-up's :func:`speed`.
 
     Returns:
         ``(measured, references)``: per item its name, examples/second, the mean
-        reference and its efficiency (throughput / (2 x reference)); and every reference
-        throughput in run order.
+        reference and its efficiency (throughput / (2 x reference)), and the same from
+        the median steps (``typical_efficiency``, None unless every run recorded them);
+        and every reference examples/second in run order.
     """
     refs = [reference()]
     measured = []
     for name, measure in items:
-        value = measure()
+        value, typical = measure()
         refs.append(reference())
-        ref = (refs[-2] + refs[-1]) / 2
+        ref = (refs[-2][0] + refs[-1][0]) / 2
+        typical_refs = [refs[-2][1], refs[-1][1]]
+        typical_eff = None
+        if typical is not None and None not in typical_refs:
+            typical_eff = typical / sum(typical_refs)  # typical / (2 x their mean)
         measured.append(
             {
                 "name": name,
                 "examples_per_second": value,
                 "reference": ref,
                 "efficiency": value / (2 * ref),
+                "typical_efficiency": typical_eff,
             }
         )
-        log(f"{name}: efficiency {value / (2 * ref):.2f} (reference {ref:,.0f}/s)")
-    return measured, refs
+        log(
+            f"{name}: efficiency {value / (2 * ref):.2f} (reference {ref:,.0f}/s), "
+            f"on median steps {_fmt(typical_eff)}"
+        )
+    return measured, [r[0] for r in refs]
 
 
 def interleave(repeated: str, repeats: int, others: list[str]) -> list[str]:
@@ -502,18 +564,23 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     n_cores = len(cores)
     first: dict[str, dict] = {}  # the first history of each run at the default batch
     counter = itertools.count()
+    reference_runs = itertools.count()
 
-    def one_core(batch: int = 0) -> float:
-        history = _train(data, tmp / f"r-{next(counter)}", "single:1", cfg, {cores[0]}, 1, batch)
+    def one_core(batch: int = 0) -> tuple[float, float | None]:
+        # The cores take turns: each two-worker set-up, between two of these runs, is set
+        # against both of the cores it uses (here one core can be slower than the other
+        # for minutes, so a reference always on the first core flattered or wronged it).
+        core = cores[next(reference_runs) % n_cores]
+        history = _train(data, tmp / f"r-{next(counter)}", "single:1", cfg, {core}, 1, batch)
         if not batch:
             first.setdefault("single:1", history)
-        return history["examples_per_second"]
+        return speed(history)
 
-    def sync(batch: int = 0) -> float:
+    def sync(batch: int = 0) -> tuple[float, float | None]:
         history = _train(data, tmp / f"s-{next(counter)}", "sync:2", cfg, None, 0, batch)
         if not batch:
             first.setdefault("sync:2", history)
-        return history["examples_per_second"]
+        return speed(history, history["run"]["workers"])
 
     controller = _sync_controller()
     # Sync's efficiency, and the machine's own ceiling beside it (two independent one-core
@@ -524,11 +591,20 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     }
     order = interleave("sync", cfg.efficiency_repeats, ["independent"])
     measured, refs = bracketed(one_core, [(name, setups[name]) for name in order])
+    # The target's measure: sync and the same ranks alone, in alternating phases of one run.
+    paired = paired_phases(data, tmp / "paired", cfg)
+    log(
+        f"sync efficiency, phase-paired: {paired['efficiency']:.2f} "
+        f"({paired['range'][0]:.2f}-{paired['range'][1]:.2f} over {paired['groups']} groups)"
+    )
     parts: dict[str, list[float]] = {}  # efficiencies per set-up
+    typical: dict[str, list[float]] = {}  # the same from median steps
     speeds: dict[str, list[float]] = {}  # examples/second per set-up
     for m in measured:
         parts.setdefault(m["name"], []).append(m["efficiency"])
         speeds.setdefault(m["name"], []).append(m["examples_per_second"])
+        if m["typical_efficiency"] is not None:
+            typical.setdefault(m["name"], []).append(m["typical_efficiency"])
 
     def row(run: str, where: str, history: dict, eps: float | None = None, runs: int = 1):
         eps = history["examples_per_second"] if eps is None else eps
@@ -611,10 +687,14 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     return {
         "batch_sweep": sweep,
         "rows": rows,
-        "sync_efficiency": statistics.median(parts["sync"]),
+        # The target's measure; whole runs between one-core runs beside it.
+        "sync_efficiency": paired["efficiency"],
+        "sync_efficiency_runs": statistics.median(parts["sync"]),
         "sync_vs_all_cores": rows[1]["examples_per_second"] / all_cores["examples_per_second"],
         "machine_ceiling": statistics.median(parts["independent"]),
         "sync_losses": parts,
+        "typical_efficiency": typical,
+        "paired": paired,
         "references": refs,
         "order": order,
         "controller": controller,
@@ -633,7 +713,7 @@ def _model_bytes(data: Path) -> int:
     return int(sum(int(v.shape.num_elements()) for v in model.trainable_variables) * 4)
 
 
-# -- 3, 5, 6: pipelines as steps, and through kfp.local ----------------------------------
+# -- 3, 5, 6: the pipelines through kfp.local ----------------------------------
 
 PIPELINES = {
     # dataset: (sample size, run specs, epochs, target, metric)
@@ -643,50 +723,50 @@ PIPELINES = {
 }
 
 
-def _pipeline_settings(dataset: str) -> dict:
-    import importlib
+def bench_pipelines(cfg: SuiteConfig, tmp: Path) -> dict:
+    """Sections 3, 5 and 6: each data set's whole pipeline, run with kfp.local.
 
-    d = importlib.import_module(f"distrain.pipelines.{dataset}").DEFAULTS
-    return {"model": d.model, "batch_size": d.batch_size, "learning_rate": d.learning_rate}
+    ``distrain run`` runs every step as kfp.local runs it (a task process each, artifacts
+    copied between them); each step records its own compute time, the run it trained or
+    scored and the peak memory of its process tree (``$DISTRAIN_STEP_TIMES``, see
+    :func:`distrain.steps._timed`). From one run per data set: the orchestration overhead
+    (wall time against the steps' own time), each step's time and memory, and each run's
+    time to the target from the reports the pipeline compared.
+    """
+    from distrain.steps import STEP_TIMES_ENV
 
-
-def bench_steps(cfg: SuiteConfig, tmp: Path) -> dict:
-    """Sections 3 and 6: each pipeline's steps in fresh processes (time, memory, history)."""
     out = {}
     for dataset, (size, runs, epochs, target) in PIPELINES.items():
         if cfg.quick:
             size, runs, epochs = max(size // 10, 1500), runs[:2], 2
-        work = tmp / f"steps-{dataset}"
-        work.mkdir()
-        steps = [run_step("fetch", tmp, dataset, "sample", work / "raw", sample_size=size)]
-        steps.append(run_step("preprocess", tmp, dataset, work / "raw", work / "data"))
-        steps.append(run_step("baseline", tmp, work / "data"))
-        reports = []
-        settings = _pipeline_settings(dataset)
-        for spec in runs:
-            trained = work / spec.replace(":", "_").replace("=", "")
-            step = run_step("train", tmp, work / "data", trained, spec, epochs=epochs, **settings)
-            step["run"] = spec
-            steps.append(step)
-            evaluated = run_step("evaluate", tmp, work / "data", trained)
-            evaluated["run"] = spec
-            steps.append(evaluated)
-            reports.append(evaluated["result"])
-            log(f"{dataset} {spec}: trained in {step['seconds']:.1f} s")
-        steps.append(
-            run_step(
-                "compare", tmp, reports=[*reports, steps[2]["result"]], output_dir=work / "cmp"
-            )
+        work = tmp / f"pipeline-{dataset}"
+        times = tmp / f"step-times-{dataset}.jsonl"
+        cmd = [PY, "-m", "distrain", "run", dataset, "--output", str(work)]
+        cmd += ["--sample-size", str(size), "--runs", ",".join(runs), "--epochs", str(epochs)]
+        start = time.perf_counter()
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, STEP_TIMES_ENV: str(times)}
         )
+        wall = time.perf_counter() - start
+        if done.returncode:
+            tail = (done.stdout + done.stderr)[-3000:]
+            raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+        steps = [json.loads(line) for line in times.read_text().splitlines()]
+        compute = sum(s["seconds"] for s in steps)
+        reports = json.loads((work / "comparison.json").read_text())["runs"]
+        trained = [r for r in reports if r.get("history")]
+        log(f"{dataset} pipeline: {wall:.0f} s, its steps {compute:.0f} s")
         out[dataset] = {
             "sample_size": size,
             "runs": runs,
             "epochs": epochs,
             "target": target,
-            "raw": str(work / "raw"),
-            "steps": [{k: v for k, v in s.items() if k != "result"} for s in steps],
-            "time_to_target": [_time_to_target(dataset, r, target) for r in reports],
-            "compute_seconds": sum(s["seconds"] for s in steps),
+            "steps": steps,
+            "time_to_target": [_time_to_target(dataset, r, target) for r in trained],
+            "tasks": len(steps) + 1,  # + the quality gate, which is not a distrain.steps call
+            "wall_seconds": wall,
+            "compute_seconds": compute,
+            "overhead": wall / compute - 1.0,
         }
     return out
 
@@ -715,57 +795,6 @@ def _time_to_target(dataset: str, report: dict, target: float) -> dict:
         "seconds": reached,
         "final": final["val_loss"] / math.log(2) if lm else final["val_accuracy"],
         "train_seconds": report["history"]["train_seconds"],
-    }
-
-
-def bench_overhead(cfg: SuiteConfig, steps: dict, tmp: Path) -> dict:
-    """Section 5: ``distrain run`` (kfp.local) wall time against its steps' compute time.
-
-    Each step of that same run records its own compute time (``$DISTRAIN_STEP_TIMES``,
-    see :func:`distrain.steps._timed`); the rest of the wall time is orchestration: task
-    processes, imports, artifact copies, the runner's bookkeeping.
-    """
-    from distrain.steps import STEP_TIMES_ENV
-
-    mnist = steps["mnist"]
-    times = tmp / "kfp-step-times.jsonl"
-    cmd = [
-        PY,
-        "-m",
-        "distrain",
-        "run",
-        "mnist",
-        "--data",
-        mnist["raw"],
-        "--output",
-        str(tmp / "kfp-mnist"),
-        "--runs",
-        ",".join(mnist["runs"]),
-        "--epochs",
-        str(mnist["epochs"]),
-    ]
-    start = time.perf_counter()
-    subprocess.run(
-        cmd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, STEP_TIMES_ENV: str(times)},
-    )
-    wall = time.perf_counter() - start
-    recorded = [json.loads(line) for line in times.read_text().splitlines()]
-    compute = sum(r["seconds"] for r in recorded)
-    by_step: dict[str, float] = {}
-    for r in recorded:
-        by_step[r["step"]] = by_step.get(r["step"], 0.0) + r["seconds"]
-    return {
-        "pipeline": "mnist",
-        "tasks": len(recorded) + 1,  # + the quality gate, which is not a distrain.steps call
-        "wall_seconds": wall,
-        "compute_seconds": compute,
-        "compute_by_step": by_step,
-        "overhead": wall / compute - 1.0,
-        "process_startup_seconds": sum(s["process_seconds"] - s["seconds"] for s in mnist["steps"]),
     }
 
 
@@ -990,16 +1019,19 @@ def targets(results: dict) -> list[dict]:
     out.append(
         {
             "target": "sync scaling efficiency at N = 2 >= 0.90",
-            "measured": f"{eff:.2f}",
+            "measured": f"{eff:.2f} (phase-paired)",
             "met": eff >= 0.90,
             "miss": f"{0.90 - eff:.2f} short",
         }
     )
-    ov = results["overhead"]["overhead"]
+    # Every pipeline's run must keep within the overhead limit: the worst one is judged.
+    worst, ov = max(
+        ((name, p["overhead"]) for name, p in results["steps"].items()), key=lambda x: x[1]
+    )
     out.append(
         {
-            "target": "kfp.local orchestration overhead <= 15 %",
-            "measured": f"{ov * 100:.0f} %",
+            "target": "kfp.local orchestration overhead <= 15 % (each pipeline)",
+            "measured": f"{ov * 100:.0f} % ({worst}, the highest)",
             "met": ov <= 0.15,
             "miss": f"{(ov - 0.15) * 100:.0f} points over",
         }
@@ -1045,6 +1077,37 @@ def _pairs(training: dict) -> str:
     )
 
 
+def _paired_text(paired: dict) -> list[str]:
+    """The paragraph and table of the phase-paired measure of sync efficiency."""
+    lo, hi = paired["range"]
+    share = paired["horovod_cpu_share"]
+    return [
+        "Phase-paired measure (the target's). One sync:2 run whose ranks, built as a sync "
+        "run builds them (`benchmarks/paired_worker.py`), take turns between phases of "
+        f"{paired['steps_per_phase']} steps of batch {paired['batch']}, each started at a "
+        "barrier: *sync*, both ranks running the sync step; *alone*, both running the same "
+        "step without the allreduce at the same time; and *solo*, one rank running it while "
+        "the other sleeps, once per rank: one worker on 1/N of the cores with the rest of "
+        f"the machine idle. {paired['groups']} groups of these four phases, the order "
+        "rotating from group to group; each group sets sync's examples/second against the "
+        "sum of the two solo phases' (the efficiency) and the alone phase's. The phases of a "
+        "group lie a few seconds apart, so the host's drift, which moves whole runs minutes "
+        "apart (below), hits them alike. Horovod's threads run in "
+        f"every phase; they took {share['solo'] * 100:.1f} % of a rank's core in the solo "
+        f"phases and {share['alone'] * 100:.1f} % in the alone ones, which those phases get "
+        "back, as a worker without Horovod would not have lost it (without that the "
+        f"efficiency is {paired['uncorrected']:.2f}).",
+        "",
+        "| phases set against each other | median over groups |",
+        "|---|---|",
+        f"| sync / solo: sync scaling efficiency | **{paired['efficiency']:.2f}** "
+        f"({lo:.2f}-{hi:.2f}) |",
+        f"| alone / solo: what the machine costs two workers | {paired['machine']:.2f} |",
+        f"| sync / alone: what sync itself costs | {paired['sync_own']:.2f} |",
+        "",
+    ]
+
+
 def _spread(values: list[float]) -> str:
     """'median (min-max)', or the one value."""
     import statistics
@@ -1059,6 +1122,7 @@ def _sync_losses(training: dict) -> list[str]:
     import statistics
 
     losses, controller = training["sync_losses"], training["controller"]
+    typical = training.get("typical_efficiency", {})
     med = {k: statistics.median(v) for k, v in losses.items()}
     rows = [
         (
@@ -1077,21 +1141,38 @@ def _sync_losses(training: dict) -> list[str]:
     ]
     order = ", ".join(training["order"])
     refs = training["references"]
-    return [
+    lines = [
         "Where sync's efficiency goes. The set-ups below ran in turn with a one-worker, "
-        f"one-core run before and after each (order: {order}); each is set against the "
-        "mean of those two, so the host's drift over minutes cancels (the one-core runs "
-        f"ranged {min(refs):,.0f}-{max(refs):,.0f} examples/s). Medians where a set-up ran "
-        "more than once, the range in brackets.",
+        f"one-core run before and after each (order: {order}); the one-core runs take the "
+        "cores in turn, so each set-up is set against the mean of one run on each of its "
+        "two cores, and the host's drift over minutes cancels (the one-core runs ranged "
+        f"{min(refs):,.0f}-{max(refs):,.0f} examples/s). Medians where a set-up ran more "
+        "than once, the range in brackets. The column *on median steps* is the same "
+        "ratio from each run's median step time instead of its examples/second.",
         "",
-        "| two workers, one core each | efficiency | lost to | lost |",
-        "|---|---|---|---|",
+        "| two workers, one core each | efficiency | on median steps | lost to | lost |",
+        "|---|---|---|---|---|",
         *[
-            f"| {label} | {_spread(losses[key])} | {cause} | {before - med[key]:.2f} |"
+            f"| {label} | {_spread(losses[key])} | "
+            f"{_spread(typical[key]) if typical.get(key) else '—'} | {cause} | "
+            f"{before - med[key]:.2f} |"
             for label, key, cause, before in rows
         ],
         "",
     ]
+    if typical.get("sync"):
+        gap = round(statistics.median(typical["sync"]) - med["sync"], 2) + 0.0  # no -0.00
+        lines += [
+            "A sync step ends when the slower rank's does. On this shared host one core at a "
+            "time can run slower for a few seconds up to minutes (another load on the host): "
+            "a burst on either core slows every sync step while it lasts, but a one-core run "
+            "only during a burst on its own core. The median step leaves out bursts shorter "
+            "than half a run; the gap between the two columns for sync:2, "
+            f"{gap:+.2f}, is what those cost it. Slow periods as long as a run move both "
+            "columns alike: the spread between repeats shows them.",
+            "",
+        ]
+    return lines
 
 
 def render_markdown(results: dict) -> str:
@@ -1184,13 +1265,15 @@ def render_markdown(results: dict) -> str:
         )
     lines += [
         "",
-        f"Sync efficiency at N = 2: **{tr['sync_efficiency']:.2f}**{_pairs(tr)} "
+        f"Sync efficiency at N = 2: **{tr['sync_efficiency']:.2f}**, phase-paired (the "
+        f"target's measure, below). Whole runs: {tr['sync_efficiency_runs']:.2f}{_pairs(tr)} "
         f"({tr['sync_vs_all_cores']:.2f} of one process on all cores). Two independent "
         f"one-core processes reach {tr['machine_ceiling']:.2f} of twice one alone (measured "
         "as below): that is "
         "this machine's ceiling for any two-worker run (shared caches and memory bandwidth), "
         "before any communication.",
         "",
+        *_paired_text(tr["paired"]),
         *_sync_losses(tr),
         "Sync efficiency at N = 2 against the per-worker batch (more compute per allreduce); "
         f"batch {tr['batch']} is the measure above, the others one sync:2 run each between "
@@ -1206,9 +1289,10 @@ def render_markdown(results: dict) -> str:
         "",
         "## 3. Time to accuracy",
         "",
-        "Each data set's pipeline settings (model, batch, learning rate) on its generated "
-        "sample; wall-clock seconds of training until the validation metric first reached the "
-        "target (interpolated between epochs).",
+        "Each data set's whole pipeline, run end to end with kfp.local (`distrain run`, its "
+        "model, batch and learning rate) on a generated sample; wall-clock seconds of "
+        "training until the validation metric first reached the target (interpolated "
+        "between epochs).",
         "",
         "| data set | target | run | seconds to target | final | train s |",
         "|---|---|---|---|---|---|",
@@ -1245,32 +1329,38 @@ def render_markdown(results: dict) -> str:
             f"{r['bound_seconds']:.6f} | {r['fraction_of_bound']:.2f} |"
             + (f" {gloo[i]['seconds']:.6f} |" if gloo else "")
         )
-    ov = results["overhead"]
+    pipelines = results["steps"]
     lines += [
         "",
         "## 5. Orchestration overhead",
         "",
-        f"`distrain run mnist` (kfp.local, {ov['tasks']} tasks, the section 3 settings) took "
-        f"{ov['wall_seconds']:.1f} s; its steps' own compute time, recorded by each step of "
-        f"that same run, sums to {ov['compute_seconds']:.1f} s ("
-        + ", ".join(f"{k} {v:.1f} s" for k, v in ov["compute_by_step"].items())
-        + f"): overhead **{ov['overhead'] * 100:.0f} %**. For comparison, starting a fresh "
-        f"process and importing TensorFlow for each of those steps costs "
-        f"{ov['process_startup_seconds']:.1f} s in all (section 6's runs).",
+        "The runs of section 3: each pipeline's wall time with kfp.local against the sum of "
+        "its steps' own compute time, which each step of that same run records. The rest is "
+        "orchestration: a process per task, its imports (TensorFlow's included), artifact "
+        "copies, the runner's bookkeeping.",
+        "",
+        "| pipeline | tasks | wall s | steps' compute s | overhead |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {dataset} | {p['tasks']} | {p['wall_seconds']:.1f} | "
+            f"{p['compute_seconds']:.1f} | {p['overhead'] * 100:.0f} % |"
+            for dataset, p in pipelines.items()
+        ],
         "",
         "## 6. Peak memory",
         "",
-        "Resident memory of each step's whole process tree (launched workers and parameter "
-        "servers included), sampled every 50 ms.",
+        "Resident memory of each step's whole process tree (launched workers, parameter "
+        "servers and Beam workers included), sampled every 100 ms by the step itself, in the "
+        "runs of section 3.",
         "",
         "| data set | step | run | compute s | peak RSS MiB |",
         "|---|---|---|---|---|",
     ]
-    for dataset, s in results["steps"].items():
-        for st in s["steps"]:
+    for dataset, p in pipelines.items():
+        for st in p["steps"]:
             lines.append(
-                f"| {dataset} | {st['step']} | {st.get('run', '')} | {st['seconds']:.1f} | "
-                f"{st['peak_rss_mb']:,.0f} |"
+                f"| {dataset} | {st['step']} | {st.get('run') or ''} | {st['seconds']:.1f} | "
+                f"{_fmt(st.get('peak_rss_mb'), ',.0f')} |"
             )
     sp = results["scaling"]
     lines += [
@@ -1385,10 +1475,8 @@ def main(argv: list[str] | None = None) -> int:
         results["preprocessing"] = bench_preprocessing(cfg, tmp)
         log("2/7 training throughput")
         results["training"] = bench_training(cfg, tmp)
-        log("3,6/7 pipeline steps: time to accuracy and memory")
-        results["steps"] = bench_steps(cfg, tmp)
-        log("5/7 orchestration overhead (kfp.local)")
-        results["overhead"] = bench_overhead(cfg, results["steps"], tmp)
+        log("3,5,6/7 pipelines with kfp.local: time to accuracy, overhead, memory")
+        results["steps"] = bench_pipelines(cfg, tmp)
         log("4/7 allreduce")
         results["allreduce"] = bench_allreduce(cfg, tmp)
         log("7/7 scaling plan")

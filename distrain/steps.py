@@ -18,27 +18,37 @@ STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
 def _timed(func):
     """Records the step's own compute time when ``$DISTRAIN_STEP_TIMES`` names a file.
 
-    One JSON line per call (step, seconds, pid), appended: what the benchmark suite sums to
-    measure an orchestrator's overhead. Nothing is written when the variable is unset.
+    One JSON line per call, appended: the step, its seconds, its process, the run it
+    trained or scored (train and evaluate) and the peak resident memory of its process
+    tree (the workers it launched included). The benchmark suite sums the seconds to
+    measure an orchestrator's overhead. Nothing is measured or written when the variable
+    is unset.
     """
     import functools
     import time
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        path = os.environ.get(STEP_TIMES_ENV)
+        if not path:
+            return func(*args, **kwargs)
+        from distrain.memory import PeakTreeMemory
+
+        result = None
         start = time.perf_counter()
         try:
-            return func(*args, **kwargs)
+            with PeakTreeMemory() as memory:
+                result = func(*args, **kwargs)
+            return result
         finally:
-            path = os.environ.get(STEP_TIMES_ENV)
-            if path:
-                line = {
-                    "step": func.__name__,
-                    "seconds": time.perf_counter() - start,
-                    "pid": os.getpid(),
-                }
-                with open(path, "a") as f:
-                    f.write(json.dumps(line) + "\n")
+            line = {"step": func.__name__, "seconds": time.perf_counter() - start}
+            line["pid"] = os.getpid()
+            if isinstance(result, dict) and isinstance(result.get("run"), dict):
+                line["run"] = result["run"].get("name")
+            if memory.peak_bytes is not None:
+                line["peak_rss_mb"] = memory.peak_bytes / 2**20
+            with open(path, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
     return wrapper
 

@@ -120,6 +120,14 @@ def test_single_run_learns_and_writes_history(mnist_examples, tmp_path):
     assert history["epochs"][0]["loss"] > last["loss"]
     assert history["examples_per_second"] > 0
     assert history["train_seconds"] >= last["step_seconds"]
+    # Step times: each epoch's spread, and the run's over the epochs after the first.
+    steps_per_epoch = history["steps"] // 3
+    assert [e["step_ms"]["count"] for e in history["epochs"]] == [steps_per_epoch] * 3
+    spread = history["step_ms"]
+    assert spread["count"] == 2 * steps_per_epoch
+    assert 0 < spread["p10"] <= spread["median"] <= spread["p90"]
+    # The mean step (from examples/second) is not faster than the fastest tenth of them.
+    assert cfg.batch_size / history["examples_per_second"] * 1e3 >= spread["p10"] * 0.99
     assert (tmp_path / "run" / "model.keras").exists()
     saved = json.loads((tmp_path / "run" / "history.json").read_text())
     assert saved["run"]["name"] == "single:1"
@@ -286,6 +294,9 @@ def test_sync_is_never_stale(mnist_examples, tmp_path):
     )
     history = run_training(cfg, timeout=300)
     assert history["staleness"] and set(history["staleness"]) == {0}
+    # One epoch: the run's step spread is that epoch's (each step waited for its allreduce).
+    assert history["step_ms"] == history["epochs"][0]["step_ms"]
+    assert history["step_ms"]["count"] == history["steps"]
 
 
 def test_sync_ranks_bind_to_their_own_cores(monkeypatch):

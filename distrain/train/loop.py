@@ -138,6 +138,13 @@ def _release_worker_outputs(remote, worker: int) -> None:
         remote._values = None  # private: the only reference to the worker-side tensors
 
 
+def step_spread(durations: list[float]) -> dict:
+    """Median, 10th and 90th percentile of step durations, in milliseconds."""
+    ms = np.asarray(durations, dtype=np.float64) * 1e3
+    p10, median, p90 = np.percentile(ms, [10, 50, 90])
+    return {"count": int(ms.size), "median": float(median), "p10": float(p10), "p90": float(p90)}
+
+
 class _Trainer:
     """One run: setup shared by every mode, then the mode's way of applying gradients."""
 
@@ -244,6 +251,7 @@ class _Trainer:
         self.examples_so_far: int | None = None  # [sync, elastic] the world size varies
         self.elastic_resets = 0  # [sync, elastic] times the world changed
         self.worker_progress: dict[str, list[list[float]]] = {}
+        self.step_durations: list[list[float]] = []  # [single, sync] per epoch of this process
 
     # ---- shared by every mode ------------------------------------------------------------
 
@@ -374,8 +382,15 @@ class _Trainer:
             )
         return epoch, max(done, 0)
 
-    def end_epoch(self, epoch: int, loss_sum, correct, seen, step_seconds, start) -> None:
-        """Validation, the epoch's record and line, and the chief's checkpoint."""
+    def end_epoch(
+        self, epoch: int, loss_sum, correct, seen, step_seconds, start, durations=None
+    ) -> None:
+        """Validation, the epoch's record and line, and the chief's checkpoint.
+
+        ``durations``: seconds of each step this epoch (single and sync, which wait for
+        every step): their spread goes into the record, and :meth:`history` gives the
+        spread over the epochs after the first as the run's ``step_ms``.
+        """
         val_loss, val_acc = self.evaluate()
         record = {
             "epoch": epoch + 1,
@@ -391,6 +406,9 @@ class _Trainer:
             if self.examples_so_far is not None
             else int(self.version.numpy()) * self.cfg.batch_size * self.gradients_per_update,
         }
+        if durations:
+            record["step_ms"] = step_spread(durations)
+            self.step_durations.append(durations)
         self.epochs.append(record)
         self.epoch_var.assign(epoch + 1)
         extra = ""
@@ -445,6 +463,12 @@ class _Trainer:
             history["worker_progress"] = self.worker_progress
         else:
             history["staleness"] = [0] * int(self.version.numpy())  # [sync] never stale
+            if self.step_durations:
+                # The typical step beside the mean that examples/second gives: on a shared
+                # host the two part when bursts of another load slow some steps down. As
+                # for examples/second, the first epoch (tracing) is left out if there are more.
+                steady = self.step_durations[1:] or self.step_durations
+                history["step_ms"] = step_spread([d for epoch in steady for d in epoch])
             if self.hvd:  # [sync] the transport the ranks actually used
                 history["controller"] = "mpi" if self.hvd.mpi_enabled() else "gloo"
                 # [sync] Horovod's threads that rank 0 runs at idle priority (0: none)
@@ -544,10 +568,13 @@ class _Trainer:
                 t0 = time.perf_counter()
                 loss_sum = correct = 0.0
                 begin = done if epoch == first_epoch else 0
+                durations = []
                 for i in range(begin, steps):
+                    t_step = time.perf_counter()
                     batch_loss, batch_correct = train_step(*next(iterator))
-                    loss_sum += float(batch_loss)
+                    loss_sum += float(batch_loss)  # waits for the step (and its allreduce)
                     correct += float(batch_correct)
+                    durations.append(time.perf_counter() - t_step)
                     step = epoch * steps + i + 1
                     if self.step_checkpoint_due(step, i + 1 == steps):
                         self.checkpoint(step)
@@ -555,7 +582,7 @@ class _Trainer:
                 loss_sum, correct, seen = self.global_sums(
                     loss_sum, correct, (steps - begin) * cfg.batch_size
                 )
-                self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
+                self.end_epoch(epoch, loss_sum, correct, seen, seconds, start, durations)
 
         return run_epochs
 
