@@ -8,10 +8,13 @@ Measures (the sections of BENCHMARKS.md):
 1. Preprocessing: records/second of each Beam job against a plain loop doing the same
    work (``benchmarks/plain.py``), with 1 and 2 Beam workers, on a tiny input (the
    start-up) and a timed one; the per-record cost is the difference between them.
-2. Training throughput per mode and worker count, every configuration on the same cores;
-   sync scaling efficiency against one worker on 1/N of the cores and against one process
-   on all of them, each two-worker run set against the one-core runs just before and
-   after it; two independent one-core processes give the machine's own ceiling.
+2. Training throughput per mode and worker count, every configuration on the same cores.
+   Sync scaling efficiency against one worker on 1/N of the cores, phase-paired within
+   one sync:2 run (``benchmarks/paired_worker.py``: sync steps, the same steps without
+   the allreduce, each rank alone, taking turns every second or so); beside it whole
+   runs, each set against the one-core runs just before and after it, and against one
+   process on all the cores; two independent one-core processes give the machine's own
+   ceiling.
 3. Time to accuracy (MNIST, DBPedia) or bits/char (Gutenberg) per mode.
 4. Horovod allreduce bandwidth against message size (2 ranks on loopback) next to the
    ring bound 2(N-1)/N * S / B, with B measured on the same loopback.
