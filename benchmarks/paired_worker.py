@@ -58,14 +58,10 @@ def main() -> None:
     import tensorflow as tf
 
     from distrain.train.config import TrainConfig
-    from distrain.train.inputs import make_dataset
-    from distrain.train.loop import _Trainer
+    from distrain.train.loop import _Trainer, configure_tensorflow
 
     cfg = TrainConfig.from_json(Path(config_path).read_text())
-    # As distrain.train.loop.train sets them up for a run.
-    tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(2)
-    tf.random.set_seed(cfg.seed)
+    configure_tensorflow(cfg)  # as a training process does
     # Horovod started here first, as the trainer starts it (its threads at idle priority
     # if the config asks), to tell its threads from TensorFlow's; the trainer's own
     # hvd.init() then finds it started.
@@ -75,18 +71,7 @@ def main() -> None:
     new = sorted(set(os.listdir(tasks)) - before, key=int)
     horovod_threads = [str(t) for t in lowered] or new
     trainer = _Trainer(cfg)
-    batches = iter(
-        make_dataset(
-            trainer.info,
-            "train",
-            cfg.batch_size,
-            shard=(trainer.size, trainer.rank),
-            shuffle=True,
-            seed=cfg.seed + trainer.rank,
-            repeat=True,
-            drop_remainder=True,
-        )
-    )
+    batches = iter(trainer.train_shard(cfg.seed + trainer.rank))
     # The step reads trainer.hvd when it is traced, at its first call.
     trainer.hvd = None
     alone = trainer.make_train_step()

@@ -463,7 +463,7 @@ def paired_efficiency(ranks: list[dict]) -> dict:
             cpu = sum(p["horovod_cpu_seconds"] for p in mine)
             share[r["rank"], kind] = cpu / sum(p["seconds"] for p in mine)
 
-    def speed(group: int, kind: str, corrected: bool = True) -> float:
+    def phase_speed(group: int, kind: str, corrected: bool = True) -> float:
         """Examples/second of a phase without the allreduce: the sum of the ranks'."""
         total = 0.0
         for r in ranks:
@@ -477,10 +477,11 @@ def paired_efficiency(ranks: list[dict]) -> dict:
     for g in groups:
         sync = [phase[r["rank"], g, "sync"] for r in ranks]
         sync_speed = n * sync[0]["steps"] * batch / max(p["seconds"] for p in sync)
-        efficiency.append(sync_speed / speed(g, "solo"))
-        uncorrected.append(sync_speed / speed(g, "solo", corrected=False))
-        machine.append(speed(g, "alone") / speed(g, "solo"))
-        own.append(sync_speed / speed(g, "alone"))
+        solo, alone = phase_speed(g, "solo"), phase_speed(g, "alone")
+        efficiency.append(sync_speed / solo)
+        uncorrected.append(sync_speed / phase_speed(g, "solo", corrected=False))
+        machine.append(alone / solo)
+        own.append(sync_speed / alone)
     median = statistics.median
     return {
         "efficiency": median(efficiency),
@@ -677,12 +678,13 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
             }
         )
         log(f"sync efficiency at batch {batch}/worker: {sweep[-1]['efficiency']:.2f}")
+    whole_runs = statistics.median(parts["sync"])
     sweep.append(
         {
             "batch": cfg.train_batch,
             "single_one_core": one,
             "sync2": rows[1]["examples_per_second"],
-            "efficiency": statistics.median(parts["sync"]),
+            "efficiency": whole_runs,
         }
     )
     sweep.sort(key=lambda b: b["batch"])
@@ -692,7 +694,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         "rows": rows,
         # The target's measure; whole runs between one-core runs beside it.
         "sync_efficiency": paired["efficiency"],
-        "sync_efficiency_runs": statistics.median(parts["sync"]),
+        "sync_efficiency_runs": whole_runs,
         "sync_vs_all_cores": rows[1]["examples_per_second"] / all_cores["examples_per_second"],
         "machine_ceiling": statistics.median(parts["independent"]),
         "sync_losses": parts,

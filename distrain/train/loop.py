@@ -42,6 +42,16 @@ def _atomic_write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def configure_tensorflow(cfg: TrainConfig) -> None:
+    """Thread pools and seeds of a training process, before TensorFlow starts its runtime."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    tf.random.set_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+
+
 def train(cfg: TrainConfig) -> dict:
     """Trains in this process, in the role the mode gives it.
 
@@ -56,12 +66,7 @@ def train(cfg: TrainConfig) -> dict:
         The run's history (the content of ``history.json``). A parameter-server chief
         does not return: it exits the process once its outputs are written.
     """
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(2)
-    tf.random.set_seed(cfg.seed)
-    np.random.seed(cfg.seed)
+    configure_tensorflow(cfg)
     trainer = _Trainer(cfg)
     history = trainer.run()
     if trainer.coordinator is not None:
@@ -514,6 +519,22 @@ class _Trainer:
             self.hvd.join()  # [sync] no rank leaves before the others are done
         return self.history()
 
+    def train_shard(self, seed: int):
+        """This process's training batches: shuffled with ``seed``, repeated, full batches.
+
+        [sync] Each rank reads a disjoint 1/size of the split.
+        """
+        return make_dataset(
+            self.info,
+            "train",
+            self.cfg.batch_size,
+            shard=(self.size, self.rank),  # [sync]
+            shuffle=True,
+            seed=seed,
+            repeat=True,
+            drop_remainder=True,
+        )
+
     def make_train_step(self):
         """The traced training step of single and sync: gradients, update, version."""
         tf = self.tf
@@ -535,16 +556,7 @@ class _Trainer:
         # [sync] each rank reads a disjoint 1/size of the data and all run the same number
         # of steps (floor), or the last step's allreduce would wait forever.
         steps = max(1, self.info.splits["train"] // self.size // cfg.batch_size)
-        train_ds = make_dataset(
-            self.info,
-            "train",
-            cfg.batch_size,
-            shard=(self.size, self.rank),  # [sync]
-            shuffle=True,
-            seed=cfg.seed + self.rank,
-            repeat=True,
-            drop_remainder=True,
-        )
+        train_ds = self.train_shard(cfg.seed + self.rank)
         if self.hvd is not None:
             # [sync] every rank starts from rank 0's weights, optimizer state and step.
             self.hvd.broadcast_variables(
@@ -647,18 +659,8 @@ class _Trainer:
                     f"learning rate {self.optimizer.learning_rate:g}"
                 )
             global_batch = self.size * cfg.batch_size
-            iterator = iter(
-                make_dataset(
-                    self.info,
-                    "train",
-                    cfg.batch_size,
-                    shard=(self.size, self.rank),  # [sync] this world's share
-                    shuffle=True,
-                    seed=cfg.seed + self.rank + 7919 * self.elastic_resets,
-                    repeat=True,
-                    drop_remainder=True,
-                )
-            )
+            # [sync] this world's share, in a new order after every reset.
+            iterator = iter(self.train_shard(cfg.seed + self.rank + 7919 * self.elastic_resets))
             self.val_ds = make_dataset(
                 self.info, "validation", VAL_BATCH, shard=(self.size, self.rank)
             )
