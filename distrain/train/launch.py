@@ -4,10 +4,10 @@
 * ``sync``: N local ranks under ``mpirun`` when Horovod has its MPI controller (as the
   MPIJob's launcher runs them on a cluster), else under ``horovodrun --gloo``; elastic runs
   always under ``horovodrun --gloo``.
-* ``async`` / ``syncreplicas``: P parameter servers and N workers as TensorFlow servers on
-  localhost ports, and one coordinator (chief) that trains; each process gets its role in
-  ``TF_CONFIG``, as on Kubernetes. When the coordinator ends, the servers are stopped:
-  every process ends with the run.
+* ``async`` / ``syncreplicas``: P parameter servers, N workers that train against them and
+  one chief that initialises, checkpoints and evaluates, all TensorFlow servers on
+  localhost ports; each process gets its role in ``TF_CONFIG``, as on Kubernetes. When
+  the chief ends, the others are stopped: every process ends with the run.
 """
 
 from __future__ import annotations
@@ -408,11 +408,13 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
             cluster = cluster_spec(cfg.run.workers, cfg.run.parameter_servers)
             logs = out / "logs"
             logs.mkdir(exist_ok=True)
-            for job, threads in (("ps", 1), ("worker", cfg.threads)):
+            # [ps] parameter servers serve; each worker trains against them (its own
+            # steps, the same command as the chief, its role from TF_CONFIG).
+            for job, cmd in (("ps", server_command(1)), ("worker", worker_command(config_path))):
                 for index in range(len(cluster[job])):
                     procs.start(
                         f"{job}:{index}",
-                        server_command(threads),
+                        cmd,
                         dict(env, TF_CONFIG=tf_config(cluster, job, index)),
                         logs / f"{job}-{index}.log",
                     )

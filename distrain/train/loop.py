@@ -4,25 +4,17 @@ The mode is configuration. What differs between modes is only how a step's gradi
 reach the variables, and those lines are marked, the way Horovod's examples mark theirs:
 
 * ``# [sync]``: Horovod ring-allreduce; every rank runs this file (SPMD).
-* ``# [ps]``: parameter-server modes; one coordinator process runs this file and
-  schedules steps on worker servers with TensorFlow's ``ClusterCoordinator``; the
-  variables live on the parameter servers.
-* ``# [async]``: each worker applies its gradient to the parameter servers as soon as it
-  has it (Downpour-style SGD), never waiting for the others.
-* ``# [syncreplicas]``: gradients are aggregated per step: the first
-  ``replicas_to_aggregate`` of ``workers`` computed on the current parameters are
-  averaged and applied once; later ones are stale and dropped (backup workers).
+* ``# [ps]``: parameter-server modes (async, syncreplicas): the workers drive their own
+  steps against the parameter servers (:mod:`distrain.train.ps`, where the rules of
+  async and syncreplicas are); the chief runs the epochs here, between segments of
+  updates.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import json
-import math
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,7 +23,7 @@ import numpy as np
 from distrain.train.config import PS_MODES, TrainConfig, TrainingError
 from distrain.train.inputs import DatasetInfo, make_dataset, shard_size
 from distrain.train.models import build_model
-from distrain.train.staleness import StallWatch, SyncReplicasAggregator, summarize
+from distrain.train.staleness import summarize
 
 VAL_BATCH = 512
 
@@ -67,80 +59,28 @@ def train(cfg: TrainConfig) -> dict:
         does not return: it exits the process once its outputs are written.
     """
     configure_tensorflow(cfg)
-    trainer = _Trainer(cfg)
-    history = trainer.run()
-    if trainer.coordinator is not None:
-        # [ps] the chief ends here, its outputs written: tearing down the remote eager
-        # context unregisters every function on every worker, and a stalled worker
-        # would hold the finished run forever.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return history
+    if cfg.run.mode not in PS_MODES:
+        return _Trainer(cfg).run()
+    # [ps] every process of the cluster runs this; TF_CONFIG says which role it has.
+    from distrain.train.ps import Role, Worker, rule_for
 
+    role = Role.from_environment()
+    code = 0
+    try:
+        if role.job == "worker":
+            Worker(cfg, DatasetInfo.load(cfg.data_dir), role, rule_for(cfg)).run()
+        else:
+            _Trainer(cfg).run()
+    except BaseException:  # noqa: BLE001 (reported, then the process ends at once)
+        import traceback
 
-def _keep_functions_registered() -> None:
-    """[ps] The chief never unregisters a traced function from the cluster.
-
-    Unregistering (when Python frees a function, TensorFlow's own temporary ones
-    included) is a blocking call to every worker, so one stalled worker would hold the
-    chief at whatever moment garbage collection runs. The cost is the memory of a few
-    function definitions, which the chief's exit frees.
-    """
-    from tensorflow.python.eager import context as tf_context  # no public switch
-
-    tf_context.context().remove_function = lambda name: None
-
-
-def _coordinator_threads_own_executors() -> None:
-    """[ps] Each of ``ClusterCoordinator``'s worker threads runs in an executor of its own.
-
-    Its threads copy every step's results to the chief in the context's *shared* default
-    executor, and every ``executor_scope`` exit waits for all of that executor's pending
-    work (TensorFlow's ``Executor.__del__``). A worker that stalls while its results are
-    being copied would then hold every other worker's thread, and the run with them.
-    Applied before the coordinator starts its threads.
-    """
-    from tensorflow.python.distribute.coordinator import cluster_coordinator  # no public switch
-    from tensorflow.python.eager import context as tf_context
-    from tensorflow.python.eager import executor as tf_executor
-
-    original = cluster_coordinator.Worker._process_queue
-    if getattr(original, "own_executor", False):
-        return
-
-    def process_queue(worker):
-        with tf_context.executor_scope(tf_executor.new_executor(enable_async=False)):
-            original(worker)
-
-    process_queue.own_executor = True
-    cluster_coordinator.Worker._process_queue = process_queue
-
-
-_RELEASE_LOCK = threading.Lock()
-_RELEASE_EXECUTORS: dict[int, object] = {}
-
-
-def _release_worker_outputs(remote, worker: int) -> None:
-    """[ps] Frees a step's outputs on the worker that made them, without ever waiting.
-
-    Once a step's results are copied to the chief, its tensors on the worker are freed
-    by a message to that worker. From a synchronous executor TensorFlow sends it through
-    the context's shared default executor and waits for the answer, so a worker that
-    stalls (not dies) just after a step would hold every later wait on that executor:
-    the chief's next validation batch, for one. Here the message is queued in an
-    asynchronous executor of that worker's own, which nothing ever waits on (the
-    executors live as long as the process): a stalled worker holds only its own queue.
-    """
-    from tensorflow.python.eager import context as tf_context
-    from tensorflow.python.eager import executor as tf_executor
-
-    with _RELEASE_LOCK:
-        executor = _RELEASE_EXECUTORS.get(worker)
-        if executor is None:
-            executor = _RELEASE_EXECUTORS[worker] = tf_executor.new_executor(enable_async=True)
-    with tf_context.executor_scope(executor):
-        remote._values = None  # private: the only reference to the worker-side tensors
+        traceback.print_exc()
+        code = 1
+    # [ps] ends here, its outputs written: a TensorFlow server's teardown can wait for
+    # peers that are gone or stopped, so the process does not wait for it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def step_spread(durations: list[float]) -> dict:
@@ -166,8 +106,6 @@ class _Trainer:
         self.info = DatasetInfo.load(cfg.data_dir)
         self.labels_per_example = int(self.info.metadata.get("labels_per_example", 1))
         self.hvd = None
-        self.strategy = None
-        self.coordinator = None
         self.rank, self.size = 0, 1
         if self.mode == "sync":
             from distrain.train.worker import start_horovod
@@ -180,58 +118,29 @@ class _Trainer:
                 raise TrainingError(
                     f"started with {self.size} ranks, the run asks {cfg.run.workers}"
                 )
-        elif self.mode in PS_MODES:
-            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()  # [ps]
-            self.strategy = tf.distribute.ParameterServerStrategy(resolver)  # [ps]
-            _coordinator_threads_own_executors()  # [ps]
-            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)  # [ps]
-            _keep_functions_registered()  # [ps]
 
-        scope = self.strategy.scope() if self.strategy else contextlib.nullcontext()
-        with scope:  # [ps] variables are created on the parameter servers
-            self.model = build_model(self.info, cfg.model, cfg.seed)
-            # [sync] [syncreplicas] the learning rate is scaled by the gradients averaged per step.
-            self.optimizer = Adam(cfg.effective_learning_rate)
-            self.optimizer.build(self.model.trainable_variables)
-            # The parameter version: +1 for every update applied to the variables.
-            self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
-            self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.mirror: list[tuple] = []
-        if self.strategy is None:
-            self.ckpt = tf.train.Checkpoint(
-                model=self.model,
-                optimizer=self.optimizer,
-                epoch=self.epoch_var,
-                version=self.version,
-            )
-        else:
-            # [ps] checkpoints are written from a local copy of the parameter servers'
-            # variables: saving PS variables directly traces a new function on every save,
-            # which every worker must register, so one stalled worker would stall the
-            # chief. The files are the same as in the other modes.
-            local_model = build_model(self.info, cfg.model, cfg.seed)
-            local_optimizer = Adam(cfg.effective_learning_rate)
-            local_optimizer.build(local_model.trainable_variables)
-            local_version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
-            local_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            remote = [*self.model.variables, *self.optimizer.variables]
-            local = [*local_model.variables, *local_optimizer.variables]
-            self.mirror = list(
-                zip(
-                    remote + [self.version, self.epoch_var],
-                    local + [local_version, local_epoch],
-                    strict=True,
-                )
-            )
-            for a, b in self.mirror:
-                if a.shape != b.shape:
-                    raise TrainingError(f"checkpoint copy mismatch: {a.name} vs {b.name}")
-            self.ckpt = tf.train.Checkpoint(
-                model=local_model,
-                optimizer=local_optimizer,
-                epoch=local_epoch,
-                version=local_version,
-            )
+        self.chief = None  # [ps] the chief's link to the parameter servers
+        if self.mode in PS_MODES:
+            from distrain.train.ps import Chief, Role, rule_for
+
+            # [ps] its graph first: tf-keras refuses models made before one in a tf.Graph.
+            self.chief = Chief(cfg, self.info, Role.from_environment(), rule_for(cfg))
+        # [ps] the chief's model and optimizer are an eager copy of the parameter servers'
+        # (distrain.train.ps.Chief fills it between segments): checkpoints, evaluation and
+        # the saved model are the same files and code as in the other modes.
+        self.model = build_model(self.info, cfg.model, cfg.seed)
+        # [sync] [syncreplicas] the learning rate is scaled by the gradients averaged per step.
+        self.optimizer = Adam(cfg.effective_learning_rate)
+        self.optimizer.build(self.model.trainable_variables)
+        # The parameter version: +1 for every update applied to the variables.
+        self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
+        self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.ckpt = tf.train.Checkpoint(
+            model=self.model,
+            optimizer=self.optimizer,
+            epoch=self.epoch_var,
+            version=self.version,
+        )
         # TensorFlow writes a checkpoint's files under temporary names and only then
         # points the ``checkpoint`` state file at it: a run killed while saving leaves
         # the previous checkpoints as they were.
@@ -252,7 +161,6 @@ class _Trainer:
         self.staleness: list[int] = []
         self.staleness_by_worker: dict[str, list[int]] = {}
         self.dropped = 0
-        self.lost_results = 0  # [ps] steps whose results died with their worker
         self.examples_so_far: int | None = None  # [sync, elastic] the world size varies
         self.elastic_resets = 0  # [sync, elastic] times the world changed
         self.worker_progress: dict[str, list[list[float]]] = {}
@@ -338,8 +246,6 @@ class _Trainer:
         for path in candidates:
             try:
                 self.ckpt.restore(path).expect_partial()
-                for remote, local in self.mirror:
-                    remote.assign(local.read_value())  # [ps] into the parameter servers
                 break
             except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
                 first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -361,8 +267,8 @@ class _Trainer:
     def checkpoint(self, step: int) -> None:
         """The chief's checkpoint at global step ``step`` (rank 0 only in sync)."""
         if self.rank == 0:  # [sync] rank 0 only / [ps] the chief
-            for remote, local in self.mirror:
-                local.assign(remote.read_value())  # [ps] from the parameter servers
+            if self.chief is not None:
+                self.chief.pull_from_servers()  # [ps] a consistent copy: workers at the limit
             self.manager.save(checkpoint_number=step)
 
     def step_checkpoint_due(self, step: int, last_of_epoch: bool) -> bool:
@@ -461,7 +367,6 @@ class _Trainer:
                 w: summarize(d) for w, d in sorted(self.staleness_by_worker.items())
             }
             history["dropped_gradients"] = self.dropped
-            history["lost_results"] = self.lost_results
             # Steps still out when the run ended (syncreplicas' backups, a stalled worker's
             # call in async), never waited for.
             history["abandoned_steps"] = getattr(self, "abandoned_steps", 0)
@@ -490,12 +395,7 @@ class _Trainer:
             np.savez(weights_dir / f"rank{self.rank}.npz", *values)
         if self.rank != 0:
             return  # [sync] only rank 0 writes the model and the history
-        model = self.model
-        if self.strategy is not None:
-            # [ps] copy the parameter servers' values into a plain model to save it.
-            model = build_model(self.info, self.cfg.model, self.cfg.seed)
-            model.set_weights(self.model.get_weights())
-        model.save(self.out / "model.keras")
+        self.model.save(self.out / "model.keras")
         _atomic_write_json(self.out / "history.json", self.history())
 
     # ---- the run -------------------------------------------------------------------------
@@ -699,279 +599,50 @@ class _Trainer:
         return lambda: train_elastic(state)
 
     def run_ps(self):
-        """Async and syncreplicas: the coordinator schedules steps on the worker servers."""
-        tf, cfg, strategy = self.tf, self.cfg, self.strategy
-        info = self.info
-        variables = self.model.trainable_variables
+        """[ps] Async and syncreplicas, the chief's part: segments of updates, then bookkeeping.
 
-        def dataset_fn(_context):
-            # [ps] every worker reads the whole split in its own random order; an epoch is
-            # a number of steps in total, taken by whichever worker is free.
-            return make_dataset(
-                info,
-                "train",
-                cfg.batch_size,
-                shuffle=True,
-                seed=None,
-                repeat=True,
-                drop_remainder=True,
-            )
+        The workers drive their own steps (:mod:`distrain.train.ps`); the chief lets them
+        go up to the next checkpoint or epoch end, waits until every granted update is
+        applied, and only then copies, evaluates and checkpoints: a consistent snapshot
+        numbered by applied updates.
+        """
+        cfg, info, chief = self.cfg, self.info, self.chief
+        chief.attach(self)
+        per_update = chief.rule.gradients_per_update
+        # An epoch is as many updates as make one pass over the data.
+        updates = max(1, info.splits["train"] // (cfg.batch_size * per_update))
+        every = cfg.checkpoint_every_steps or updates
+        first_epoch, done = self.resume_point(updates)
 
-        self.eval_function()  # [ps] traced while every worker answers
-        self.evaluate()  # [ps] and its input pipeline made: the epoch-0 validation
-        per_worker = self.coordinator.create_per_worker_dataset(  # [ps]
-            lambda: strategy.distribute_datasets_from_function(dataset_fn)
-        )
-        iterator = iter(per_worker)
-
-        steps_per_call = cfg.steps_per_call
-
-        @tf.function
-        def async_step(iterator, count):
-            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-
-            def replica_step(x, y):
-                read = self.version.read_value()
-                with tf.control_dependencies([read]):
-                    loss_sum, correct, grads = self.gradients(x, y)
-                # [async] applied straight to the parameter servers, no waiting for others.
-                applied = self.optimizer.apply_gradients(zip(grads, variables, strict=True))
-                with tf.control_dependencies([applied]):
-                    new = self.version.assign_add(1)
-                return loss_sum, correct, new - 1 - read
-
-            # Several steps per scheduled call, so that dispatch from the coordinator does
-            # not dominate small steps; each step still applies its own gradient at once.
-            loss_sum = tf.constant(0.0)
-            correct = tf.constant(0.0)
-            delays = tf.TensorArray(tf.int64, size=count)
-            for i in tf.range(count):
-                x, y = next(iterator)
-                step_loss, step_correct, delay = strategy.run(replica_step, args=(x, y))
-                loss_sum += step_loss
-                correct += step_correct
-                delays = delays.write(i, delay)
-            return loss_sum, correct, delays.stack(), worker, tf.timestamp()
-
-        @tf.function
-        def gradient_step(iterator):
-            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-            x, y = next(iterator)
-
-            def replica(x, y):
-                read = self.version.read_value()
-                with tf.control_dependencies([read]):
-                    loss_sum, correct, grads = self.gradients(x, y)
-                # [syncreplicas] the gradient goes back to the chief with its version
-                # (dense: sparse embedding gradients become full tensors to be averaged).
-                grads = [tf.convert_to_tensor(g) for g in grads]
-                return loss_sum, correct, read, worker, tf.timestamp(), grads
-
-            return strategy.run(replica, args=(x, y))
-
-        @tf.function
-        def apply_mean(grads):
-            # [syncreplicas] one update from the aggregated gradients, on the PS variables.
-            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
-            return self.version.assign_add(1)
-
-        progress_start = time.time()
-        counts: dict[str, int] = {}
-
-        def note(worker, timestamp, delays: list[int]) -> None:
-            """Records a worker's progress and the staleness of its gradients."""
-            key = str(int(worker))
-            counts[key] = counts.get(key, 0) + len(delays)
-            self.worker_progress.setdefault(key, []).append(
-                [round(float(timestamp) - progress_start, 4), counts[key]]
-            )
-            self.staleness.extend(delays)
-            self.staleness_by_worker.setdefault(key, []).extend(delays)
-
-        def launch(function, args) -> concurrent.futures.Future:
-            """[ps] Schedules ``function`` on a free worker; its results come in a future.
-
-            Results are fetched by a daemon thread per call, so a worker that stalls holds
-            only its own call, and nothing waits for it when the run ends.
-            """
-            from tensorflow.python.eager import context as tf_context
-            from tensorflow.python.eager import executor as tf_executor
-
-            remote = self.coordinator.schedule(function, args=args)  # [ps]
-            future: concurrent.futures.Future = concurrent.futures.Future()
-
-            def fetch():
-                try:
-                    # Copied to the chief in an executor of its own: in the shared one, a
-                    # copy from a worker that stalls mid-transfer would hold every thread
-                    # that waits on that executor.
-                    with tf_context.executor_scope(tf_executor.new_executor(False)):
-                        result = remote.fetch()
-                    _release_worker_outputs(remote, int(result[3]))  # [3]: the worker
-                    future.set_result(result)
-                except BaseException as err:  # handed to the loop through the future
-                    future.set_exception(err)
-
-            threading.Thread(target=fetch, daemon=True).start()
-            return future
-
-        def run_async_epochs():
-            # An epoch is one pass's worth of updates, taken in calls of steps_per_call steps
-            # by whichever worker is free. The calls up to a checkpoint boundary are done
-            # (or given up on as stalled, their steps done by others) before the checkpoint,
-            # so checkpoints fall on the boundary's step.
-            steps = max(1, info.splits["train"] // cfg.batch_size)
-            every = cfg.checkpoint_every_steps or steps
-            first_epoch, done = self.resume_point(steps)
-            # [async] Up to four calls per worker at a time: one running, the next queued so
-            # that no worker waits for the chief's dispatch (two cost small steps 3 % of
-            # their throughput). A call that outlives the stall limit is given up on and its
-            # steps go to the other workers; if its worker wakes, its updates still land
-            # (late, and stale) and are counted when they come.
-            window = 4 * cfg.run.workers
-            watch = StallWatch()
-            given_up: dict[concurrent.futures.Future, int] = {}  # call -> its steps
+        def run_epochs():
+            chief.start()  # the parameter servers get this copy's (restored) values
             start = time.perf_counter()
             for epoch in range(first_epoch, cfg.epochs):
                 t0 = time.perf_counter()
-                loss_sum = correct = 0.0
                 begin = position = done if epoch == first_epoch else 0
-                while position < steps:
-                    # The next checkpoint boundary (a global step), or the epoch's end.
+                while position < updates:
+                    # The next checkpoint boundary (a global update), or the epoch's end.
                     stop = min(
-                        steps, ((epoch * steps + position) // every + 1) * every - epoch * steps
+                        updates,
+                        ((epoch * updates + position) // every + 1) * every - epoch * updates,
                     )
-                    owed, completed = stop - position, 0  # owed: steps not scheduled yet
-                    live: dict[concurrent.futures.Future, tuple[int, float]] = {}
-                    last_back = time.monotonic()  # when a call last came back, any call
-                    while completed < stop - position:
-                        while owed and len(live) < window:
-                            count = min(steps_per_call, owed)
-                            call = launch(async_step, (iterator, tf.constant(count)))  # [async]
-                            live[call] = (count, time.monotonic())
-                            owed -= count
-                        finished, _ = concurrent.futures.wait(
-                            [*live, *given_up],
-                            timeout=1.0,
-                            return_when=concurrent.futures.FIRST_COMPLETED,
-                        )
-                        now = time.monotonic()
-                        last_back = now if finished else last_back
-                        # [async] Every worker stalled (or dead and not replaced): a clear
-                        # failure, not a wait forever. Before any call is back: start-up time.
-                        limit = watch.limit()
-                        allowed = cfg.start_timeout if math.isinf(limit) else max(60.0, 4 * limit)
-                        if now - last_back > allowed:
-                            raise TrainingError(
-                                f"[{cfg.run.name}] no worker has finished a call in "
-                                f"{now - last_back:.0f} s: every worker is stalled or gone "
-                                f"(their logs: {self.out / 'logs'})"
-                            )
-                        for call in finished:
-                            late = call in given_up
-                            if late:
-                                given_up.pop(call)
-                            else:
-                                count, scheduled = live.pop(call)
-                                watch.finished(time.monotonic() - scheduled)
-                                completed += count
-                            try:
-                                batch_loss, batch_correct, delays, worker, timestamp = call.result()
-                            except tf.errors.UnavailableError:
-                                # [async] the worker died after its steps ran: the updates are
-                                # on the parameter servers, only their loss and staleness are lost.
-                                self.lost_results += 1
-                                continue
-                            note(worker, timestamp, [int(d) for d in delays])
-                            if not late:
-                                loss_sum += float(batch_loss)
-                                correct += float(batch_correct)
-                        for call, (count, scheduled) in list(live.items()):
-                            if watch.stalled(now - scheduled):
-                                # [async] its worker has stalled: the others take its steps.
-                                del live[call]
-                                given_up[call] = count
-                                owed += count
-                                self.log(
-                                    f"a call of {count} steps has not come back in "
-                                    f"{now - scheduled:.1f} s (limit {watch.limit():.1f} s): "
-                                    "its steps go to the other workers"
-                                )
+                    chief.run_to(epoch * updates + stop)
                     position = stop
-                    if self.step_checkpoint_due(epoch * steps + stop, stop == steps):
-                        self.checkpoint(epoch * steps + stop)
+                    if self.step_checkpoint_due(epoch * updates + stop, stop == updates):
+                        self.checkpoint(epoch * updates + stop)
                 seconds = time.perf_counter() - t0
-                seen = (steps - begin) * cfg.batch_size
+                loss_sum, correct = chief.epoch_sums()
+                chief.pull_from_servers()
+                self.staleness_by_worker = chief.staleness()
+                self.staleness = [
+                    d for w in sorted(self.staleness_by_worker) for d in self.staleness_by_worker[w]
+                ]
+                self.dropped = chief.rule.dropped(self.staleness)
+                self.worker_progress = chief.worker_progress
+                seen = (updates - begin) * per_update * cfg.batch_size
                 self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
-            # Calls given up on and still out when training ends: a stalled worker's.
-            self.abandoned_steps = sum(given_up.values())
+            chief.finish()
+            # Steps begun and never finished: a stopped worker's.
+            self.abandoned_steps = chief.unfinished_steps()
 
-        def run_syncreplicas_epochs():
-            agg_n = cfg.run.replicas_to_aggregate
-            total = cfg.run.workers
-            # An epoch is as many aggregated updates as make one pass over the data.
-            updates = max(1, info.splits["train"] // (cfg.batch_size * agg_n))
-            first_epoch, done = self.resume_point(updates)
-            aggregator = SyncReplicasAggregator(
-                agg_n,
-                lambda mean: apply_mean([tf.constant(g) for g in mean]),
-                version=int(self.version.numpy()),
-            )
-
-            def launch_step() -> concurrent.futures.Future:
-                return launch(gradient_step, (iterator,))
-
-            # [syncreplicas] keep one step in flight per worker: the first agg_n of them
-            # make the update; the rest are backups whose late gradients are dropped.
-            pending = {launch_step() for _ in range(total)}
-            lost_in_a_row = 0
-            start = time.perf_counter()
-            try:
-                for epoch in range(first_epoch, cfg.epochs):
-                    t0 = time.perf_counter()
-                    loss_sum = correct = 0.0
-                    begin = done if epoch == first_epoch else 0
-                    target = aggregator.applied + updates - begin
-                    while aggregator.applied < target:
-                        finished, pending = concurrent.futures.wait(
-                            pending, return_when=concurrent.futures.FIRST_COMPLETED
-                        )
-                        for future in finished:
-                            try:
-                                batch_loss, batch_correct, read, worker, timestamp, grads = (
-                                    future.result()
-                                )
-                            except tf.errors.UnavailableError as err:
-                                # [syncreplicas] a worker died holding a computed gradient;
-                                # the step is lost, another takes its place.
-                                self.lost_results += 1
-                                lost_in_a_row += 1
-                                if lost_in_a_row > 10 * total:
-                                    raise TrainingError(
-                                        f"{lost_in_a_row} steps in a row were lost to "
-                                        f"unavailable workers: {err}"
-                                    ) from err
-                                pending.add(launch_step())
-                                continue
-                            lost_in_a_row = 0
-                            outcome = aggregator.submit(grads, int(read))
-                            note(worker, timestamp, [outcome.delay])
-                            if outcome.accepted:
-                                loss_sum += float(batch_loss)
-                                correct += float(batch_correct)
-                            step = aggregator.version
-                            if outcome.applied and self.step_checkpoint_due(
-                                step, aggregator.applied >= target
-                            ):
-                                self.checkpoint(step)
-                            pending.add(launch_step())
-                    self.dropped = aggregator.dropped
-                    seconds = time.perf_counter() - t0
-                    seen = (updates - begin) * agg_n * cfg.batch_size
-                    self.end_epoch(epoch, loss_sum, correct, seen, seconds, start)
-            finally:
-                # Steps still in flight when training ends (backups, or a stalled worker's)
-                # are abandoned: they would only produce stale gradients.
-                self.abandoned_steps = len(pending)
-
-        return run_async_epochs if self.mode == "async" else run_syncreplicas_epochs
+        return run_epochs

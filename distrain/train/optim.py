@@ -1,16 +1,26 @@
 """Adam on plain ``tf.Variable`` updates, the optimizer of every mode.
 
-Why not the tf-keras optimizer: under ``ParameterServerStrategy`` its ``apply_gradients``
-goes through the strategy's cross-replica machinery, and steps scheduled on different
-workers were measured to never interleave (zero staleness over hundreds of concurrent
-steps), which is not asynchronous SGD. The same model with these plain variable updates
-interleaves as Downpour-style training does. Using one optimizer in every mode keeps the
-modes comparable.
+Why not the tf-keras optimizer: one optimizer, with the same arithmetic, must run eagerly
+(single, sync), inside ``tf.function``, and in the graphs that parameter-server workers
+build (between-graph replication), where its updates run on the parameter servers. Plain
+variable updates do all three, and keep the modes comparable.
+
+Sparse gradients (``tf.IndexedSlices``, from embedding lookups) stay sparse until they
+reach the variables' device: only the looked-up rows travel. The update itself is the
+dense Adam update of the summed rows (every row's moments decay), so sparse and dense
+gradients of the same values give the same result.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+
+def _dense_rows(grad: tf.IndexedSlices) -> tf.IndexedSlices:
+    """Sums the rows of repeated indices, as a dense gradient would have them."""
+    unique, positions = tf.unique(grad.indices)
+    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+    return tf.IndexedSlices(values, unique, grad.dense_shape)
 
 
 class Adam(tf.Module):
@@ -32,24 +42,42 @@ class Adam(tf.Module):
         self.v: list[tf.Variable] = []
 
     def build(self, variables) -> None:
-        """Creates the slots (under a strategy's scope they go where the variables are)."""
+        """Creates the slots, each on its variable's device (a parameter server's)."""
         if self.iterations is not None:
             return
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self.m = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables]
-        self.v = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables]
+        for var in variables:
+            with tf.device(var.device):
+                self.m.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False))
+                self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False))
 
     def apply_gradients(self, grads_and_vars):
         """Applies one update; returns an op that is done when every variable is updated."""
         grads_and_vars = list(grads_and_vars)
         if self.iterations is None:
             raise RuntimeError("Adam.build(variables) must be called before apply_gradients")
-        step = tf.cast(self.iterations.assign_add(1), tf.float32)
-        lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2**step) / (1.0 - self.beta_1**step)
+        with tf.device(self.iterations.device):
+            step = tf.cast(self.iterations.assign_add(1), tf.float32)
+            lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2**step) / (1.0 - self.beta_1**step)
         updates = []
+        b1, b2 = self.beta_1, self.beta_2
         for (grad, var), m, v in zip(grads_and_vars, self.m, self.v, strict=True):
-            grad = tf.convert_to_tensor(grad)
-            m_t = m.assign(self.beta_1 * m + (1.0 - self.beta_1) * grad)
-            v_t = v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad))
-            updates.append(var.assign_sub(lr * m_t / (tf.sqrt(v_t) + self.epsilon)))
+            with tf.device(var.device):
+                if isinstance(grad, tf.IndexedSlices):
+                    # Decay every row, then add the gradient's rows: the dense update.
+                    grad = _dense_rows(grad)
+                    m_t = m.assign(b1 * m)
+                    with tf.control_dependencies([m_t]):
+                        m_t = m.scatter_add(
+                            tf.IndexedSlices((1.0 - b1) * grad.values, grad.indices)
+                        )
+                    v_t = v.assign(b2 * v)
+                    with tf.control_dependencies([v_t]):
+                        v_t = v.scatter_add(
+                            tf.IndexedSlices((1.0 - b2) * tf.square(grad.values), grad.indices)
+                        )
+                else:
+                    m_t = m.assign(b1 * m + (1.0 - b1) * grad)
+                    v_t = v.assign(b2 * v + (1.0 - b2) * tf.square(grad))
+                updates.append(var.assign_sub(lr * m_t / (tf.sqrt(v_t) + self.epsilon)))
         return tf.group(updates)

@@ -1,0 +1,596 @@
+"""The parameter-server engine: every worker drives its own steps, as between-graph replication.
+
+Each process of a parameter-server run (chief, workers, parameter servers) runs a
+``tf.compat.v1.train.Server`` named by ``TF_CONFIG``. The chief and every worker build the
+same graph: the model's and the optimizer's variables are placed on the parameter servers
+by ``replica_device_setter``, so they are shared by name, and each worker adds its own
+input pipeline and training step. A worker runs its steps in its own session against the
+parameter servers; nothing on a step's path goes through the chief.
+
+What a step does with its gradient is the mode's rule (:class:`PushRule`): async applies
+it at once, syncreplicas accumulates it on the parameter servers and drops it if stale.
+Both run the rule's decision inside a small critical section on the first parameter
+server (a one-token queue), which makes the count of updates exact:
+
+* ``version`` counts the updates granted so far, ``applied`` those whose variables are
+  written; ``limit`` is the update the workers may go up to. The chief raises ``limit``
+  one segment at a time (to the next checkpoint or epoch end) and waits until
+  ``applied`` reaches it: then no worker is writing, and the chief evaluates and writes
+  a consistent checkpoint numbered by applied updates.
+* Per worker, the parameter servers keep the steps it finished, the loss and correct
+  counts of the epoch, and a histogram of its gradients' staleness; the chief reads them
+  between segments and samples the step counts for the progress plots.
+
+The chief never waits on one worker: a dead or stopped worker simply stops adding steps,
+the others reach the limit. Only when no update at all comes for a minute (or four times
+the slowest recent segment) does the run fail, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distrain.train.config import TrainConfig, TrainingError
+
+# Staleness is counted per worker in a histogram of this many buckets (the last one holds
+# every larger delay).
+DELAY_BUCKETS = 64
+# Seconds between the chief's looks at the parameter servers' counters.
+POLL_SECONDS = 0.02
+# Seconds between a waiting worker's looks at the limit.
+WAIT_SECONDS = 0.005
+
+
+@dataclass(frozen=True)
+class Role:
+    """This process's place in the cluster, from ``TF_CONFIG``."""
+
+    cluster: dict
+    job: str
+    index: int
+
+    @classmethod
+    def from_environment(cls) -> Role:
+        """Reads ``TF_CONFIG``.
+
+        Raises:
+            TrainingError: It is missing or names no task.
+        """
+        text = os.environ.get("TF_CONFIG")
+        if not text:
+            raise TrainingError("a parameter-server process needs TF_CONFIG (cluster and task)")
+        data = json.loads(text)
+        task = data.get("task") or {}
+        return cls(data["cluster"], str(task.get("type")), int(task.get("index", 0)))
+
+    @property
+    def workers(self) -> int:
+        return len(self.cluster.get("worker", []))
+
+    @property
+    def parameter_servers(self) -> int:
+        return len(self.cluster.get("ps", []))
+
+
+def start_server(role: Role, threads: int):
+    """This process's TensorFlow server (gRPC), started."""
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto(
+        # On few cores a server with fewer inter-op threads can deadlock.
+        inter_op_parallelism_threads=max(4, threads) if role.job == "ps" else 2,
+        intra_op_parallelism_threads=threads,
+    )
+    return tf.compat.v1.train.Server(
+        tf.train.ClusterSpec(role.cluster),
+        job_name=role.job,
+        task_index=role.index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
+
+
+class PushRule:
+    """What a worker's step does with its gradient: a parameter-server mode's rule.
+
+    :meth:`push` builds, around the critical section on the parameter servers, the ops
+    that decide and apply, and returns ``(go_on, done)``: whether the worker may go on
+    stepping (False: the limit is reached, wait for the chief) and the op that ends the
+    push. It calls ``record(counted, recorded, delay)`` once with the step's outcome.
+    """
+
+    #: Batches whose gradients make one update.
+    gradients_per_update = 1
+
+    def create_variables(self, graph: PSGraph) -> list:
+        """The rule's own shared variables, created on the parameter servers."""
+        return []
+
+    def push(self, graph: PSGraph, grads, read_version, record: Callable):
+        raise NotImplementedError
+
+    def dropped(self, staleness: list[int]) -> int:
+        """Gradients dropped, from the recorded delays (none unless the rule drops)."""
+        return 0
+
+
+class AsyncRule(PushRule):
+    """[async] Each gradient is applied as soon as it reaches the parameter servers.
+
+    Inside the lock a step only takes the next update number (if below the limit); the
+    optimizer's update runs after the lock is released, concurrently with other workers'
+    (Downpour SGD). Its staleness is the number of updates taken between the version its
+    parameters were read at and its own.
+    """
+
+    def push(self, g: PSGraph, grads, read_version, record):
+        tf = g.tf
+
+        def decide():
+            version = g.version.read_value()
+            ok = version < g.limit.read_value()
+            take = g.version.assign(tf.where(ok, version + 1, version))
+            return (ok, version), [take]
+
+        (ok, version), release = g.critical(decide, grads)
+
+        def apply():
+            with tf.control_dependencies([release]):
+                update = g.optimizer.apply_gradients(zip(grads, g.variables, strict=True))
+            with tf.control_dependencies([update]), tf.compat.v1.device("/job:ps/task:0"):
+                return g.applied.assign_add(1)
+
+        with tf.compat.v1.device("/job:ps/task:0"):
+            applied = tf.cond(ok, apply, lambda: g.applied.read_value())
+            granted = tf.cast(ok, tf.int64)
+            with tf.control_dependencies([applied]):
+                done = tf.group(record(granted, granted, version - read_version))
+        return ok, done
+
+
+class SyncReplicasRule(PushRule):
+    """[syncreplicas] N of M gradients per update, accumulated on the parameter servers.
+
+    As TensorFlow's ``SyncReplicasOptimizer``: a gradient computed on the current version
+    is added to the accumulators (one per variable, on its parameter server); the one
+    that makes ``aggregate`` applies their mean as one update, zeroes them and advances
+    the version. A gradient computed on an older version is stale and dropped; the
+    backup workers' late gradients are dropped that way. Sparse gradients are added row by
+    row. All of it runs inside the lock, so no gradient can land between the mean and the
+    version's advance.
+
+    Args:
+        aggregate: Gradients averaged into one update.
+    """
+
+    def __init__(self, aggregate: int):
+        self.aggregate = self.gradients_per_update = aggregate
+
+    def create_variables(self, g: PSGraph) -> list:
+        tf = g.tf
+        self.sums = []
+        for var in g.variables:
+            with tf.compat.v1.device(var.device):
+                self.sums.append(
+                    tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False, name="grad_sum")
+                )
+        with tf.compat.v1.device("/job:ps/task:0"):
+            self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
+        return [*self.sums, self.count]
+
+    def push(self, g: PSGraph, grads, read_version, record):
+        tf, agg = g.tf, self.aggregate
+
+        def decide():
+            version = g.version.read_value()
+            fresh = tf.equal(read_version, version)
+            open_ = version < g.limit.read_value()
+            accept = tf.logical_and(fresh, open_)
+            weight = tf.cast(accept, tf.float32)
+            adds = []
+            for grad, total in zip(grads, self.sums, strict=True):
+                with tf.compat.v1.device(total.device):
+                    if isinstance(grad, tf.IndexedSlices):
+                        rows = tf.IndexedSlices(grad.values * weight, grad.indices)
+                        adds.append(total.scatter_add(rows))
+                    else:
+                        adds.append(total.assign_add(grad * weight))
+            count = self.count.read_value() + tf.cast(accept, tf.int64)
+
+            def apply_mean():
+                mean = [total.read_value() / agg for total in self.sums]
+                update = g.optimizer.apply_gradients(zip(mean, g.variables, strict=True))
+                with tf.control_dependencies([update]):
+                    zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
+                with tf.control_dependencies(zero):
+                    return tf.group(
+                        self.count.assign(0), g.version.assign_add(1), g.applied.assign_add(1)
+                    )
+
+            with tf.control_dependencies(adds):
+                outcome = tf.cond(
+                    count >= agg, apply_mean, lambda: tf.group(self.count.assign(count))
+                )
+            delay = version - read_version
+            recorded = tf.cast(tf.logical_or(accept, tf.logical_not(fresh)), tf.int64)
+            stats = record(tf.cast(accept, tf.int64), recorded, delay)
+            return open_, [outcome, *stats]
+
+        open_, release = g.critical(decide, grads)
+        return open_, release
+
+    def dropped(self, staleness: list[int]) -> int:
+        return sum(1 for d in staleness if d > 0)
+
+
+class PSGraph:
+    """The shared graph of a parameter-server run: variables, counters and critical section.
+
+    Args:
+        cfg: The run's configuration.
+        info: The data set.
+        role: This process's role.
+        rule: The mode's rule (it may add shared variables).
+    """
+
+    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
+        import tensorflow as tf
+
+        from distrain.train.models import build_model
+        from distrain.train.optim import Adam
+
+        self.tf, self.cfg, self.info, self.role = tf, cfg, info, role
+        self.graph = tf.Graph()
+        workers = role.workers
+        with self.graph.as_default():
+            setter = tf.compat.v1.train.replica_device_setter(
+                ps_tasks=role.parameter_servers,
+                worker_device=f"/job:{role.job}/task:{role.index}",
+                cluster=tf.train.ClusterSpec(role.cluster),
+            )
+            # [ps] tf.device() refuses the setter's function in TF 2.21; the v1 scope takes it.
+            with tf.compat.v1.device(setter):
+                self.model = build_model(info, cfg.model, cfg.seed)
+                self.variables = self.model.trainable_variables
+                self.optimizer = Adam(cfg.effective_learning_rate)
+                self.optimizer.build(self.variables)
+            with tf.compat.v1.device("/job:ps/task:0"):
+
+                def counter(name, shape=(), dtype=tf.int64):
+                    return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
+
+                self.version = counter("version")
+                self.epoch_var = counter("epoch")
+                self.applied = counter("applied")
+                self.limit = counter("limit")
+                self.stop = counter("stop")
+                self.ready = counter("ready")
+                self.steps = counter("worker_steps", [workers])
+                self.begun = counter("worker_begun", [workers])
+                self.ended = counter("worker_ended", [workers])
+                self.loss_sum = counter("worker_loss", [workers], tf.float64)
+                self.correct = counter("worker_correct", [workers], tf.float64)
+                self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
+                self.lock = tf.queue.FIFOQueue(
+                    1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
+                )
+                # The mode's own shared variables (syncreplicas' accumulators).
+                self.rule_variables = rule.create_variables(self)
+            self.state = [*self.model.variables, *self.optimizer.variables]
+            self.status = [self.version, self.applied, self.limit, self.stop]
+
+    def session(self, server):
+        """A session on this process's server that sees only the parameter servers and itself.
+
+        The device filter keeps a dead worker from holding other processes' sessions.
+        """
+        tf = self.tf
+        config = tf.compat.v1.ConfigProto(
+            device_filters=["/job:ps", f"/job:{self.role.job}/task:{self.role.index}"],
+            intra_op_parallelism_threads=self.cfg.threads,
+            inter_op_parallelism_threads=2,
+        )
+        return tf.compat.v1.Session(server.target, graph=self.graph, config=config)
+
+    # ---- inside a critical section -----------------------------------------------------------
+
+    def critical(self, decide: Callable, after: list):
+        """Runs ``decide()`` holding the lock; returns its outputs and the release op.
+
+        The lock is taken only once ``after`` (the staged gradients) are on the parameter
+        servers, so the section never waits for a worker: a worker that dies or stops
+        mid-step cannot hold it.
+        """
+        tf = self.tf
+        ready = [
+            t for g in after for t in ([g.values, g.indices] if hasattr(g, "indices") else [g])
+        ]
+        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(ready):
+            token = self.lock.dequeue()
+            with tf.control_dependencies([token]):
+                outputs, writes = decide()
+            with tf.control_dependencies([*writes, *tf.nest.flatten(outputs)]):
+                release = self.lock.enqueue(token)
+        return outputs, release
+
+    def staged(self, grads):
+        """The gradients copied to their variables' devices: the section waits for no worker."""
+        tf = self.tf
+        out = []
+        for grad, var in zip(grads, self.variables, strict=True):
+            with tf.compat.v1.device(var.device):
+                if isinstance(grad, tf.IndexedSlices):
+                    out.append(
+                        tf.IndexedSlices(
+                            tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape
+                        )
+                    )
+                else:
+                    out.append(tf.identity(grad))
+        return out
+
+    def record(self, worker: int, counted, recorded, delay, loss_sum, correct):
+        """Ops adding one push's outcome to worker ``worker``'s counters.
+
+        Args:
+            worker: The worker's index.
+            counted: 1 if the step's loss and accuracy count towards the epoch, else 0.
+            recorded: 1 if the gradient goes into the staleness histogram and the
+                worker's step count (applied, or dropped as stale), else 0 (refused at
+                the limit: it is computed again).
+            delay: Its staleness, in updates.
+            loss_sum: The step's summed loss.
+            correct: The step's correct predictions.
+        """
+        tf = self.tf
+        with tf.compat.v1.device("/job:ps/task:0"):
+            weight = tf.cast(counted, tf.float64)
+            bucket = tf.cast(tf.minimum(delay, DELAY_BUCKETS - 1), tf.int32)
+
+            def add(var, value):
+                return var.scatter_add(tf.IndexedSlices(value[None], [worker]))
+
+            return [
+                add(self.steps, recorded),
+                add(self.ended, tf.constant(1, tf.int64)),
+                add(self.loss_sum, weight * tf.cast(loss_sum, tf.float64)),
+                add(self.correct, weight * tf.cast(correct, tf.float64)),
+                tf.compat.v1.scatter_nd_add(self.delays, [[worker, bucket]], recorded[None]),
+            ]
+
+
+class Worker:
+    """A worker's loop: its own steps against the parameter servers, until the chief stops it."""
+
+    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
+        import tensorflow as tf
+
+        from distrain.train.inputs import make_dataset
+
+        self.cfg, self.role, self.rule = cfg, role, rule
+        self.g = g = PSGraph(cfg, info, role, rule)
+        with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{role.index}"):
+            # [ps] every worker reads the whole split in its own order; an epoch is a number
+            # of updates in total, made by whichever workers are there.
+            ds = make_dataset(
+                info,
+                "train",
+                cfg.batch_size,
+                shuffle=True,
+                seed=cfg.seed + 1009 * (role.index + 1),
+                repeat=True,
+                drop_remainder=True,
+            )
+            x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+            with tf.compat.v1.device("/job:ps/task:0"):
+                one = tf.IndexedSlices(tf.ones([1], tf.int64), [role.index])
+                begin = g.begun.scatter_add(one)
+            with tf.control_dependencies([begin]):
+                read = g.version.read_value()
+            with tf.control_dependencies([read]):  # [ps] parameters read after the version
+                logits = g.model(x, training=True)
+                losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, True)
+                loss = tf.reduce_mean(losses)
+            grads = tf.gradients(loss, g.variables)
+            hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
+            correct = tf.reduce_sum(tf.cast(hits, tf.float32))
+            loss_sum = tf.reduce_sum(losses)
+
+            def record(counted, recorded, delay):
+                return g.record(role.index, counted, recorded, delay, loss_sum, correct)
+
+            go_on, done = rule.push(g, g.staged(grads), read, record)
+            self.fetch_step = [go_on, done]
+            self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
+
+    def run(self) -> None:
+        """Steps until the chief sets ``stop``."""
+        server = start_server(self.role, self.cfg.threads)
+        sess = self.g.session(server)
+        wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
+        step = sess.make_callable(self.fetch_step)
+        status = sess.make_callable(self.fetch_wait)
+        while True:
+            go_on, _ = step()
+            if go_on:
+                continue
+            # [ps] at the chief's limit: wait for the next segment, or the end.
+            while True:
+                version, limit, stop = status()
+                if stop:
+                    return
+                if version < limit:
+                    break
+                time.sleep(WAIT_SECONDS)
+
+
+def wait_until_ready(sess, g: PSGraph, timeout: float, who: str) -> None:
+    """Waits until the chief has initialised (or restored) the parameter servers."""
+    tf = g.tf
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if sess.run(g.ready):
+                return
+        except (tf.errors.FailedPreconditionError, tf.errors.UnavailableError):
+            pass  # not initialised yet, or a server not up yet
+        if time.monotonic() > deadline:
+            raise TrainingError(
+                f"{who}: the parameter servers were not initialised within {timeout} s"
+            )
+        time.sleep(0.1)
+
+
+class Chief:
+    """The chief of a parameter-server run: initialises, sets the limits, checkpoints, evaluates.
+
+    It pairs with an eager copy of the model and optimizer (:meth:`attach`):
+    checkpoints, evaluation and the saved model are the same files and code as in every
+    other mode, filled from the parameter servers between segments.
+
+    Args:
+        cfg: The run's configuration.
+        info: The data set.
+        role: The chief's role.
+        rule: The mode's rule.
+    """
+
+    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
+        import tensorflow as tf
+
+        self.cfg, self.role, self.rule = cfg, role, rule
+        self.g = g = PSGraph(cfg, info, role, rule)
+        with g.graph.as_default(), tf.compat.v1.device("/job:chief/task:0"):
+            self.init = tf.compat.v1.global_variables_initializer()
+            with tf.compat.v1.device("/job:ps/task:0"):
+                self.init_lock = g.lock.enqueue(tf.constant(0))
+            remote = [*g.state, g.version, g.epoch_var]
+            self.remote = remote
+            self.feeds = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in remote]
+            version = self.feeds[-2]
+            self.load = tf.group(
+                [v.assign(p) for v, p in zip(remote, self.feeds, strict=True)]
+                + [g.applied.assign(version), g.limit.assign(version)]
+            )
+            self.new_limit = tf.compat.v1.placeholder(tf.int64, [])
+            self.set_limit = g.limit.assign(self.new_limit)
+            self.set_ready = g.ready.assign(1)
+            self.set_stop = g.stop.assign(1)
+            self.read_counts = [g.applied.read_value(), g.steps.read_value()]
+            self.read_epoch = [g.loss_sum.read_value(), g.correct.read_value()]
+            self.reset_epoch = tf.group(
+                g.loss_sum.assign(tf.zeros_like(g.loss_sum)),
+                g.correct.assign(tf.zeros_like(g.correct)),
+            )
+            self.read_final = [g.delays.read_value(), g.ended.read_value(), g.begun.read_value()]
+        self.local: list = []
+        self.logs = ""
+        self.sess = None
+        self.progress_start = 0.0
+        self.worker_progress: dict[str, list[list[float]]] = {}
+        self.stall_seconds = 60.0
+
+    def attach(self, trainer) -> None:
+        """Pairs the parameter servers' variables with the eager copy's.
+
+        The copy is built after this graph: tf-keras refuses models made before a model
+        in a ``tf.Graph``.
+        """
+        local = [*trainer.model.variables, *trainer.optimizer.variables]
+        self.local = [*local, trainer.version, trainer.epoch_var]
+        for a, b in zip(self.remote, self.local, strict=True):
+            if a.shape != b.shape:
+                raise TrainingError(f"parameter-server copy mismatch: {a.name} vs {b.name}")
+        self.logs = str(trainer.out / "logs")
+
+    def start(self) -> None:
+        """Starts the server, initialises the parameter servers from the eager copy."""
+        server = start_server(self.role, self.cfg.threads)
+        self.sess = self.g.session(server)
+        self.sess.run(self.init)
+        self.sess.run(self.init_lock)
+        self.push_to_servers()
+        self.sess.run(self.set_ready)
+        self.progress_start = time.time()
+
+    def push_to_servers(self) -> None:
+        """The eager copy's values (fresh, or restored) into the parameter servers."""
+        values = [v.numpy() for v in self.local]
+        self.sess.run(self.load, dict(zip(self.feeds, values, strict=True)))
+
+    def pull_from_servers(self) -> None:
+        """The parameter servers' values into the eager copy (the workers are at the limit)."""
+        # The epoch counter is the chief's own: it is not read back.
+        values = self.sess.run(self.remote[:-1])
+        for local, value in zip(self.local[:-1], values, strict=True):
+            local.assign(value)
+
+    def run_to(self, target: int) -> None:
+        """Lets the workers make updates up to ``target`` and waits until all are applied.
+
+        Raises:
+            TrainingError: No update came for the stall limit: every worker is stopped or gone.
+        """
+        self.sess.run(self.set_limit, {self.new_limit: target})
+        last_applied, last_change = None, time.monotonic()
+        next_sample = 0.0
+        while True:
+            applied, steps = self.sess.run(self.read_counts)
+            now = time.monotonic()
+            if now >= next_sample or applied >= target:
+                self._sample(steps)
+                next_sample = now + 0.25
+            if applied >= target:
+                return
+            if applied != last_applied:
+                last_applied, last_change = applied, now
+            limit = self.stall_seconds if last_applied else self.cfg.start_timeout
+            if now - last_change > limit:
+                raise TrainingError(
+                    f"[{self.cfg.run.name}] no worker has finished a step in "
+                    f"{now - last_change:.0f} s: every worker is stalled or gone "
+                    f"(their logs: {self.logs})"
+                )
+            time.sleep(POLL_SECONDS)
+
+    def _sample(self, steps) -> None:
+        t = round(time.time() - self.progress_start, 4)
+        for w, count in enumerate(steps):
+            points = self.worker_progress.setdefault(str(w), [])
+            if count and (not points or points[-1][1] != int(count)):
+                points.append([t, int(count)])
+
+    def epoch_sums(self) -> tuple[float, float]:
+        """The epoch's summed loss and correct counts over every worker, then zeroed."""
+        loss, correct = self.sess.run(self.read_epoch)
+        self.sess.run(self.reset_epoch)
+        return float(loss.sum()), float(correct.sum())
+
+    def staleness(self) -> dict:
+        """Per worker: the delays of its counted gradients (from the histograms)."""
+        delays, _, _ = self.sess.run(self.read_final)
+        return {
+            str(w): [d for d, n in enumerate(row) for _ in range(int(n))]
+            for w, row in enumerate(delays)
+        }
+
+    def unfinished_steps(self) -> int:
+        """Steps begun and not finished when the run ended (a stopped worker's)."""
+        _, ended, begun = self.sess.run(self.read_final)
+        return int(sum(max(0, int(b) - int(e)) for b, e in zip(begun, ended, strict=True)))
+
+    def finish(self) -> None:
+        """Tells the workers to end."""
+        self.sess.run(self.set_stop)
+
+
+def rule_for(cfg: TrainConfig) -> PushRule:
+    """The rule of the run's parameter-server mode."""
+    if cfg.run.mode == "syncreplicas":
+        return SyncReplicasRule(cfg.run.replicas_to_aggregate)
+    return AsyncRule()
