@@ -39,6 +39,12 @@ def train(
     task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
     Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
+
+    On Kubernetes, the run's directory on the claim is keyed by ``trained``'s path, which
+    KFP fixes once per task (a retry re-runs this pod with the same path; another pipeline
+    run or run spec gets another): a retried step resumes from the checkpoints of the
+    attempt before it. No run or task id placeholder is an input, so that the step's cache
+    key stays its inputs.
     """
     from distrain.steps import train as step
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import ClusterRun, KubeApi
 from distrain.k8s.objects import ROLE_LABEL, RUN_LABEL, build_objects
-from distrain.k8s.train import train_on_cluster
+from distrain.k8s.train import RUN_KEY_LABEL, run_key, train_on_cluster
 from distrain.train.config import TrainConfig, TrainingError
 
 
@@ -50,14 +50,29 @@ class FakeCluster:
         for pod_name in [p for p, pod in self.pods.items() if pod.metadata.name.startswith(name)]:
             del self.pods[pod_name]
 
-    def pod(self, name, role, phase, terminated=None, waiting=None):
+    @staticmethod
+    def matches(obj, selector):
+        """Whether an object (a body, or a client model's metadata) has the label."""
+        label, value = selector.split("=")
+        meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+        labels = (meta.get("labels") if isinstance(meta, dict) else meta.labels) or {}
+        return labels.get(label) == value
+
+    def listed(self, kind, selector):
+        """Names of the objects of a kind that carry the label ``selector``."""
+        return [
+            n for (k, n), body in self.objects.items() if k == kind and self.matches(body, selector)
+        ]
+
+    def pod(self, name, role, phase, terminated=None, waiting=None, labels=None):
         state = client.V1ContainerState(terminated=terminated, waiting=waiting)
         status = client.V1ContainerStatus(
             name="c", image="i", image_id="", ready=phase == "Running", restart_count=0, state=state
         )
         self.pods[name] = client.V1Pod(
             metadata=client.V1ObjectMeta(
-                name=name, labels={RUN_LABEL: self.run_name, ROLE_LABEL: role}
+                name=name,
+                labels={RUN_LABEL: self.run_name, ROLE_LABEL: role, **(labels or {})},
             ),
             status=client.V1PodStatus(phase=phase, container_statuses=[status]),
         )
@@ -75,10 +90,19 @@ class FakeCore(client.CoreV1Api):
 
     def list_namespaced_pod(self, namespace, **kwargs):
         c = self.cluster
-        assert kwargs["label_selector"] == f"{RUN_LABEL}={c.run_name}"
+        selector = kwargs["label_selector"]
+        if selector.startswith(f"{RUN_KEY_LABEL}="):  # an earlier attempt's pods
+            return client.V1PodList(items=[p for p in c.pods.values() if c.matches(p, selector)])
+        assert selector == f"{RUN_LABEL}={c.run_name}"
         c.polls += 1
         c.script(c, c.polls)
         return client.V1PodList(items=list(c.pods.values()))
+
+    def list_namespaced_service(self, namespace, **kwargs):
+        found = self.cluster.listed("Service", kwargs["label_selector"])
+        return client.V1ServiceList(
+            items=[client.V1Service(metadata=client.V1ObjectMeta(name=n)) for n in found]
+        )
 
     def read_namespaced_pod_log(self, name, namespace, **kwargs):
         return self.cluster.logs.get(name, "")
@@ -94,6 +118,12 @@ class FakeBatch(client.BatchV1Api):
     def delete_namespaced_job(self, name, namespace, **kwargs):
         assert kwargs.get("propagation_policy") == "Background"
         self.cluster.remove("Job", name)
+
+    def list_namespaced_job(self, namespace, **kwargs):
+        found = self.cluster.listed("Job", kwargs["label_selector"])
+        return client.V1JobList(
+            items=[client.V1Job(metadata=client.V1ObjectMeta(name=n)) for n in found]
+        )
 
     def read_namespaced_job_status(self, name, namespace, **kwargs):
         status = self.cluster.job_status.get(name, client.V1JobStatus())
@@ -111,6 +141,11 @@ class FakeCustom(client.CustomObjectsApi):
     def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
         body = self.cluster.objects[("MPIJob", name)]
         return {**body, "status": {"conditions": self.cluster.mpijob_conditions}}
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, **kw):
+        assert (group, version, plural) == ("kubeflow.org", "v2beta1", "mpijobs")
+        found = self.cluster.listed("MPIJob", kw["label_selector"])
+        return {"items": [self.cluster.objects[("MPIJob", n)] for n in found]}
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
         self.cluster.remove("MPIJob", name)
@@ -300,7 +335,9 @@ def test_train_on_cluster_stages_data_and_collects_the_output(tmp_path):
     assert history["kubernetes"]["name"] == "r9"
     assert (tmp_path / "trained" / "model.keras").read_text() == "weights"
     assert json.loads((tmp_path / "trained" / "history.json").read_text())["kubernetes"]
-    assert not (tmp_path / "claim" / "runs" / "r9" / "data").exists()
+    run_dir = tmp_path / "claim" / "runs" / run_key(cfg)
+    assert history["kubernetes"]["run_dir"] == str(run_dir)
+    assert not (run_dir / "data").exists() and (run_dir / "output" / "model.keras").exists()
     assert cluster.objects == {}
 
 

@@ -2,23 +2,167 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import ClusterRun, KubeApi
-from distrain.k8s.objects import build_objects, run_name
+from distrain.k8s.objects import MPIJOB_API, build_objects, run_name
 from distrain.k8s.validate import validate_all
 from distrain.train.config import TrainConfig, TrainingError
+
+# Every object and pod of a run carries its run key: what ties the attempts of one training
+# task together (the ``distrain.dev/run`` label, by contrast, names one attempt's objects).
+RUN_KEY_LABEL = "distrain.dev/run-key"
+# How long a retry waits for the pods of an earlier attempt to be gone before it fails.
+EARLIER_PODS_WAIT_SECONDS = 600.0
 
 
 def needs_cluster(cfg: TrainConfig) -> bool:
     """Whether the run needs pods of its own (else it runs in the step's pod)."""
     return cfg.run.mode != "single" and cfg.run.workers > 1
+
+
+def run_key(cfg: TrainConfig) -> str:
+    """The key of a training task: its run directory on the claim and its label value.
+
+    It is derived from the absolute output directory and the run spec, so that the
+    attempts of one task share it and resume from each other's checkpoints. In KFP the
+    output directory is the ``trained`` artifact's path, which the task's driver fixes
+    once, before the executor pod runs (under the run's pipeline root, with the task's
+    name and, in recent releases, a random salt per task); ``set_retry`` re-runs only that
+    pod, with the same executor input, so a retry gets the same path, while another
+    pipeline run or another task gets another one. The run spec is in the key too: the
+    iterations of a ParallelFor share a task name. Outside KFP, a rerun into the same
+    output directory resumes, as a local run does.
+
+    The key is not taken from KFP's run and task id placeholders
+    (``dsl.PIPELINE_JOB_ID_PLACEHOLDER`` ...): as component inputs they would enter the
+    step's cache key, which holds its input values but not its output URIs, and the
+    training step would then never be reused from the cache by a later run.
+
+    Returns:
+        ``<run spec, sanitized>-<16 hex digits>``: a DNS label of at most 47 characters,
+        valid as a directory name and a label value.
+    """
+    spec = str(cfg.run)
+    slug = re.sub(r"[^a-z0-9]+", "-", spec.lower()).strip("-")[:30].strip("-")
+    digest = hashlib.sha256(f"{Path(cfg.output_dir).resolve()}\n{spec}".encode()).hexdigest()
+    return f"{slug or 'run'}-{digest[:16]}"
+
+
+def _label(objects: list[dict], key: str) -> None:
+    """Adds the run key label to every object and to every pod template in it."""
+
+    def add(metadata: dict) -> None:
+        metadata["labels"] = {**(metadata.get("labels") or {}), RUN_KEY_LABEL: key}
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            template = node.get("template")
+            if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
+                add(template["metadata"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for obj in objects:
+        add(obj.setdefault("metadata", {}))
+        walk(obj.get("spec"))
+
+
+def _not_found(err: Exception) -> bool:
+    return getattr(err, "status", None) == 404
+
+
+def remove_earlier_attempts(
+    api: KubeApi,
+    namespace: str,
+    key: str,
+    kinds: set[str],
+    *,
+    poll_seconds: float = 5.0,
+    wait_seconds: float = EARLIER_PODS_WAIT_SECONDS,
+    out: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[tuple[str, str]]:
+    """Deletes the objects an earlier attempt of the same task left, and waits for its pods.
+
+    An attempt deletes its objects when it fails, but not when its own pod dies (evicted,
+    OOM-killed, its node lost): then its MPIJob or chief may still be training, into the
+    output directory the retry resumes from. Two writers of the same checkpoints would
+    corrupt them, so the retry removes them first.
+
+    Args:
+        api: The Kubernetes APIs.
+        namespace: Where the objects live.
+        key: The run key (:func:`run_key`).
+        kinds: The kinds of objects the run creates (``MPIJob``, ``Job``, ``Service``).
+        poll_seconds: Seconds between checks for remaining pods.
+        wait_seconds: How long to wait for them.
+        out: Where progress goes.
+        clock: Monotonic seconds (tests replace it).
+        sleep: Sleeps (tests replace it).
+
+    Returns:
+        The ``(kind, name)`` of the objects deleted.
+
+    Raises:
+        TrainingError: An object could not be deleted, or pods were still there after
+            ``wait_seconds``.
+    """
+    out = out or sys.stdout
+    selector = f"{RUN_KEY_LABEL}={key}"
+    found: list[tuple[str, str]] = []
+    # In creation order (Services before Jobs): the deletion goes newest first.
+    if "Service" in kinds:
+        services = api.core.list_namespaced_service(namespace, label_selector=selector)
+        found += [("Service", s.metadata.name) for s in services.items]
+    if "Job" in kinds:
+        jobs = api.batch.list_namespaced_job(namespace, label_selector=selector)
+        found += [("Job", j.metadata.name) for j in jobs.items]
+    if "MPIJob" in kinds:
+        group, version, plural = MPIJOB_API
+        try:
+            mpijobs = api.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, label_selector=selector
+            )
+        except Exception as err:  # noqa: BLE001 (no MPI Operator: no MPIJob to delete)
+            if not _not_found(err):
+                raise
+            mpijobs = {}
+        found += [("MPIJob", m["metadata"]["name"]) for m in mpijobs.get("items") or []]
+    if found:
+        print(
+            f"[{key}] an earlier attempt left {len(found)} objects: deleting them",
+            file=out,
+            flush=True,
+        )
+        ClusterRun(api, [], key, namespace, out=out, created=list(found)).cleanup()
+    start = clock()
+    while True:
+        pods = api.core.list_namespaced_pod(namespace, label_selector=selector).items
+        if not pods:
+            return found
+        if clock() - start > wait_seconds:
+            names = ", ".join(sorted(p.metadata.name for p in pods))
+            raise TrainingError(
+                f"[{key}] pods of an earlier attempt are still there after "
+                f"{wait_seconds:.0f} s: {names}"
+            )
+        print(f"[{key}] waiting for {len(pods)} pods of an earlier attempt", file=out, flush=True)
+        sleep(poll_seconds)
 
 
 def train_on_cluster(
@@ -27,14 +171,26 @@ def train_on_cluster(
     api: KubeApi | None = None,
     *,
     name: str = "",
+    key: str = "",
     out: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict:
     """Runs ``cfg`` as an MPIJob or PS jobs and puts its outputs in ``cfg.output_dir``.
 
-    The data are copied to ``<mount_path>/runs/<name>/data`` on the shared claim (mounted
+    The data are copied to ``<mount_path>/runs/<key>/data`` on the shared claim (mounted
     in this step's pod at the same path), the pods write to ``.../output``, and what they
     wrote is copied into ``cfg.output_dir``. The staged data are removed afterwards; the
-    output (checkpoints included) stays on the claim for a rerun to resume from.
+    output (checkpoints included) stays on the claim. ``key`` (default:
+    :func:`run_key`) is the same for every attempt of a task, a KFP retry included, so
+    a retry finds the checkpoints of the attempt before it and resumes from them.
+
+    Objects get a fresh name per attempt (``name``, default: :func:`run_name`), labelled
+    with the key. Reusing one name would mix attempts: the launcher finds its pods by
+    the name's label, and would see the previous attempt's failed or terminating pods
+    as its own, and a create would collide with an object still being deleted. Instead,
+    whatever an earlier attempt left (its pod killed before it could clean up) is deleted
+    first (:func:`remove_earlier_attempts`).
 
     Returns:
         The run's history.
@@ -43,33 +199,56 @@ def train_on_cluster(
         TrainingError: The run failed, timed out, or wrote no history.
     """
     out = out or sys.stdout
+    key = key or run_key(cfg)
     name = name or run_name(cfg)
-    run_dir = Path(k.mount_path) / "runs" / name
+    run_dir = Path(k.mount_path) / "runs" / key
     data, output = run_dir / "data", run_dir / "output"
-    shutil.copytree(cfg.data_dir, data, dirs_exist_ok=True)
-    output.mkdir(parents=True, exist_ok=True)
     # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
     # the ranks of a sync pod (one per GPU).
     threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.gpus_per_worker))
     pod_cfg = replace(cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads)
-    config_path = pod_cfg.save(output / "train_config.json")
+    config_path = output / "train_config.json"
     objects = build_objects(pod_cfg, k, name, str(config_path))
+    _label(objects, key)
     validate_all(objects)
+    namespace = k.resolved_namespace()
+    api = api or KubeApi.from_environment()
+    # Nothing of an earlier attempt may still run when this one touches the directory.
+    remove_earlier_attempts(
+        api,
+        namespace,
+        key,
+        {obj["kind"] for obj in objects},
+        poll_seconds=k.poll_seconds,
+        out=out,
+        clock=clock,
+        sleep=sleep,
+    )
+    resumes = (output / "checkpoints").is_dir()
+    # The data are staged afresh (a killed attempt may have left a partial copy); the
+    # output is kept: the checkpoints in it are what this attempt resumes from.
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(cfg.data_dir, data)
+    output.mkdir(parents=True, exist_ok=True)
+    pod_cfg.save(config_path)
     print(
         f"[{name}] {cfg.run.name} on Kubernetes: {len(objects)} objects in namespace "
-        f"{k.resolved_namespace()}, image {k.resolved_image()}",
+        f"{namespace}, image {k.resolved_image()}, directory {run_dir}"
+        + (" (resuming from an earlier attempt's checkpoints)" if resumes else ""),
         file=out,
         flush=True,
     )
     try:
         ClusterRun(
-            api or KubeApi.from_environment(),
+            api,
             objects,
             name,
-            k.resolved_namespace(),
+            namespace,
             poll_seconds=k.poll_seconds,
             timeout_seconds=k.timeout_seconds,
             out=out,
+            clock=clock,
+            sleep=sleep,
         ).run()
     finally:
         shutil.rmtree(data, ignore_errors=True)
@@ -78,6 +257,6 @@ def train_on_cluster(
         raise TrainingError(f"[{name}] the job succeeded but wrote no {history_path}")
     shutil.copytree(output, cfg.output_dir, dirs_exist_ok=True)
     history = json.loads(history_path.read_text())
-    history["kubernetes"] = {"name": name, **k.to_dict()}
+    history["kubernetes"] = {"name": name, "run_key": key, "run_dir": str(run_dir), **k.to_dict()}
     Path(cfg.output_dir, "history.json").write_text(json.dumps(history, indent=2))
     return history
