@@ -227,7 +227,8 @@ def _server_processes() -> set[int]:
 
     found = set()
     for proc in psutil.process_iter(["pid", "cmdline"]):
-        if "-m distrain server" in " ".join(proc.info["cmdline"] or []):
+        command = " ".join(proc.info["cmdline"] or [])
+        if "-m distrain server" in command or "-m distrain worker" in command:
             found.add(proc.info["pid"])
     return found
 

@@ -4,10 +4,11 @@
   run sshd; its launcher, created once every worker is ready, runs ``mpirun`` with one rank
   per worker slot (one per GPU), each rank ``distrain worker --config FILE``.
 * ``async`` / ``syncreplicas``: one ``Job`` and one headless ``Service`` per parameter
-  server, per worker and for the chief (the coordinator that trains). The servers run
-  ``distrain server``; the chief runs ``distrain worker``. Each gets its role in
-  ``TF_CONFIG`` with the Services' DNS names, exactly as the local launcher does with
-  localhost ports. The servers never exit on their own: the launcher deletes them.
+  server, per worker and for the chief. The parameter servers run ``distrain server``;
+  the chief and the workers run ``distrain worker`` (each worker drives its own steps,
+  between-graph). Each gets its role in ``TF_CONFIG`` with the Services' DNS names,
+  exactly as the local launcher does with localhost ports. The parameter servers never
+  exit on their own: the launcher deletes them.
 
 Pods run the images' entrypoint (``distrain``) with the same subcommands as local
 processes (:func:`distrain.train.launch.worker_args` / ``server_args``).
@@ -198,11 +199,12 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
         obj_name = f"{name}-{task}"
         labels = _labels(name, job)
         labels["distrain.dev/task"] = task
-        if job == "chief":
-            args, gpus = worker_args(config_path), 0
+        if job == "ps":
+            args, gpus = server_args(k.cpu_threads()), 0  # holds the variables
         else:
-            # Workers do the model's compute; parameter servers hold the variables.
-            args = server_args(k.cpu_threads())
+            # The chief and the workers train (each worker its own steps, between-graph);
+            # their role comes from TF_CONFIG.
+            args = worker_args(config_path)
             gpus = k.gpus_per_worker if job == "worker" else 0
         container = {
             "name": "tensorflow",
@@ -229,8 +231,8 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": labels},
-                # The chief and the workers read the data (workers run the input
-                # pipeline the coordinator hands them); parameter servers do not.
+                # The chief (validation) and the workers (training) read the data;
+                # parameter servers do not.
                 "spec": _pod_spec(k, container, data_volume=job != "ps", computes=job == "worker"),
             },
         }

@@ -191,9 +191,6 @@ class TrainConfig:
         elastic_commit_steps: Elastic sync runs: the state (variables, step, the epoch's
             progress) is committed in memory every this many steps; after a lost worker
             the others go back to the last commit.
-        steps_per_call: async mode: steps a worker runs per call scheduled by the
-            coordinator (each step still applies its own gradient at once); amortises the
-            coordinator's dispatch cost on small steps.
         controller: sync mode: how Horovod's ranks coordinate and allreduce on this
             machine. ``mpi``: under ``mpirun``, as the MPI Operator runs them on a cluster;
             ``gloo``: Horovod's own TCP transport; ``auto``: MPI when this Horovod build
@@ -220,7 +217,6 @@ class TrainConfig:
     checkpoint_every_steps: int = 500
     dump_rank_weights: bool = False
     start_timeout: int = 120
-    steps_per_call: int = 4
     elastic_commit_steps: int = 10
     controller: str = "auto"
     idle_horovod_threads: bool = False
@@ -238,7 +234,6 @@ class TrainConfig:
             "batch_size",
             "checkpoint_every_epochs",
             "start_timeout",
-            "steps_per_call",
             "elastic_commit_steps",
         ):
             if getattr(self, name) < 1:

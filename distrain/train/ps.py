@@ -244,7 +244,7 @@ class PSGraph:
         from distrain.train.models import build_model
         from distrain.train.optim import Adam
 
-        self.tf, self.cfg, self.info, self.role = tf, cfg, info, role
+        self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
         self.graph = tf.Graph()
         workers = role.workers
         with self.graph.as_default():
