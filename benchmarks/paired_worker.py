@@ -2,8 +2,9 @@
 
 The suite starts the ranks as sync runs start theirs (``mpirun -np N`` or ``horovodrun
 --gloo -np N``), and each binds itself to its own cores as a sync rank does. The rank is
-built as a sync run builds it (:class:`distrain.train.loop._Trainer`: the same model,
-optimizer, data shard, threads and Horovod start) and traces two steps over the same
+built as a sync run builds it (:class:`distrain.train.replica.Replica` in a Horovod
+:class:`~distrain.train.replica.Group`: the same model, optimizer, data shard, threads and
+Horovod start) and traces two steps over the same
 variables: a sync run's training step (gradients averaged by Horovod's allreduce) and the
 same step without the allreduce. Then come ``GROUPS`` groups of phases of ``STEPS`` steps,
 one phase of each kind per group:
@@ -51,14 +52,14 @@ def thread_cpu_seconds(tids: list[str]) -> float:
 
 def main() -> None:
     config_path, out, groups, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:5])
-    from distrain.train.worker import bind_rank_to_cores, start_horovod
+    from distrain.train.runtime import bind_rank_to_cores, configure_tensorflow, start_horovod
 
     bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools, as a rank does
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
     from distrain.train.config import TrainConfig
-    from distrain.train.loop import _Trainer, configure_tensorflow
+    from distrain.train.replica import Group, Replica
 
     cfg = TrainConfig.from_json(Path(config_path).read_text())
     configure_tensorflow(cfg)  # as a training process does
@@ -70,14 +71,11 @@ def main() -> None:
     _, lowered = start_horovod(cfg.idle_horovod_threads)
     new = sorted(set(os.listdir(tasks)) - before, key=int)
     horovod_threads = [str(t) for t in lowered] or new
-    trainer = _Trainer(cfg)
+    trainer = Replica(cfg, Group(hvd.rank(), hvd.size(), hvd))
     batches = iter(trainer.train_shard(cfg.seed + trainer.rank))
-    # The step reads trainer.hvd when it is traced, at its first call.
-    trainer.hvd = None
-    alone = trainer.make_train_step()
+    alone = trainer.train_step()
     alone(*next(batches))
-    trainer.hvd = hvd
-    sync = trainer.make_train_step()
+    sync = trainer.train_step(hvd.DistributedGradientTape)  # as a sync rank's step
     sync(*next(batches))
     steps_of = {"alone": alone, "sync": sync}
 
@@ -94,7 +92,7 @@ def main() -> None:
             float(loss)  # waits for the step, as the training loop does
         return time.perf_counter() - start, thread_cpu_seconds(horovod_threads) - cpu
 
-    kinds = ["sync", "alone", *(f"solo{r}" for r in range(trainer.size))]
+    kinds = ["sync", "alone", *(f"solo{r}" for r in range(trainer.group.size))]
     records = []
     for group in range(-1, groups):  # group -1 warms the steps up and is not kept
         order = kinds[group % len(kinds) :] + kinds[: group % len(kinds)]

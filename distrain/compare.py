@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-MODE_ORDER = ("single", "sync", "async", "syncreplicas", "baseline")
+# Rows that are not training runs (a majority class, an n-gram): listed last.
+BASELINE = "baseline"
 
 # (key, header, format) of the table's columns.
 COLUMNS = [
@@ -121,8 +122,11 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
 
     def order(report):
         run = report["run"]
+        from distrain.train.modes import mode_names
+
+        order = [*mode_names(), BASELINE]
         mode = run["mode"]
-        rank = MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
+        rank = order.index(mode) if mode in order else len(order)
         return rank, run["workers"], run["name"]
 
     reports = sorted(reports, key=order)
@@ -141,8 +145,8 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
             "sample": ev.get("sample"),
             "prompt": ev.get("prompt"),
         }
-        if run["mode"] == "baseline":
-            rows.append({"name": run["name"], "mode": "baseline", "workers": None, **quality})
+        if run["mode"] == BASELINE:
+            rows.append({"name": run["name"], "mode": BASELINE, "workers": None, **quality})
             continue
         hist = r["history"]
         seconds = float(hist["train_seconds"])
@@ -150,20 +154,17 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         if base is not None and seconds > 0:
             speedup = float(base["history"]["train_seconds"]) / seconds
         mean, p95, worst = _staleness(hist)
-        agg = run.get("replicas_to_aggregate")
-        # How the workers exchanged gradients or variables: Horovod's controller for sync
-        # runs (as the run recorded it), TensorFlow's gRPC runtime for parameter servers.
-        transport = hist.get("controller") if run["mode"] == "sync" else None
-        if run["mode"] in ("async", "syncreplicas"):
-            transport = "grpc"
+        # The mode's own cells: parameter servers, aggregation, and how the workers
+        # exchanged gradients or variables (the transport).
+        from distrain.train.modes import mode_class
+
+        mode_cells = mode_class(run["mode"]).columns(run, hist)
         rows.append(
             {
                 "name": run["name"],
                 "mode": run["mode"],
                 "workers": int(run["workers"]),
-                "parameter_servers": int(run.get("parameter_servers") or 0),
-                "aggregation": f"{agg}/{run['workers']}" if run["mode"] == "syncreplicas" else None,
-                "transport": transport,
+                **mode_cells,
                 **quality,
                 "train_seconds": seconds,
                 "examples_per_second": float(hist.get("examples_per_second", 0.0)),

@@ -18,7 +18,7 @@ from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_s
 )
 def test_parse_run_spec(text, mode, workers, ps, agg):
     spec = RunSpec.parse(text)
-    assert (spec.mode, spec.workers, spec.parameter_servers, spec.replicas_to_aggregate) == (
+    assert (spec.mode, spec.workers, spec.parameter_servers, spec.option("aggregate")) == (
         mode,
         workers,
         ps,
@@ -49,11 +49,14 @@ def test_parse_run_spec(text, mode, workers, ps, agg):
             "replicas_to_aggregate must be between 1 and workers",
             marks=pytest.mark.case("params/aggregate"),
         ),
-        ("sync:2:ps=1", "sync mode has no parameter servers"),
-        ("sync:2:aggregate=1", "does not aggregate replicas"),
-        ("async:2:foo=1", "expected ps=N, aggregate=N or min=N"),
+        ("sync:2:ps=1", "sync mode has no option 'ps' \\(it takes min=N\\)"),
+        ("sync:2:aggregate=1", "sync mode has no option 'aggregate'"),
+        ("async:2:foo=1", "async mode has no option 'foo' \\(it takes ps=N\\)"),
+        ("async:2:ps", "expected key=value after the worker count"),
+        ("async:2:ps=two", "ps='two': expected an integer"),
+        ("async:2:ps=0", "ps must be at least 1"),
         ("", "empty run spec"),
-        ("async:2:min=1", "async mode is not elastic"),
+        ("async:2:min=1", "async mode has no option 'min'"),
         ("sync:3:min=4", "min workers must be between 1 and workers"),
         ("sync:3:min=0", "min workers must be between 1 and workers"),
     ],
@@ -108,8 +111,8 @@ def test_threads_share_the_cores(monkeypatch):
 
 def test_elastic_sync_spec():
     spec = RunSpec.parse("sync:3:min=2")
-    assert spec.elastic and spec.min_workers == 2 and spec.name == "sync:3:min=2"
+    assert spec.impl.elastic and spec.option("min") == 2 and spec.name == "sync:3:min=2"
     assert RunSpec.parse(str(spec)) == spec
-    assert not RunSpec.parse("sync:3").elastic
+    assert not RunSpec.parse("sync:3").impl.elastic
     cfg = TrainConfig(data_dir="d", output_dir="o", run="sync:3:min=2")
     assert TrainConfig.from_json(cfg.to_json()).run == spec

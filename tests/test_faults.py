@@ -227,7 +227,15 @@ def test_chief_checkpoints_every_k_steps_and_skips_a_damaged_one(mnist_examples,
 
 @pytest.mark.slow
 @pytest.mark.case("train/kill-resume", "train/no-orphans")
-@pytest.mark.parametrize("run", ["single:1", pytest.param("sync:2", marks=pytest.mark.horovod)])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "single:1",
+        pytest.param("sync:2", marks=pytest.mark.horovod),
+        # Elastic: checkpoints record the examples done in the epoch, so it resumes there.
+        pytest.param("sync:2:min=1", marks=pytest.mark.horovod),
+    ],
+)
 def test_killed_run_resumes_mid_epoch_and_ends_at_the_same_step(mnist_examples, tmp_path, run):
     out = tmp_path / "run"
     cfg = config(mnist_examples, out, run, epochs=4, model="cnn")

@@ -112,7 +112,7 @@ def graph_rule(tmp_path):
 
 
 def test_syncreplicas_averages_two_fresh_gradients_and_drops_the_stale_one(graph_rule):
-    from distrain.train.ps import SyncReplicasRule
+    from distrain.train.modes.syncreplicas import SyncReplicasRule
 
     c = graph_rule(lambda: SyncReplicasRule(2))
     # Worker 0's gradient waits in the accumulators: nothing is applied yet.
@@ -137,7 +137,7 @@ def test_syncreplicas_averages_two_fresh_gradients_and_drops_the_stale_one(graph
 
 
 def test_syncreplicas_makes_no_update_past_the_limit(graph_rule):
-    from distrain.train.ps import SyncReplicasRule
+    from distrain.train.modes.syncreplicas import SyncReplicasRule
 
     c = graph_rule(lambda: SyncReplicasRule(1))
     chief = c.chief
@@ -150,7 +150,7 @@ def test_syncreplicas_makes_no_update_past_the_limit(graph_rule):
 
 
 def test_async_applies_each_gradient_and_counts_its_delay(graph_rule):
-    from distrain.train.ps import AsyncRule
+    from distrain.train.modes.asynchronous import AsyncRule
 
     c = graph_rule(AsyncRule)
     assert c.push(0, 2.0, read=0)

@@ -15,6 +15,7 @@ from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
 from distrain.train.launch import (
     MPIRUN_OPTIONS,
+    horovod_env,
     launch_command,
     launch_env,
     run_training,
@@ -80,17 +81,17 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
     assert sync_controller(_sync(tmp_path, "sync:3:min=2")) == "gloo"  # elastic needs gloo
     assert sync_controller(_sync(tmp_path, controller="gloo")) == "gloo"
     if built:
-        env = launch_env(auto)
+        env = horovod_env(auto)
         # Waits yield the core the rank's compute threads need.
         assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
         # PyPI's Open MPI in the venv is told where it was installed.
         assert env["OPAL_PREFIX"] == str(Path(launch.venv_tool("mpirun")).parent.parent)
         assert sync_controller(_sync(tmp_path, controller="mpi")) == "mpi"
     else:
-        assert launch_env(auto) == {}
+        assert horovod_env(auto) == {}
         with pytest.raises(TrainingError, match="controller 'mpi' needs mpirun"):
             sync_controller(_sync(tmp_path, controller="mpi"))
-    assert launch_env(_sync(tmp_path, run="async:2")) == {}
+    assert launch_env(auto) == horovod_env(auto)  # what the main process (mpirun) gets
 
 
 def test_elf_needed_lists_a_binarys_libraries(tmp_path):
@@ -189,7 +190,7 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
 
 _PRIORITIES = """
 import json, os, sys, threading
-from distrain.train.worker import start_horovod
+from distrain.train.runtime import start_horovod
 main = threading.get_native_id()
 hvd, lowered = start_horovod(sys.argv[1] == "idle")
 policies = {t: os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
@@ -301,7 +302,7 @@ def test_sync_is_never_stale(mnist_examples, tmp_path):
 
 
 def test_sync_ranks_bind_to_their_own_cores(monkeypatch):
-    from distrain.train import worker
+    from distrain.train import runtime as worker
 
     calls = []
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})

@@ -1,5 +1,7 @@
 """The Kubernetes objects a training run needs, built as plain dicts (what the API takes).
 
+Which shape a run takes is its mode's choice (:meth:`distrain.train.modes.Mode.kubernetes_objects`):
+
 * ``sync`` with N ranks: one MPI Operator ``MPIJob`` (kubeflow.org/v2beta1). Its workers
   run sshd; its launcher, created once every worker is ready, runs ``mpirun`` with one rank
   per worker slot (one per GPU), each rank ``distrain worker --config FILE``.
@@ -20,7 +22,7 @@ import re
 import secrets
 
 from distrain.k8s.config import KubernetesConfig
-from distrain.train.config import PS_MODES, ConfigError, TrainConfig
+from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.launch import (
     MPI_ENV,
     MPIRUN_EXPORTS,
@@ -252,35 +254,24 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
 def check_cluster_run(cfg: TrainConfig) -> None:
     """Refuses the settings of a multi-worker run that a cluster job cannot honour.
 
+    The mode decides (an elastic sync run, or a sync run asking for the gloo controller,
+    for example: the MPI Operator starts a fixed set of ranks with ``mpirun``).
+
     Raises:
-        ConfigError: An elastic sync run (the MPI Operator, v2beta1, starts a fixed set of
-            ranks and has no host discovery for horovodrun's elastic mode), or a sync run
-            asking for the gloo controller (the MPIJob's launcher starts the ranks with
-            ``mpirun``: Horovod's mpi controller).
+        ConfigError: A setting the run's mode cannot honour on Kubernetes.
     """
-    if cfg.run.elastic:
-        raise ConfigError(
-            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
-        )
-    if cfg.run.mode == "sync" and cfg.controller == "gloo":
-        raise ConfigError(
-            f"{cfg.run.name}: controller 'gloo' is for local runs; on Kubernetes sync runs are "
-            "an MPIJob whose ranks mpirun starts (use 'auto' or 'mpi')"
-        )
+    cfg.run.impl.check_kubernetes(cfg)
 
 
 def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> list[dict]:
-    """Every object the launcher creates for a run, in creation order.
+    """Every object the launcher creates for a run, in creation order (the mode's choice).
 
     Raises:
         ConfigError: The run does not need a cluster job (one worker) or does not fit the
             pods (sync ranks not a multiple of the GPUs per pod).
     """
-    if cfg.run.workers < 2 or cfg.run.mode == "single":
+    mode = cfg.run.impl
+    if not mode.needs_cluster():
         raise ConfigError(f"{cfg.run.name} runs in the step's own pod, not as a cluster job")
     check_cluster_run(cfg)
-    if cfg.run.mode == "sync":
-        return [mpijob(cfg, k, name, config_path)]
-    if cfg.run.mode in PS_MODES:
-        return ps_objects(cfg, k, name, config_path)
-    raise ConfigError(f"no Kubernetes launcher for mode {cfg.run.mode!r}")
+    return mode.kubernetes_objects(cfg, k, name, config_path)

@@ -28,7 +28,7 @@ EARLIER_PODS_WAIT_SECONDS = 600.0
 
 def needs_cluster(cfg: TrainConfig) -> bool:
     """Whether the run needs pods of its own (else it runs in the step's pod)."""
-    return cfg.run.mode != "single" and cfg.run.workers > 1
+    return cfg.run.impl.needs_cluster()
 
 
 def run_key(cfg: TrainConfig) -> str:

@@ -9,9 +9,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("single", "sync", "async", "syncreplicas")
-# Modes that run on parameter servers.
-PS_MODES = ("async", "syncreplicas")
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
 MODELS = ("mlp", "cnn", "fasttext", "logreg", "lstm")
@@ -31,86 +28,64 @@ class TrainingError(RuntimeError):
 class RunSpec:
     """One distributed-training configuration to run and compare.
 
-    The string form is ``MODE:WORKERS[:ps=P][:aggregate=A][:min=M]``, for example
-    ``single:1``, ``sync:2``, ``async:2:ps=1``, ``syncreplicas:3:aggregate=2`` or
-    ``sync:3:min=2`` (elastic).
+    The string form is ``MODE:WORKERS[:key=value...]``, for example ``single:1``,
+    ``sync:2``, ``async:2:ps=1``, ``syncreplicas:3:aggregate=2`` or ``sync:3:min=2``
+    (elastic). The mode (:mod:`distrain.train.modes`) checks its options and fills their
+    defaults.
 
     Attributes:
-        mode: ``single`` (one process), ``sync`` (Horovod ring-allreduce), ``async``
-            (parameter-server SGD) or ``syncreplicas`` (N of M gradients aggregated per step).
-        workers: Worker processes (``single`` has exactly one).
-        parameter_servers: Parameter-server processes (PS modes only; default 1).
-        replicas_to_aggregate: Gradients aggregated per step (``syncreplicas`` only;
-            default: all workers).
-        min_workers: ``sync`` only: elastic Horovod. The run goes on while at least this
-            many workers are alive (a lost worker's rank is dropped, training continues
-            from the last state commit); None: every worker is needed.
+        mode: The mode's registered name.
+        workers: Worker processes.
+        options: The mode's options as ``(key, value)`` pairs, checked and complete.
     """
 
     mode: str
     workers: int = 1
-    parameter_servers: int = 0
-    replicas_to_aggregate: int | None = None
-    min_workers: int | None = None
+    options: tuple = ()
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        from distrain.train.modes import mode_class
+
+        cls = mode_class(self.mode)
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(
                 f"{self.mode}: workers must be a positive integer, got {self.workers}"
             )
-        if self.mode == "single" and self.workers != 1:
-            raise ConfigError(f"single mode runs exactly 1 worker, got {self.workers}")
-        if self.mode in PS_MODES:
-            if self.parameter_servers < 1:
-                object.__setattr__(self, "parameter_servers", 1)
-        elif self.parameter_servers:
-            raise ConfigError(f"{self.mode} mode has no parameter servers")
-        if self.mode == "syncreplicas":
-            agg = self.replicas_to_aggregate or self.workers
-            if not 1 <= agg <= self.workers:
-                raise ConfigError(
-                    f"syncreplicas: replicas_to_aggregate must be between 1 and workers "
-                    f"({self.workers}), got {agg}"
-                )
-            object.__setattr__(self, "replicas_to_aggregate", agg)
-        elif self.replicas_to_aggregate is not None:
-            raise ConfigError(f"{self.mode} mode does not aggregate replicas")
-        if self.min_workers is not None:
-            if self.mode != "sync":
-                raise ConfigError(f"{self.mode} mode is not elastic: min=M is for sync runs")
-            if not 1 <= self.min_workers <= self.workers:
-                raise ConfigError(
-                    f"sync: min workers must be between 1 and workers ({self.workers}), "
-                    f"got {self.min_workers}"
-                )
+        given = dict(self.options.items() if isinstance(self.options, dict) else self.options)
+        checked = cls.variant(given).check(self.workers, given)
+        object.__setattr__(self, "options", tuple(sorted(checked.items())))
+
+    def options_dict(self) -> dict:
+        """The options as a dict."""
+        return dict(self.options)
+
+    def option(self, key: str, default=None):
+        """One option's value."""
+        return self.options_dict().get(key, default)
+
+    @property
+    def impl(self):
+        """The :class:`distrain.train.modes.Mode` that runs this spec."""
+        from distrain.train.modes import mode_for
+
+        return mode_for(self)
 
     @property
     def name(self) -> str:
-        """The short name shown in tables: ``mode:workers``."""
-        if self.min_workers is not None:
-            return f"{self.mode}:{self.workers}:min={self.min_workers}"
-        return f"{self.mode}:{self.workers}"
+        """The short name shown in tables: ``mode:workers`` (and what sets a variant apart)."""
+        return self.impl.short_name()
 
     @property
-    def elastic(self) -> bool:
-        """Whether the run goes on after losing workers (elastic Horovod)."""
-        return self.min_workers is not None
+    def parameter_servers(self) -> int:
+        """Parameter-server processes (0 for modes without)."""
+        return self.impl.parameter_servers
 
     def __str__(self) -> str:
-        parts = [self.mode, str(self.workers)]
-        if self.mode in PS_MODES:
-            parts.append(f"ps={self.parameter_servers}")
-        if self.mode == "syncreplicas":
-            parts.append(f"aggregate={self.replicas_to_aggregate}")
-        if self.min_workers is not None:
-            parts.append(f"min={self.min_workers}")
-        return ":".join(parts)
+        return ":".join([self.mode, str(self.workers), *(f"{k}={v}" for k, v in self.options)])
 
     @classmethod
     def parse(cls, text: str) -> RunSpec:
-        """Parses ``MODE:WORKERS[:ps=P][:aggregate=A]``.
+        """Parses ``MODE:WORKERS[:key=value...]``.
 
         Raises:
             ConfigError: The text is not a valid run spec.
@@ -126,26 +101,29 @@ class RunSpec:
                     f"run spec {text!r}: workers must be an integer, got {parts[1]!r}"
                 )
             workers = int(parts[1])
-        kwargs: dict[str, int] = {}
-        keys = {
-            "ps": "parameter_servers",
-            "aggregate": "replicas_to_aggregate",
-            "min": "min_workers",
-        }
+        options: dict[str, str] = {}
         for extra in parts[2:]:
-            key, _, value = extra.partition("=")
-            if key not in keys or not re.fullmatch(r"-?\d+", value):
+            key, eq, value = extra.partition("=")
+            if not eq or not key or not value:
                 raise ConfigError(
-                    f"run spec {text!r}: expected ps=N, aggregate=N or min=N after the worker "
-                    "count, "
-                    f"got {extra!r}"
+                    f"run spec {text!r}: expected key=value after the worker count, got {extra!r}"
                 )
-            kwargs[keys[key]] = int(value)
-        return cls(mode=mode, workers=workers, **kwargs)
+            options[key] = value
+        try:
+            return cls(mode=mode, workers=workers, options=tuple(options.items()))
+        except ConfigError as err:
+            raise ConfigError(f"run spec {text!r}: {err}") from None
 
     def to_dict(self) -> dict:
-        """The spec as a JSON-ready dict, with its name."""
-        return {"name": self.name, "spec": str(self), **dataclasses.asdict(self)}
+        """The spec as a JSON-ready dict, with its name and parameter servers."""
+        return {
+            "name": self.name,
+            "spec": str(self),
+            "mode": self.mode,
+            "workers": self.workers,
+            "options": self.options_dict(),
+            "parameter_servers": self.parameter_servers,
+        }
 
 
 def parse_run_specs(text: str | list[str]) -> list[RunSpec]:
@@ -225,8 +203,9 @@ class TrainConfig:
         if isinstance(self.run, str):
             object.__setattr__(self, "run", RunSpec.parse(self.run))
         elif isinstance(self.run, dict):
-            run = {k: v for k, v in self.run.items() if k not in ("name", "spec")}
-            object.__setattr__(self, "run", RunSpec(**run))
+            run = self.run
+            options = tuple(dict(run.get("options") or {}).items())
+            object.__setattr__(self, "run", RunSpec(run["mode"], run["workers"], options))
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; expected one of {', '.join(MODELS)}")
         for name in (
@@ -248,8 +227,7 @@ class TrainConfig:
             raise ConfigError(
                 f"unknown controller {self.controller!r}; expected one of {', '.join(CONTROLLERS)}"
             )
-        if self.controller == "mpi" and self.run.elastic:
-            raise ConfigError(f"{self.run.name}: elastic Horovod runs need the gloo controller")
+        self.run.impl.check_config(self)
 
     @property
     def threads(self) -> int:
@@ -263,11 +241,7 @@ class TrainConfig:
         """The learning rate after scaling by the number of combined gradients."""
         if not self.scale_learning_rate:
             return self.learning_rate
-        if self.run.mode == "sync":
-            return self.learning_rate * self.run.workers
-        if self.run.mode == "syncreplicas":
-            return self.learning_rate * (self.run.replicas_to_aggregate or 1)
-        return self.learning_rate
+        return self.learning_rate * self.run.impl.gradients_per_update()
 
     def to_json(self) -> str:
         """Serialises the config (the run spec as a dict)."""

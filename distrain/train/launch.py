@@ -1,18 +1,14 @@
-"""Starting a training run's processes on this machine.
+"""Starting a training run's processes on this machine, and the commands that do it.
 
-* ``single``: one worker process.
-* ``sync``: N local ranks under ``mpirun`` when Horovod has its MPI controller (as the
-  MPIJob's launcher runs them on a cluster), else under ``horovodrun --gloo``; elastic runs
-  always under ``horovodrun --gloo``.
-* ``async`` / ``syncreplicas``: P parameter servers, N workers that train against them and
-  one chief that initialises, checkpoints and evaluates, all TensorFlow servers on
-  localhost ports; each process gets its role in ``TF_CONFIG``, as on Kubernetes. When
-  the chief ends, the others are stopped: every process ends with the run.
+The mode says which processes a run has (:meth:`distrain.train.modes.Mode.local_processes`);
+this module starts them, each made to die with the launcher, watches them, and stops
+every one when the run's main process ends. The helpers below build the commands the
+modes use: ``distrain worker`` and ``distrain server``, and Horovod's ranks under
+``mpirun`` (as the MPIJob's launcher runs them on a cluster) or ``horovodrun``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import json
@@ -27,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from distrain.train.config import PS_MODES, TrainConfig, TrainingError
+from distrain.train.config import TrainConfig, TrainingError
 
 # [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
 # binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
@@ -141,7 +137,8 @@ def sync_controller(cfg: TrainConfig) -> str:
     Raises:
         TrainingError: ``mpi`` was asked for and this Horovod or machine lacks it.
     """
-    if cfg.controller == "gloo" or (cfg.controller == "auto" and cfg.run.elastic):
+    elastic = getattr(cfg.run.impl, "elastic", False)
+    if cfg.controller == "gloo" or (cfg.controller == "auto" and elastic):
         return "gloo"
     if mpi_controller_available():
         return "mpi"
@@ -153,9 +150,9 @@ def sync_controller(cfg: TrainConfig) -> str:
     return "gloo"
 
 
-def launch_env(cfg: TrainConfig) -> dict[str, str]:
-    """Environment the launch command needs on top of the run's own."""
-    if cfg.run.mode != "sync" or sync_controller(cfg) != "mpi":
+def horovod_env(cfg: TrainConfig) -> dict[str, str]:
+    """[sync] Environment Horovod's ranks need on top of the run's own (MPI's settings)."""
+    if sync_controller(cfg) != "mpi":
         return {}
     env = dict(MPI_ENV, **(MPI_ROOT_ENV if os.geteuid() == 0 else {}))
     env = {key: value for key, value in env.items() if key not in os.environ}  # yours win
@@ -165,6 +162,17 @@ def launch_env(cfg: TrainConfig) -> dict[str, str]:
         # it was built in, unless told where it was installed.
         env["OPAL_PREFIX"] = str(mpirun_dir.parent)
     return env
+
+
+def main_process(cfg: TrainConfig, config_path: str | os.PathLike):
+    """The run's main process, as the mode starts it locally."""
+    processes = cfg.run.impl.local_processes(cfg, Path(config_path), Path(cfg.output_dir) / "logs")
+    return next(p for p in processes if p.main)
+
+
+def launch_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment the run's main process gets on top of the run's own."""
+    return dict(main_process(cfg, "-").env)
 
 
 # How this machine runs the ``distrain`` command; in the images it is the entrypoint
@@ -233,11 +241,8 @@ def host_discovery_script(path: Path, slots: int) -> Path:
 
 
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:
-    """The command that runs the training (for PS modes: the coordinator's)."""
-    cmd = worker_command(config_path)
-    if cfg.run.mode == "sync":
-        return sync_command(cfg, cmd)
-    return cmd
+    """The command of the run's main process (for parameter-server modes: the chief's)."""
+    return main_process(cfg, config_path).command
 
 
 def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
@@ -247,9 +252,10 @@ def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
         # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
         # would put a shell between it and this process, which a killed launcher orphans).
         return [venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
-    if cfg.run.elastic:  # [sync, elastic] between min and n ranks, hosts found by a script
+    low = cfg.run.option("min")
+    if low is not None:  # [sync, elastic] between min and n ranks, hosts found by a script
         script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
-        hosts = ["--min-np", str(cfg.run.min_workers), "--max-np", str(n)]
+        hosts = ["--min-np", str(low), "--max-np", str(n)]
         hosts += ["--host-discovery-script", str(script)]
     else:
         hosts = ["-H", f"localhost:{n}"]
@@ -295,24 +301,12 @@ def tf_config(cluster: dict, task_type: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
-# Run in a child before its command: the kernel kills it (SIGKILL) when the launcher dies
-# (PR_SET_PDEATHSIG survives exec), and it gives up if the launcher is already gone. A
-# separate tiny process rather than ``preexec_fn``, whose fork runs the parent's fork
-# handlers (gRPC's abort in a process that has loaded it).
-def die_with_parent(parent: int) -> None:
-    """Makes the kernel kill this process (``SIGKILL``) when its parent ends (Linux).
-
-    Survives ``exec``. Exits at once if ``parent`` is already gone (this process was
-    re-parented before the call).
-    """
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        sys.exit("launcher gone before start")
-
-
+# A separate tiny process runs die_with_parent before the command, rather than
+# ``preexec_fn``, whose fork runs the parent's fork handlers (gRPC's abort in a process that
+# has loaded it).
 _GUARD = (
     "import os, sys\n"
-    "from distrain.train.launch import die_with_parent\n"
+    "from distrain.train.runtime import die_with_parent\n"
     "die_with_parent(int(sys.argv[1]))\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
@@ -395,50 +389,42 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
     env.pop("TF_CONFIG", None)
-    env.update(launch_env(cfg))
     # One temporary directory for all the run's processes, removed with the run: what they
     # leave in it (autograph's generated modules, which a process removes only at a normal
-    # exit, and PS-mode servers are stopped and their chief ends with os._exit) goes too.
+    # exit, and parameter-server processes end with os._exit or are stopped) goes too.
     scratch = tempfile.mkdtemp(prefix="distrain-")
     env["TMPDIR"] = scratch
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
+    logs = out / "logs"
     try:
-        if cfg.run.mode in PS_MODES:
-            cluster = cluster_spec(cfg.run.workers, cfg.run.parameter_servers)
-            logs = out / "logs"
+        processes = cfg.run.impl.local_processes(cfg, config_path, logs)
+        if any(p.log for p in processes):
             logs.mkdir(exist_ok=True)
-            # [ps] parameter servers serve; each worker trains against them (its own
-            # steps, the same command as the chief, its role from TF_CONFIG).
-            for job, cmd in (("ps", server_command(1)), ("worker", worker_command(config_path))):
-                for index in range(len(cluster[job])):
-                    procs.start(
-                        f"{job}:{index}",
-                        cmd,
-                        dict(env, TF_CONFIG=tf_config(cluster, job, index)),
-                        logs / f"{job}-{index}.log",
-                    )
-            env = dict(env, TF_CONFIG=tf_config(cluster, "chief", 0))
-            print(f"[{cfg.run.name}] cluster: {json.dumps(cluster)}", flush=True)
-        cmd = launch_command(cfg, config_path)
-        print(f"[{cfg.run.name}] $ {' '.join(cmd)}", flush=True)
-        main = procs.start("chief", cmd, env)
+        main_spec = next(p for p in processes if p.main)
+        for p in processes:
+            if p.main:
+                print(f"[{cfg.run.name}] $ {' '.join(p.command)}", flush=True)
+            procs.start(p.name, p.command, dict(env, **p.env), p.log)
+        main = procs.procs[main_spec.name]
+        critical = [p for p in processes if p.critical]
         while main.poll() is None:
-            for name, proc in procs.procs.items():
-                if name.startswith("ps:") and proc.poll() is not None:
+            for p in critical:
+                code = procs.procs[p.name].poll()
+                if code is not None:
                     raise TrainingError(
-                        f"[{cfg.run.name}] parameter server {name} exited with code "
-                        f"{proc.returncode}; see {out / 'logs'}"
+                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}"
                     )
             if deadline and time.monotonic() > deadline:
-                if cfg.run.mode in PS_MODES:  # the chief is `distrain worker` itself
+                if main_spec.stacks_on_timeout:  # `distrain worker` itself
                     main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr
                     time.sleep(2.0)
                 raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
             time.sleep(0.2)
         if main.returncode != 0:
             raise TrainingError(
-                f"[{cfg.run.name}] training failed: {cmd[0]} exited with code {main.returncode}"
+                f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
+                f"{main.returncode}"
             )
     finally:
         procs.stop_all()

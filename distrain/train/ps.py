@@ -30,11 +30,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.modes import Mode, Process
+from distrain.train.staleness import summarize
 
 # Staleness is counted per worker in a histogram of this many buckets (the last one holds
 # every larger delay).
@@ -117,115 +121,6 @@ class PushRule:
     def dropped(self, staleness: list[int]) -> int:
         """Gradients dropped, from the recorded delays (none unless the rule drops)."""
         return 0
-
-
-class AsyncRule(PushRule):
-    """[async] Each gradient is applied as soon as it reaches the parameter servers.
-
-    Inside the lock a step only takes the next update number (if below the limit); the
-    optimizer's update runs after the lock is released, concurrently with other workers'
-    (Downpour SGD). Its staleness is the number of updates taken between the version its
-    parameters were read at and its own.
-    """
-
-    def push(self, g: PSGraph, grads, read_version, record):
-        tf = g.tf
-
-        def decide():
-            version = g.version.read_value()
-            ok = version < g.limit.read_value()
-            take = g.version.assign(tf.where(ok, version + 1, version))
-            return (ok, version), [take]
-
-        (ok, version), release = g.critical(decide, grads)
-
-        def apply():
-            with tf.control_dependencies([release]):
-                update = g.optimizer.apply_gradients(zip(grads, g.variables, strict=True))
-            with tf.control_dependencies([update]), tf.compat.v1.device("/job:ps/task:0"):
-                return g.applied.assign_add(1)
-
-        with tf.compat.v1.device("/job:ps/task:0"):
-            applied = tf.cond(ok, apply, lambda: g.applied.read_value())
-            granted = tf.cast(ok, tf.int64)
-            with tf.control_dependencies([applied]):
-                done = tf.group(record(granted, granted, version - read_version))
-        return ok, done
-
-
-class SyncReplicasRule(PushRule):
-    """[syncreplicas] N of M gradients per update, accumulated on the parameter servers.
-
-    As TensorFlow's ``SyncReplicasOptimizer``: a gradient computed on the current version
-    is added to the accumulators (one per variable, on its parameter server); the one
-    that makes ``aggregate`` applies their mean as one update, zeroes them and advances
-    the version. A gradient computed on an older version is stale and dropped; the
-    backup workers' late gradients are dropped that way. Sparse gradients are added row by
-    row. All of it runs inside the lock, so no gradient can land between the mean and the
-    version's advance.
-
-    Args:
-        aggregate: Gradients averaged into one update.
-    """
-
-    def __init__(self, aggregate: int):
-        self.aggregate = self.gradients_per_update = aggregate
-
-    def create_variables(self, g: PSGraph) -> list:
-        tf = g.tf
-        self.sums = []
-        for var in g.variables:
-            with tf.compat.v1.device(var.device):
-                self.sums.append(
-                    tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False, name="grad_sum")
-                )
-        with tf.compat.v1.device("/job:ps/task:0"):
-            self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
-        return [*self.sums, self.count]
-
-    def push(self, g: PSGraph, grads, read_version, record):
-        tf, agg = g.tf, self.aggregate
-
-        def decide():
-            version = g.version.read_value()
-            fresh = tf.equal(read_version, version)
-            open_ = version < g.limit.read_value()
-            accept = tf.logical_and(fresh, open_)
-            weight = tf.cast(accept, tf.float32)
-            adds = []
-            for grad, total in zip(grads, self.sums, strict=True):
-                with tf.compat.v1.device(total.device):
-                    if isinstance(grad, tf.IndexedSlices):
-                        rows = tf.IndexedSlices(grad.values * weight, grad.indices)
-                        adds.append(total.scatter_add(rows))
-                    else:
-                        adds.append(total.assign_add(grad * weight))
-            count = self.count.read_value() + tf.cast(accept, tf.int64)
-
-            def apply_mean():
-                mean = [total.read_value() / agg for total in self.sums]
-                update = g.optimizer.apply_gradients(zip(mean, g.variables, strict=True))
-                with tf.control_dependencies([update]):
-                    zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
-                with tf.control_dependencies(zero):
-                    return tf.group(
-                        self.count.assign(0), g.version.assign_add(1), g.applied.assign_add(1)
-                    )
-
-            with tf.control_dependencies(adds):
-                outcome = tf.cond(
-                    count >= agg, apply_mean, lambda: tf.group(self.count.assign(count))
-                )
-            delay = version - read_version
-            recorded = tf.cast(tf.logical_or(accept, tf.logical_not(fresh)), tf.int64)
-            stats = record(tf.cast(accept, tf.int64), recorded, delay)
-            return open_, [outcome, *stats]
-
-        open_, release = g.critical(decide, grads)
-        return open_, release
-
-    def dropped(self, staleness: list[int]) -> int:
-        return sum(1 for d in staleness if d > 0)
 
 
 class PSGraph:
@@ -589,8 +484,167 @@ class Chief:
         self.sess.run(self.set_stop)
 
 
-def rule_for(cfg: TrainConfig) -> PushRule:
-    """The rule of the run's parameter-server mode."""
-    if cfg.run.mode == "syncreplicas":
-        return SyncReplicasRule(cfg.run.replicas_to_aggregate)
-    return AsyncRule()
+class ChiefEngine:
+    """The epoch driver's engine on a parameter-server chief: segments of updates.
+
+    The workers drive their own steps; the chief lets them go up to the driver's next
+    stop (a checkpoint or the epoch's end), waits until every granted update is applied,
+    and only then does the driver copy, evaluate and checkpoint: a consistent snapshot
+    numbered by applied updates.
+    """
+
+    def __init__(self, chief: Chief, replica):
+        self.chief, self.replica = chief, replica
+        self.gradients_per_update = chief.rule.gradients_per_update
+        self.staleness: dict[str, list[int]] = {}
+        self.abandoned = 0
+
+    def updates_per_epoch(self) -> int:
+        cfg = self.replica.cfg
+        # An epoch is as many updates as make one pass over the data.
+        per_update = cfg.batch_size * self.gradients_per_update
+        return max(1, self.replica.info.splits["train"] // per_update)
+
+    def start(self) -> None:
+        self.chief.start()  # the parameter servers get the replica's (restored) values
+
+    def run(self, epoch: int, position: int, stop: int):
+        per_epoch = self.updates_per_epoch()
+        self.chief.run_to(epoch * per_epoch + stop)
+        return 0.0, 0.0, []  # the workers' sums are on the parameter servers
+
+    def epoch_totals(self, loss_sum, correct, seen):
+        loss_sum, correct = self.chief.epoch_sums()
+        self.staleness = self.chief.staleness()
+        return loss_sum, correct, seen
+
+    def refresh(self) -> None:
+        self.chief.pull_from_servers()
+
+    def _all(self) -> list[int]:
+        return [d for w in sorted(self.staleness) for d in self.staleness[w]]
+
+    def epoch_note(self) -> str:
+        stats = summarize(self._all())
+        note = f"  staleness mean {stats['mean']:.2f} max {stats['max']}"
+        dropped = self.chief.rule.dropped(self._all())
+        return note + (f"  dropped {dropped}" if dropped else "")
+
+    def history(self) -> dict:
+        delays = self._all()
+        return {
+            "staleness": delays,
+            "staleness_summary": summarize(delays),
+            "staleness_by_worker": {w: summarize(d) for w, d in sorted(self.staleness.items())},
+            "dropped_gradients": self.chief.rule.dropped(delays),
+            # Steps begun and never finished when the run ended: a stopped worker's.
+            "abandoned_steps": self.abandoned,
+            "worker_progress": self.chief.worker_progress,
+        }
+
+    def finish(self) -> None:
+        self.chief.finish()
+        self.abandoned = self.chief.unfinished_steps()
+
+
+class ParameterServerMode(Mode):
+    """What the parameter-server modes share: their processes, Kubernetes objects and roles.
+
+    A subclass gives its name, its options and its :meth:`rule`.
+    """
+
+    options = {"ps": "parameter servers (default 1)"}
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        ps = cls.integer(options, "ps", 1)
+        if ps < 1:
+            raise ConfigError(f"{cls.name}: ps must be at least 1, got {ps}")
+        return {**checked, "ps": ps}
+
+    @property
+    def parameter_servers(self) -> int:
+        return int(self.spec.option("ps"))
+
+    def rule(self) -> PushRule:
+        """The mode's rule for a gradient's push."""
+        raise NotImplementedError
+
+    def local_processes(self, cfg, config_path, logs) -> list[Process]:
+        from distrain.train.launch import cluster_spec, server_command, tf_config, worker_command
+
+        cluster = cluster_spec(cfg.run.workers, self.parameter_servers)
+        print(f"[{cfg.run.name}] cluster: {json.dumps(cluster)}", flush=True)
+        processes = [
+            Process(
+                f"ps:{i}",
+                server_command(1),
+                env={"TF_CONFIG": tf_config(cluster, "ps", i)},
+                log=logs / f"ps-{i}.log",
+                critical=True,
+                what=f"parameter server ps:{i}",
+            )
+            for i in range(len(cluster["ps"]))
+        ]
+        # Each worker trains against the parameter servers: its own steps, the same
+        # command as the chief, its role from TF_CONFIG. A worker that ends or dies does
+        # not end the run: the others make its updates.
+        processes += [
+            Process(
+                f"worker:{i}",
+                worker_command(config_path),
+                env={"TF_CONFIG": tf_config(cluster, "worker", i)},
+                log=logs / f"worker-{i}.log",
+            )
+            for i in range(len(cluster["worker"]))
+        ]
+        chief_env = {"TF_CONFIG": tf_config(cluster, "chief", 0)}
+        command = worker_command(config_path)
+        processes.append(Process("chief", command, chief_env, main=True, stacks_on_timeout=True))
+        return processes
+
+    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
+        from distrain.k8s.objects import ps_objects
+
+        return ps_objects(cfg, k, name, config_path)
+
+    def train(self, cfg) -> dict:
+        """Runs this process's role of the cluster (chief, or worker), from ``TF_CONFIG``.
+
+        Does not return: the process ends once its part is done (with code 1 after an
+        error, its traceback printed), without waiting for the TensorFlow server's
+        teardown, which can wait for peers that are gone or stopped.
+        """
+        code = 0
+        try:
+            self._train_role(cfg, Role.from_environment())
+        except BaseException:  # noqa: BLE001 (reported, then the process ends at once)
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def _train_role(self, cfg, role: Role) -> None:
+        from distrain.train.driver import EpochDriver
+        from distrain.train.inputs import DatasetInfo
+        from distrain.train.replica import Replica
+
+        info = DatasetInfo.load(cfg.data_dir)
+        if role.job == "worker":
+            Worker(cfg, info, role, self.rule()).run()
+            return
+        # The chief's graph first: tf-keras refuses models made before one in a tf.Graph.
+        chief = Chief(cfg, info, role, self.rule())
+        replica = Replica(cfg)
+        chief.attach(replica)
+        EpochDriver(cfg, replica, ChiefEngine(chief, replica)).run()
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        return {
+            "parameter_servers": int(run.get("parameter_servers") or 0),
+            "aggregation": None,
+            "transport": "grpc",  # TensorFlow's gRPC runtime
+        }

@@ -1,0 +1,261 @@
+"""The epoch driver: epochs, checkpoint cadence, resume, timing and history, for every mode.
+
+A mode hands the driver an *engine* (its way of making updates) and the driver does the
+rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping every mode
+gets for free. The arithmetic of that bookkeeping is plain functions here, tested without
+TensorFlow (``tests/test_driver.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.staleness import summarize
+
+
+def next_stop(epoch: int, position: int, per_epoch: int, every: int) -> int:
+    """Where the segment that starts at ``position`` of ``epoch`` ends (a position).
+
+    At the next global update that is a multiple of ``every`` (a checkpoint), or at the
+    epoch's end, whichever comes first; ``every`` 0 means epoch ends only.
+    """
+    if not every:
+        return per_epoch
+    step = epoch * per_epoch + position
+    return min(per_epoch, (step // every + 1) * every - epoch * per_epoch)
+
+
+def resume_point(step: int, epoch: int, per_epoch: int, epochs: int, where: str) -> tuple[int, int]:
+    """(first epoch, updates already done in it) for a run restored at ``step`` after ``epoch``.
+
+    Raises:
+        TrainingError: The checkpoint does not fit epochs of ``per_epoch`` updates (the
+            batch size, workers or data changed since it was written).
+    """
+    done = step - epoch * per_epoch
+    if epoch < epochs and not 0 <= done < per_epoch:
+        raise TrainingError(
+            f"the checkpoint in {where} is at step {step} after {epoch} epochs, which does "
+            f"not fit epochs of {per_epoch} updates: the batch size, workers or data "
+            "changed; use a new output directory"
+        )
+    return epoch, max(done, 0)
+
+
+def steady_throughput(epochs: list[dict]) -> float:
+    """Examples per second over the epochs after the first (which pays for tracing and set-up).
+
+    With one epoch there is nothing else to use.
+    """
+    if not epochs:
+        return 0.0
+    steady = epochs[1:] or epochs
+    examples = epochs[-1]["examples"] - (epochs[0]["examples"] if len(epochs) > 1 else 0)
+    seconds = sum(e["step_seconds"] for e in steady)
+    return examples / seconds if seconds else 0.0
+
+
+def step_spread(durations: list[float]) -> dict:
+    """Median, 10th and 90th percentile of step durations, in milliseconds."""
+    ms = np.asarray(durations, dtype=np.float64) * 1e3
+    p10, median, p90 = np.percentile(ms, [10, 50, 90])
+    return {"count": int(ms.size), "median": float(median), "p10": float(p10), "p90": float(p90)}
+
+
+def atomic_write_json(path: Path, data: dict) -> None:
+    """Writes ``data`` to ``path`` through a temporary file and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+class Engine(Protocol):
+    """How a mode makes updates; the driver calls these, in this order.
+
+    Attributes:
+        gradients_per_update: Batches whose gradients make one update.
+    """
+
+    gradients_per_update: int
+
+    def updates_per_epoch(self) -> int:
+        """Updates that make one pass over the training data."""
+
+    def start(self) -> None:
+        """After the replica is restored, before the first update."""
+
+    def run(self, epoch: int, position: int, stop: int) -> tuple[float, float, list[float]]:
+        """Makes the epoch's updates ``position`` to ``stop``.
+
+        Returns:
+            This process's summed loss and correct count over them, and the seconds of
+            each step it timed (empty when it times none).
+        """
+
+    def epoch_totals(self, loss_sum: float, correct: float, seen: int) -> tuple[float, float, int]:
+        """The epoch's totals over every worker (this process's sums in)."""
+
+    def refresh(self) -> None:
+        """Makes the replica current (a parameter-server chief copies the servers' values)."""
+
+    def epoch_note(self) -> str:
+        """Extra words for the epoch's line (staleness, dropped gradients)."""
+
+    def history(self) -> dict:
+        """The mode's fields of ``history.json``."""
+
+    def finish(self) -> None:
+        """After the last epoch, before the model and the history are saved."""
+
+
+class EpochDriver:
+    """Runs the epochs of one run: the same loop for every mode.
+
+    Args:
+        cfg: The run's configuration.
+        replica: The run's model, optimizer, checkpoints and evaluation
+            (:class:`distrain.train.replica.Replica`).
+        engine: The mode's way of making updates.
+    """
+
+    def __init__(self, cfg: TrainConfig, replica, engine: Engine):
+        self.cfg, self.replica, self.engine = cfg, replica, engine
+        self.epochs: list[dict] = []
+        self.resumed_at: list[int] = []
+        self.resumed_wall = 0.0
+        self.step_durations: list[list[float]] = []
+        self.examples_so_far: int | None = None  # set by engines whose world size varies
+
+    def restore(self) -> None:
+        """Resumes from the newest readable checkpoint and the history written with it."""
+        r = self.replica
+        path = r.restore()
+        if path is None:
+            return
+        history_path = r.out / "history.json"
+        if history_path.exists():
+            old = json.loads(history_path.read_text())
+            self.epochs = old.get("epochs", [])[: r.epoch]
+            self.resumed_at = list(old.get("resumed_at_steps", []))
+        self.resumed_at.append(r.step)
+        self.resumed_wall = self.epochs[-1]["wall_seconds"] if self.epochs else 0.0
+        r.log(f"resumed from {path} (step {r.step}, {r.epoch} epochs done)")
+
+    def run(self) -> dict:
+        """Restores, trains every epoch left, saves; returns the history."""
+        cfg, r, engine = self.cfg, self.replica, self.engine
+        self.restore()
+        per_epoch = engine.updates_per_epoch()
+        first_epoch, done = resume_point(
+            r.step, r.epoch, per_epoch, cfg.epochs, str(r.out / "checkpoints")
+        )
+        r.log(
+            f"{r.info.dataset}/{cfg.model}: {r.info.splits['train']} train examples, "
+            f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
+            f"{cfg.threads} thread(s) per worker"
+        )
+        engine.start()
+        every = cfg.checkpoint_every_steps
+        start = time.perf_counter()
+        for epoch in range(first_epoch, cfg.epochs):
+            t0 = time.perf_counter()
+            begin = position = done if epoch == first_epoch else 0
+            loss_sum = correct = 0.0
+            durations: list[float] = []
+            while position < per_epoch:
+                stop = next_stop(epoch, position, per_epoch, every)
+                batch_loss, batch_correct, timed = engine.run(epoch, position, stop)
+                loss_sum += batch_loss
+                correct += batch_correct
+                durations.extend(timed)
+                position = stop
+                step = epoch * per_epoch + stop
+                if every and step % every == 0 and stop < per_epoch:
+                    r.checkpoint(step, engine)
+            seconds = time.perf_counter() - t0
+            seen = (per_epoch - begin) * engine.gradients_per_update * cfg.batch_size
+            loss_sum, correct, seen = engine.epoch_totals(loss_sum, correct, seen)
+            self.end_epoch(epoch, loss_sum, correct, seen, seconds, start, durations)
+        engine.finish()
+        engine.refresh()
+        r.save_model()
+        if r.rank == 0:
+            atomic_write_json(r.out / "history.json", self.history())
+        return self.history()
+
+    def end_epoch(self, epoch, loss_sum, correct, seen, step_seconds, start, durations=()) -> None:
+        """Validation, the epoch's record and line, and the chief's checkpoint.
+
+        ``durations``: seconds of each step this epoch (the modes that time their steps):
+        their spread goes into the record, and the history gives the spread over the
+        epochs after the first as the run's ``step_ms``.
+        """
+        cfg, r, engine = self.cfg, self.replica, self.engine
+        engine.refresh()
+        val_loss, val_acc = r.evaluate()
+        per_label = max(seen * r.labels_per_example, 1)
+        record = {
+            "epoch": epoch + 1,
+            # Losses and accuracy are per label (per character for a language model).
+            "loss": loss_sum / per_label,
+            "accuracy": correct / per_label,
+            "val_loss": val_loss,
+            "val_accuracy": val_acc,
+            "wall_seconds": self.resumed_wall + time.perf_counter() - start,
+            "step_seconds": step_seconds,
+            # Examples in all updates so far (a resumed run counts the steps before it).
+            "examples": self.examples_so_far
+            if self.examples_so_far is not None
+            else r.step * cfg.batch_size * engine.gradients_per_update,
+        }
+        if durations:
+            record["step_ms"] = step_spread(list(durations))
+            self.step_durations.append(list(durations))
+        self.epochs.append(record)
+        r.set_epoch(epoch + 1)
+        r.log(
+            f"epoch {epoch + 1}/{cfg.epochs}  loss {record['loss']:.4f}  "
+            f"acc {record['accuracy']:.4f}  val_loss {val_loss:.4f}  val_acc {val_acc:.4f}  "
+            f"{record['wall_seconds']:.1f}s  {seen / max(step_seconds, 1e-9):,.0f} ex/s"
+            f"{engine.epoch_note()}"
+        )
+        last = epoch + 1 == cfg.epochs
+        if r.rank == 0 and ((epoch + 1) % cfg.checkpoint_every_epochs == 0 or last):
+            r.checkpoint(r.step, engine)
+            atomic_write_json(r.out / "history.json", self.history())
+
+    def history(self) -> dict:
+        """The run's history: every mode's fields, then the mode's own."""
+        cfg, r, epochs = self.cfg, self.replica, self.epochs
+        history = {
+            "run": {**cfg.run.to_dict(), "model": cfg.model, "dataset": r.info.dataset},
+            "config": json.loads(cfg.to_json()),
+            "epochs": epochs,
+            "train_seconds": epochs[-1]["wall_seconds"] if epochs else 0.0,
+            "step_seconds": sum(e["step_seconds"] for e in epochs),
+            "total_examples": epochs[-1]["examples"] if epochs else 0,
+            "examples_per_second": steady_throughput(epochs),
+            "global_batch_size": cfg.batch_size * self.engine.gradients_per_update,
+            "steps": r.step,
+            "resumed_at_steps": self.resumed_at,
+            "python": sys.version.split()[0],
+            "staleness": [0] * r.step,  # modes with stale gradients say otherwise
+        }
+        if self.step_durations:
+            # The typical step beside the mean that examples/second gives: on a shared
+            # host the two part when bursts of another load slow some steps down. As for
+            # examples/second, the first epoch (tracing) is left out if there are more.
+            steady = self.step_durations[1:] or self.step_durations
+            history["step_ms"] = step_spread([d for epoch in steady for d in epoch])
+        history.update(self.engine.history())
+        if "staleness_summary" not in history and any(history["staleness"]):
+            history["staleness_summary"] = summarize(history["staleness"])
+        return history

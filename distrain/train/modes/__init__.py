@@ -1,0 +1,203 @@
+"""Training modes as plugins: one module per mode, registered by name.
+
+A mode is one :class:`Mode` subclass in one module of this package, as Beam keeps one
+package per runner behind a name. It parses its own run-spec options, says how its
+processes are started on this machine and on Kubernetes, trains in the processes it
+started, and names its columns in the comparison. Nothing outside this package branches
+on a mode's name: the launcher, the Kubernetes objects and the comparison ask the mode.
+
+Adding a mode: a module here with a :func:`register`-ed subclass, its name in
+:data:`BUILT_IN`, and a test (see the README, "Adding a mode").
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from distrain.train.config import ConfigError
+
+# The modules of the built-in modes, in the order the comparison lists them.
+BUILT_IN = ("single", "sync", "elastic", "asynchronous", "syncreplicas")
+
+_REGISTRY: dict[str, type[Mode]] = {}
+
+
+def register(cls: type[Mode]) -> type[Mode]:
+    """Class decorator: makes ``cls`` the mode named ``cls.name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load() -> None:
+    if not _REGISTRY:
+        for module in BUILT_IN:
+            importlib.import_module(f"{__name__}.{module}")
+
+
+def mode_class(name: str) -> type[Mode]:
+    """The mode registered as ``name``.
+
+    Raises:
+        ConfigError: No such mode.
+    """
+    _load()
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown mode {name!r}; expected one of {', '.join(mode_names())}")
+    return _REGISTRY[name]
+
+
+def mode_names() -> list[str]:
+    """Every registered mode's name, in registration order."""
+    _load()
+    return list(_REGISTRY)
+
+
+def mode_for(spec) -> Mode:
+    """The mode that runs ``spec`` (a :class:`distrain.train.config.RunSpec`)."""
+    return mode_class(spec.mode).variant(spec.options_dict())(spec)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One local process of a run, as the launcher starts it.
+
+    Attributes:
+        name: ``role:index`` (``chief``, ``ps:0``, ``worker:1``).
+        command: The command line.
+        env: Variables added to the run's environment.
+        log: Its output goes to this file (None: the launcher's own output).
+        main: The run ends when this process does (exactly one per run).
+        critical: The run fails at once if this process ends first (a parameter server).
+        what: How a failure names it (``parameter server ps:0``).
+        stacks_on_timeout: It is a ``distrain`` process: SIGUSR1 prints its threads' stacks.
+    """
+
+    name: str
+    command: list[str]
+    env: dict = field(default_factory=dict)
+    log: Path | None = None
+    main: bool = False
+    critical: bool = False
+    what: str = ""
+    stacks_on_timeout: bool = False
+
+
+class Mode:
+    """A way of training: its spec options, its processes, its training, its columns.
+
+    Args:
+        spec: The run spec (already checked by :meth:`check`).
+    """
+
+    #: The name in run specs (``MODE:WORKERS[:key=value...]``).
+    name: ClassVar[str] = ""
+    #: Run-spec options: key -> meaning. :meth:`check` gives their defaults and types.
+    options: ClassVar[dict[str, str]] = {}
+    #: The spec's fixed worker count, if it has one (single: 1).
+    fixed_workers: ClassVar[int | None] = None
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    # ---- the spec ----------------------------------------------------------------------
+
+    @classmethod
+    def variant(cls, options: dict) -> type[Mode]:
+        """The class that runs a spec with these options (sync with ``min`` is elastic)."""
+        return cls
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        """Checks a spec's options and fills their defaults; returns them typed.
+
+        Raises:
+            ConfigError: An option this mode does not know, or a bad value.
+        """
+        if cls.fixed_workers is not None and workers != cls.fixed_workers:
+            raise ConfigError(
+                f"{cls.name} mode runs exactly {cls.fixed_workers} worker, got {workers}"
+            )
+        for key in options:
+            if key not in cls.options:
+                takes = ", ".join(f"{k}=N" for k in cls.options) or "no options"
+                raise ConfigError(f"{cls.name} mode has no option {key!r} (it takes {takes})")
+        return dict(options)
+
+    @staticmethod
+    def integer(options: dict, key: str, default: int | None = None) -> int | None:
+        """``options[key]`` as an integer (``default`` when absent).
+
+        Raises:
+            ConfigError: Not an integer.
+        """
+        value = options.get(key, default)
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return int(str(value))
+        except ValueError:
+            raise ConfigError(f"{key}={value!r}: expected an integer") from None
+
+    def check_config(self, cfg) -> None:
+        """Refuses trainer settings this mode cannot honour (a :class:`TrainConfig` check).
+
+        Raises:
+            ConfigError: A setting the mode cannot honour.
+        """
+
+    @property
+    def parameter_servers(self) -> int:
+        """Parameter-server processes the run has."""
+        return 0
+
+    def gradients_per_update(self) -> int:
+        """Batches whose gradients make one update (the learning rate is scaled by it)."""
+        return 1
+
+    def short_name(self) -> str:
+        """The name in tables: ``mode:workers`` and what makes the run a different one."""
+        return f"{self.spec.mode}:{self.spec.workers}"
+
+    # ---- processes ---------------------------------------------------------------------
+
+    def local_processes(self, cfg, config_path: Path, logs: Path) -> list[Process]:
+        """The processes of a run on this machine (one of them ``main``)."""
+        from distrain.train.launch import worker_command
+
+        return [Process("chief", worker_command(config_path), main=True, stacks_on_timeout=True)]
+
+    def needs_cluster(self) -> bool:
+        """Whether, on Kubernetes, the run needs pods of its own (else the step's pod runs it)."""
+        return self.spec.workers > 1
+
+    def kubernetes_objects(self, cfg, k, name: str, config_path: str) -> list[dict]:
+        """The Kubernetes objects the run becomes.
+
+        Raises:
+            ConfigError: The mode cannot run as a cluster job, or not with these settings.
+        """
+        raise ConfigError(f"{self.spec.name} runs in the step's own pod, not as a cluster job")
+
+    def check_kubernetes(self, cfg) -> None:
+        """Refuses, before any work, settings this mode cannot honour on Kubernetes."""
+
+    # ---- training (in a process the mode started) -------------------------------------
+
+    def train(self, cfg) -> dict:
+        """Trains in this process, in the role the mode gave it; returns the history."""
+        raise NotImplementedError
+
+    # ---- the comparison ------------------------------------------------------------------
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        """This mode's cells of the comparison table for one run.
+
+        Args:
+            run: The run's ``history["run"]``.
+            history: The run's history.
+        """
+        return {"parameter_servers": 0, "aggregation": None, "transport": None}

@@ -1,0 +1,200 @@
+"""``sync:N:min=M``: elastic Horovod; training goes on after losing workers, down to M."""
+
+from __future__ import annotations
+
+import time
+
+from distrain.train.config import ConfigError
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import Process
+from distrain.train.modes.sync import Sync
+
+
+class ElasticEngine:
+    """What the epoch driver asks of an elastic run (its loop is :meth:`ElasticSync.train`'s)."""
+
+    def __init__(self, hvd):
+        self.hvd = hvd
+        self.gradients_per_update = 1  # examples are counted by the loop (the world varies)
+        self.resets = 0
+
+    def refresh(self) -> None:
+        pass
+
+    def epoch_note(self) -> str:
+        return ""
+
+    def history(self) -> dict:
+        return {
+            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            "idle_horovod_threads": 0,
+            "elastic_resets": self.resets,
+        }
+
+    def finish(self) -> None:
+        pass
+
+
+class ElasticSync(Sync):
+    """Elastic Horovod (``horovodrun --min-np M --max-np N``), local processes only.
+
+    The state (variables, step, epoch, the epoch's progress and partial sums) is committed
+    in memory every ``elastic_commit_steps`` steps. When a worker is lost, the others go
+    back to the last commit, Horovod rebuilds the ring without it, rank 0 broadcasts the
+    state, and every rank reads its share of the data for the new world size. An epoch
+    is a pass's worth of examples whatever the size; checkpoints record the examples done
+    in the epoch, so a killed run resumes mid-epoch and ends at the same step count.
+    """
+
+    elastic = True
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        options = super().check(workers, options)
+        low = cls.integer(options, "min")
+        if not 1 <= low <= workers:
+            raise ConfigError(
+                f"sync: min workers must be between 1 and workers ({workers}), got {low}"
+            )
+        return {"min": low}
+
+    def short_name(self) -> str:
+        return f"{self.spec.mode}:{self.spec.workers}:min={self.spec.option('min')}"
+
+    def check_config(self, cfg) -> None:
+        if cfg.controller == "mpi":
+            raise ConfigError(f"{self.short_name()}: elastic Horovod runs need the gloo controller")
+
+    def local_processes(self, cfg, config_path, logs) -> list[Process]:
+        from distrain.train.launch import sync_command, worker_command
+
+        return [Process("chief", sync_command(cfg, worker_command(config_path)), main=True)]
+
+    def check_kubernetes(self, cfg) -> None:
+        raise ConfigError(
+            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
+        )
+
+    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
+        self.check_kubernetes(cfg)
+        return []
+
+    def train(self, cfg) -> dict:
+        import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
+
+        from distrain.train.replica import Group, Replica
+        from distrain.train.runtime import start_horovod
+
+        hvd, _ = start_horovod(False)
+        group = Group(hvd.rank(), hvd.size(), hvd)
+        replica = Replica(cfg, group)
+        engine = ElasticEngine(hvd)
+        driver = EpochDriver(cfg, replica, engine)
+        driver.restore()
+        n_train = replica.info.splits["train"]
+        total = int(replica.examples.numpy())
+        if replica.step and not total:  # a checkpoint from before examples were recorded
+            total = replica.step * cfg.batch_size * cfg.run.workers
+
+        class State(hvd.elastic.TensorFlowState):
+            def sync(self):
+                hvd.broadcast_variables(self.variables, root_rank=0)  # [sync] from rank 0
+                super().sync()
+
+        state = State(
+            variables=[
+                *replica.model.variables,
+                *replica.optimizer.variables,
+                replica.version,
+                replica.epoch_var,
+            ],
+            # Resumed mid-epoch: the examples the checkpoint's epoch had done.
+            epoch_examples=int(replica.epoch_examples.numpy()),
+            loss_sum=0.0,
+            correct=0.0,
+            seen=0,
+            epoch_seconds=0.0,
+            total_examples=total,
+        )
+
+        def on_reset():
+            # Not in the state: a sync restores the state to its last commit.
+            engine.resets += 1
+
+        state.register_reset_callbacks([on_reset])
+
+        def fold(local: list[float]) -> None:
+            loss_sum, correct = replica.group.sums(*local)  # [sync] over the live ranks
+            state.loss_sum += loss_sum
+            state.correct += correct
+            local[:] = [0.0, 0.0]
+
+        def checkpoint(step: int) -> None:
+            replica.examples.assign(state.total_examples)
+            replica.epoch_examples.assign(state.epoch_examples)
+            replica.checkpoint(step)
+
+        start = time.perf_counter()
+        replica.log(
+            f"{replica.info.dataset}/{cfg.model}: {n_train} train examples, {cfg.run}, batch "
+            f"{cfg.batch_size} per worker, {cfg.threads} thread(s) per worker"
+        )
+
+        @hvd.elastic.run  # [sync] retried from the last commit after a lost worker
+        def train_elastic(state):
+            size = hvd.size()
+            replica.set_group(Group(hvd.rank(), size, hvd))
+            if cfg.scale_learning_rate:
+                # [sync] the learning rate follows the gradients averaged per step.
+                replica.optimizer.learning_rate = cfg.learning_rate * size
+            # Traced for this world's learning rate.
+            step_fn = replica.train_step(hvd.DistributedGradientTape)
+            if engine.resets:
+                replica.log(
+                    f"continuing with {size} workers from step {replica.step}, "
+                    f"learning rate {replica.optimizer.learning_rate:g}"
+                )
+            global_batch = size * cfg.batch_size
+            # [sync] this world's share, in a new order after every reset.
+            seed = cfg.seed + replica.rank + 7919 * engine.resets + 104729 * replica.step
+            iterator = iter(replica.train_shard(seed))
+            step = replica.step
+            while replica.epoch < cfg.epochs:
+                epoch = replica.epoch
+                t0 = time.perf_counter()
+                local = [0.0, 0.0]
+                while state.epoch_examples + global_batch <= n_train:
+                    batch_loss, batch_correct = step_fn(*next(iterator))
+                    local[0] += float(batch_loss)
+                    local[1] += float(batch_correct)
+                    step += 1
+                    state.epoch_examples += global_batch
+                    state.seen += global_batch
+                    state.total_examples += global_batch
+                    last = state.epoch_examples + global_batch > n_train
+                    if step % cfg.elastic_commit_steps == 0 and not last:
+                        fold(local)
+                        state.epoch_seconds += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        state.commit()  # [sync] also where a changed world is noticed
+                    every = cfg.checkpoint_every_steps
+                    if every and step % every == 0 and not last:
+                        checkpoint(step)
+                fold(local)
+                state.epoch_seconds += time.perf_counter() - t0
+                driver.examples_so_far = state.total_examples
+                state.epoch_examples = 0
+                replica.examples.assign(state.total_examples)
+                replica.epoch_examples.assign(0)
+                driver.end_epoch(
+                    epoch, state.loss_sum, state.correct, state.seen, state.epoch_seconds, start
+                )
+                state.seen = 0
+                state.loss_sum = state.correct = state.epoch_seconds = 0.0
+                state.commit()
+
+        train_elastic(state)
+        replica.save_model()
+        history = driver.history()
+        hvd.join()
+        return history

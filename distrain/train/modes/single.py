@@ -1,0 +1,111 @@
+"""``single``: one process, the reference every other mode's speedup is measured against."""
+
+from __future__ import annotations
+
+import time
+
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import Mode, register
+
+# Training steps per traced call (fewer at an epoch's end or a checkpoint).
+STEPS_PER_CALL = 16
+
+
+class LocalSteps:
+    """The epoch driver's engine for one process: steps on this process's shard.
+
+    Several steps per call, the loop inside the traced function: the Python between steps
+    (a call, a read of the loss) otherwise costs a one-process run about a fifth of its
+    speed at small batches. Shared with sync, which calls one step at a time
+    (``steps_per_call=1``): each of its steps waits for its allreduce anyway.
+
+    Args:
+        replica: This process's :class:`distrain.train.replica.Replica`.
+        step: The traced training step (``replica.train_step(...)``).
+        steps_per_call: Steps in one traced call.
+    """
+
+    gradients_per_update = 1
+
+    def __init__(self, replica, step, steps_per_call: int = STEPS_PER_CALL):
+        self.replica, self.step, self.steps_per_call = replica, step, steps_per_call
+        self.cfg = replica.cfg
+        self.iterator = None
+
+    def updates_per_epoch(self) -> int:
+        g = self.replica.group
+        # [sync] every rank runs the same number of steps on its 1/size (floor), or the
+        # last step's allreduce would wait forever.
+        return max(1, self.replica.info.splits["train"] // g.size // self.cfg.batch_size)
+
+    def start(self) -> None:
+        r = self.replica
+        data = r.train_shard(self.cfg.seed + r.rank)
+        if r.step:
+            # A resumed run reads on from where the checkpoint was: the same batches, in
+            # the same order, as a run that was never stopped.
+            data = data.skip(r.step)
+        self.iterator = iter(data)
+        if self.steps_per_call > 1:
+            tf, step, iterator = r.tf, self.step, self.iterator
+
+            @tf.function
+            def calls(count):
+                loss_sum = tf.constant(0.0)
+                correct = tf.constant(0.0)
+                for _ in tf.range(count):
+                    batch_loss, batch_correct = step(*next(iterator))
+                    loss_sum += batch_loss
+                    correct += batch_correct
+                return loss_sum, correct
+
+            self.calls = calls
+
+    def run(self, epoch: int, position: int, stop: int):
+        loss_sum = correct = 0.0
+        durations: list[float] = []
+        while position < stop:
+            t = time.perf_counter()
+            count = min(self.steps_per_call, stop - position)
+            if self.steps_per_call > 1:
+                batch_loss, batch_correct = self.calls(self.replica.tf.constant(count))
+            else:
+                batch_loss, batch_correct = self.step(*next(self.iterator))
+            loss_sum += float(batch_loss)  # waits for the steps (and their allreduce)
+            correct += float(batch_correct)
+            durations.extend([(time.perf_counter() - t) / count] * count)
+            position += count
+        return loss_sum, correct, durations
+
+    def epoch_totals(self, loss_sum, correct, seen):
+        loss_sum, correct, seen = self.replica.group.sums(loss_sum, correct, seen)  # [sync]
+        return loss_sum, correct, int(seen)
+
+    def refresh(self) -> None:
+        pass
+
+    def epoch_note(self) -> str:
+        return ""
+
+    def history(self) -> dict:
+        return {}
+
+    def finish(self) -> None:
+        pass
+
+
+@register
+class Single(Mode):
+    """One worker process: the baseline of speedup and efficiency."""
+
+    name = "single"
+    fixed_workers = 1
+
+    def needs_cluster(self) -> bool:
+        return False
+
+    def train(self, cfg) -> dict:
+        from distrain.train.replica import Replica
+
+        replica = Replica(cfg)
+        return EpochDriver(cfg, replica, LocalSteps(replica, replica.train_step())).run()

@@ -1,0 +1,98 @@
+"""``sync``: Horovod ring-allreduce over N ranks, every rank running the same steps (SPMD)."""
+
+from __future__ import annotations
+
+from distrain.train.config import ConfigError, TrainingError
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import Mode, Process, register
+from distrain.train.modes.single import LocalSteps
+
+
+class SyncSteps(LocalSteps):
+    """[sync] One step per call, its gradients allreduce-averaged; rank 0's state to all first.
+
+    Args:
+        replica: This rank's replica (its group holds Horovod).
+        lowered: Horovod's threads lowered to idle priority (for the history).
+    """
+
+    def __init__(self, replica, lowered: list[int] = ()):
+        hvd = replica.group.hvd
+        # [sync] Horovod's tape averages the gradients over the ranks.
+        super().__init__(replica, replica.train_step(hvd.DistributedGradientTape), 1)
+        self.hvd, self.lowered = hvd, list(lowered)
+        self.gradients_per_update = replica.group.size
+
+    def start(self) -> None:
+        r = self.replica
+        # [sync] every rank starts from rank 0's weights, optimizer state and step.
+        self.hvd.broadcast_variables(
+            [*r.model.variables, *r.optimizer.variables, r.version, r.epoch_var], root_rank=0
+        )
+        super().start()
+
+    def history(self) -> dict:
+        return {
+            # [sync] the transport the ranks actually used
+            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            # [sync] Horovod's threads that rank 0 runs at idle priority (0: none)
+            "idle_horovod_threads": len(self.lowered),
+        }
+
+
+@register
+class Sync(Mode):
+    """Horovod allreduce: N ranks, one update per step from the mean of N gradients."""
+
+    name = "sync"
+    options = {"min": "elastic Horovod: training goes on while at least this many workers live"}
+    #: Whether the world may shrink during the run (the elastic variant).
+    elastic = False
+
+    @classmethod
+    def variant(cls, options: dict) -> type[Mode]:
+        if "min" in options:
+            from distrain.train.modes.elastic import ElasticSync
+
+            return ElasticSync
+        return cls
+
+    def gradients_per_update(self) -> int:
+        return self.spec.workers  # [sync] the mean of every rank's gradient
+
+    def local_processes(self, cfg, config_path, logs) -> list[Process]:
+        from distrain.train.launch import horovod_env, sync_command, worker_command
+
+        command = sync_command(cfg, worker_command(config_path))
+        return [Process("chief", command, env=horovod_env(cfg), main=True)]
+
+    def check_kubernetes(self, cfg) -> None:
+        if cfg.controller == "gloo":
+            raise ConfigError(
+                f"{cfg.run.name}: controller 'gloo' is for local runs; on Kubernetes sync runs "
+                "are an MPIJob whose ranks mpirun starts (use 'auto' or 'mpi')"
+            )
+
+    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
+        from distrain.k8s.objects import mpijob
+
+        self.check_kubernetes(cfg)
+        return [mpijob(cfg, k, name, config_path)]
+
+    def train(self, cfg) -> dict:
+        from distrain.train.replica import Group, Replica
+        from distrain.train.runtime import start_horovod
+
+        # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
+        hvd, lowered = start_horovod(cfg.idle_horovod_threads)
+        if hvd.size() != cfg.run.workers:
+            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {cfg.run.workers}")
+        replica = Replica(cfg, Group(hvd.rank(), hvd.size(), hvd))
+        history = EpochDriver(cfg, replica, SyncSteps(replica, lowered)).run()
+        hvd.join()  # [sync] no rank leaves before the others are done
+        return history
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        # How the ranks exchanged gradients: Horovod's controller, as the run recorded it.
+        return {"parameter_servers": 0, "aggregation": None, "transport": history.get("controller")}

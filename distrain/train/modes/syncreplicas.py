@@ -1,0 +1,120 @@
+"""``syncreplicas``: N of M gradients per update, stale ones dropped (backup workers)."""
+
+from __future__ import annotations
+
+from distrain.train.config import ConfigError
+from distrain.train.modes import register
+from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+
+
+class SyncReplicasRule(PushRule):
+    """[syncreplicas] N of M gradients per update, accumulated on the parameter servers.
+
+    As TensorFlow's ``SyncReplicasOptimizer``: a gradient computed on the current version
+    is added to the accumulators (one per variable, on its parameter server); the one
+    that makes ``aggregate`` applies their mean as one update, zeroes them and advances
+    the version. A gradient computed on an older version is stale and dropped; the
+    backup workers' late gradients are dropped that way. Sparse gradients are added row by
+    row. All of it runs inside the lock, so no gradient can land between the mean and the
+    version's advance.
+
+    Args:
+        aggregate: Gradients averaged into one update.
+    """
+
+    def __init__(self, aggregate: int):
+        self.aggregate = self.gradients_per_update = aggregate
+
+    def create_variables(self, g: PSGraph) -> list:
+        tf = g.tf
+        self.sums = []
+        for var in g.variables:
+            with tf.compat.v1.device(var.device):
+                self.sums.append(
+                    tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False, name="grad_sum")
+                )
+        with tf.compat.v1.device("/job:ps/task:0"):
+            self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
+        return [*self.sums, self.count]
+
+    def push(self, g: PSGraph, grads, read_version, record):
+        tf, agg = g.tf, self.aggregate
+
+        def decide():
+            version = g.version.read_value()
+            fresh = tf.equal(read_version, version)
+            open_ = version < g.limit.read_value()
+            accept = tf.logical_and(fresh, open_)
+            weight = tf.cast(accept, tf.float32)
+            adds = []
+            for grad, total in zip(grads, self.sums, strict=True):
+                with tf.compat.v1.device(total.device):
+                    if isinstance(grad, tf.IndexedSlices):
+                        rows = tf.IndexedSlices(grad.values * weight, grad.indices)
+                        adds.append(total.scatter_add(rows))
+                    else:
+                        adds.append(total.assign_add(grad * weight))
+            count = self.count.read_value() + tf.cast(accept, tf.int64)
+
+            def apply_mean():
+                mean = [total.read_value() / agg for total in self.sums]
+                update = g.optimizer.apply_gradients(zip(mean, g.variables, strict=True))
+                with tf.control_dependencies([update]):
+                    zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
+                with tf.control_dependencies(zero):
+                    return tf.group(
+                        self.count.assign(0), g.version.assign_add(1), g.applied.assign_add(1)
+                    )
+
+            with tf.control_dependencies(adds):
+                outcome = tf.cond(
+                    count >= agg, apply_mean, lambda: tf.group(self.count.assign(count))
+                )
+            delay = version - read_version
+            recorded = tf.cast(tf.logical_or(accept, tf.logical_not(fresh)), tf.int64)
+            stats = record(tf.cast(accept, tf.int64), recorded, delay)
+            return open_, [outcome, *stats]
+
+        open_, release = g.critical(decide, grads)
+        return open_, release
+
+    def dropped(self, staleness: list[int]) -> int:
+        return sum(1 for d in staleness if d > 0)
+
+
+@register
+class SyncReplicas(ParameterServerMode):
+    """N of M gradients per update; the M - A backup workers' late ones are dropped.
+
+    Each update averages the first ``aggregate`` gradients computed on the current
+    parameters, so a straggler does not hold the update up.
+    """
+
+    name = "syncreplicas"
+    options = {**ParameterServerMode.options, "aggregate": "gradients per update (default: all)"}
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        aggregate = cls.integer(options, "aggregate", workers)
+        if not 1 <= aggregate <= workers:
+            raise ConfigError(
+                f"syncreplicas: replicas_to_aggregate must be between 1 and workers "
+                f"({workers}), got {aggregate}"
+            )
+        return {**checked, "aggregate": aggregate}
+
+    def gradients_per_update(self) -> int:
+        return int(self.spec.option("aggregate"))
+
+    def rule(self) -> PushRule:
+        return SyncReplicasRule(self.gradients_per_update())
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        options = run.get("options") or {}
+        aggregate = options.get("aggregate", run.get("replicas_to_aggregate"))
+        return {
+            **super().columns(run, history),
+            "aggregation": f"{aggregate}/{run['workers']}",
+        }

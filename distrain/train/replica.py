@@ -1,0 +1,255 @@
+"""One process's copy of the model: optimizer, checkpoints, evaluation and the training step.
+
+Every mode trains through one of these (a parameter-server chief keeps one as the copy
+it checkpoints and evaluates). What a mode adds, a collective for sync ranks or the
+parameter servers, it passes in; the lines where it matters are marked ``[sync]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.inputs import DatasetInfo, make_dataset, shard_size
+
+VAL_BATCH = 512
+
+
+@dataclass
+class Group:
+    """The processes that train one model together (a sync run's ranks; else just this one).
+
+    Attributes:
+        rank: This process's rank.
+        size: Processes in the group.
+        hvd: ``horovod.tensorflow`` when the group allreduces (sync), else None.
+    """
+
+    rank: int = 0
+    size: int = 1
+    hvd: object = None
+
+    def sums(self, *values: float) -> list[float]:
+        """Each value summed over the group."""
+        if self.hvd is None:
+            return list(values)
+        import tensorflow as tf
+
+        summed = self.hvd.allreduce(tf.constant(values, tf.float64), op=self.hvd.Sum)  # [sync]
+        return [float(v) for v in summed.numpy()]
+
+
+class Replica:
+    """The model, Adam, the version and epoch counters, checkpoints and validation.
+
+    Args:
+        cfg: The run's configuration.
+        group: The processes training together (default: this one alone).
+        learning_rate: The optimizer's rate (default: the config's effective one).
+    """
+
+    def __init__(self, cfg: TrainConfig, group: Group | None = None, learning_rate=None):
+        import tensorflow as tf
+        import tf_keras as keras
+
+        from distrain.train.models import build_model
+        from distrain.train.optim import Adam
+
+        self.cfg, self.tf, self.keras = cfg, tf, keras
+        self.group = group or Group()
+        self.out = Path(cfg.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.info = DatasetInfo.load(cfg.data_dir)
+        self.labels_per_example = int(self.info.metadata.get("labels_per_example", 1))
+        self.model = build_model(self.info, cfg.model, cfg.seed)
+        # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
+        self.optimizer = Adam(learning_rate or cfg.effective_learning_rate)
+        self.optimizer.build(self.model.trainable_variables)
+        # The parameter version: +1 for every update applied to the variables.
+        self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
+        self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        # Examples trained on so far, and in the current epoch: a run whose batches per
+        # update change (elastic) resumes mid-epoch from these.
+        self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
+        self.epoch_examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_ex")
+        self.ckpt = tf.train.Checkpoint(
+            model=self.model,
+            optimizer=self.optimizer,
+            epoch=self.epoch_var,
+            version=self.version,
+            examples=self.examples,
+            epoch_examples=self.epoch_examples,
+        )
+        # TensorFlow writes a checkpoint's files under temporary names and only then
+        # points the ``checkpoint`` state file at it: a run killed while saving leaves
+        # the previous checkpoints as they were.
+        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.out / "checkpoints"), 3)
+        self.set_group(self.group)
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank
+
+    @property
+    def step(self) -> int:
+        """Updates applied so far."""
+        return int(self.version.numpy())
+
+    @property
+    def epoch(self) -> int:
+        """Epochs finished."""
+        return int(self.epoch_var.numpy())
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch_var.assign(epoch)
+
+    def set_group(self, group: Group) -> None:
+        """The group changed (an elastic run's): validation is read in shares of the new size."""
+        self.group = group
+        self.val_ds = make_dataset(
+            self.info,
+            "validation",
+            VAL_BATCH,
+            shard=(group.size, group.rank),  # [sync]
+        )
+        self.__dict__.pop("_val_iterator", None)
+
+    def log(self, message: str) -> None:
+        """A line on the run's output, from rank 0 only."""
+        if self.rank == 0:
+            print(f"[{self.cfg.run.name}] {message}", flush=True)
+
+    # ---- training ----------------------------------------------------------------------
+
+    def train_shard(self, seed: int):
+        """This process's training batches: shuffled with ``seed``, repeated, full batches.
+
+        [sync] Each rank reads a disjoint 1/size of the split.
+        """
+        return make_dataset(
+            self.info,
+            "train",
+            self.cfg.batch_size,
+            shard=(self.group.size, self.group.rank),  # [sync]
+            shuffle=True,
+            seed=seed,
+            repeat=True,
+            drop_remainder=True,
+        )
+
+    def gradients(self, x, y, tape_wrapper=None):
+        """Forward and backward pass on one batch: (summed loss, correct count, gradients).
+
+        Args:
+            x: Features.
+            y: Labels.
+            tape_wrapper: Wraps the gradient tape ([sync] Horovod's allreducing tape).
+        """
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            logits = self.model(x, training=True)
+            losses = self.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            loss = tf.reduce_mean(losses)
+        if tape_wrapper is not None:
+            tape = tape_wrapper(tape)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        correct = tf.reduce_sum(
+            tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
+        )
+        return tf.reduce_sum(losses), correct, grads
+
+    def train_step(self, tape_wrapper=None):
+        """The traced step: gradients, one update, the version; returns (loss sum, correct)."""
+        tf = self.tf
+
+        @tf.function
+        def train_step(x, y):
+            loss_sum, correct, grads = self.gradients(x, y, tape_wrapper)
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+            self.version.assign_add(1)
+            return loss_sum, correct
+
+        return train_step
+
+    # ---- evaluation --------------------------------------------------------------------
+
+    def eval_function(self):
+        """The traced validation step: one trace, for every batch shape and epoch."""
+        if not hasattr(self, "_eval_step"):
+            tf, keras, model = self.tf, self.keras, self.model
+
+            @tf.function(input_signature=list(self.val_ds.element_spec))
+            def eval_step(x, y):
+                logits = model(x, training=False)
+                loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
+                return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.float32))
+
+            self._eval_step = eval_step
+        return self._eval_step
+
+    def evaluate(self) -> tuple[float, float]:
+        """Validation loss and accuracy per label, over the whole split (every rank's share)."""
+        eval_step = self.eval_function()
+        if "_val_iterator" not in self.__dict__:
+            # One iterator over the repeated split: each evaluation takes exactly one pass.
+            g = self.group
+            rows = shard_size(self.info.splits["validation"], g.size, g.rank)  # [sync]
+            self._val_batches = -(-rows // VAL_BATCH)
+            self._val_iterator = iter(self.val_ds.repeat())
+        loss_sum = correct = count = 0.0
+        for _ in range(self._val_batches):
+            x, y = next(self._val_iterator)
+            batch_loss, batch_correct = eval_step(x, y)
+            loss_sum += float(batch_loss)
+            correct += float(batch_correct)
+            count += int(np.prod(y.shape))
+        loss_sum, correct, count = self.group.sums(loss_sum, correct, count)  # [sync]
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    # ---- checkpoints and the saved model ----------------------------------------------
+
+    def restore(self) -> str | None:
+        """Restores the newest readable checkpoint; returns its path (None: there is none).
+
+        A checkpoint that cannot be read (a damaged file) is reported and the one before
+        it is tried; when none can be read the run fails rather than start over silently.
+
+        Raises:
+            TrainingError: No checkpoint in the directory can be read.
+        """
+        candidates = list(reversed(self.manager.checkpoints))
+        errors = []
+        for path in candidates:
+            try:
+                self.ckpt.restore(path).expect_partial()
+                return path
+            except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
+                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                errors.append(f"{path}: {type(err).__name__}: {first_line}")
+                self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
+        if errors:
+            raise TrainingError(
+                f"no readable checkpoint in {self.out / 'checkpoints'}: " + "; ".join(errors)
+            )
+        return None
+
+    def checkpoint(self, step: int, engine=None) -> None:
+        """Rank 0's (the chief's) checkpoint at update ``step``."""
+        if self.rank == 0:  # [sync] rank 0 only
+            if engine is not None:
+                engine.refresh()  # [ps] the parameter servers' values, workers at the limit
+            self.manager.save(checkpoint_number=step)
+
+    def save_model(self) -> None:
+        """``model.keras`` (rank 0), and every rank's weights if the config asks."""
+        if self.cfg.dump_rank_weights:
+            weights_dir = self.out / "weights"
+            weights_dir.mkdir(exist_ok=True)
+            values = [v.numpy() for v in self.model.weights]
+            np.savez(weights_dir / f"rank{self.rank}.npz", *values)
+        if self.rank == 0:  # [sync] only rank 0 writes the model
+            self.model.save(self.out / "model.keras")

@@ -1,0 +1,224 @@
+"""The epoch driver's bookkeeping, with a fake replica and engine: no TensorFlow, no cluster.
+
+Also the plugin contract: a mode is one registered class, and nothing outside
+``distrain/train/modes`` (and the parameter-server engine it shares) names a mode.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from distrain.train.config import ConfigError, RunSpec, TrainConfig, TrainingError
+from distrain.train.driver import (
+    EpochDriver,
+    next_stop,
+    resume_point,
+    steady_throughput,
+    step_spread,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_segments_stop_at_checkpoints_and_epoch_ends():
+    # 10 updates an epoch, a checkpoint every 4 global updates.
+    assert next_stop(0, 0, 10, 4) == 4
+    assert next_stop(0, 8, 10, 4) == 10  # the epoch ends before update 12
+    assert next_stop(1, 0, 10, 4) == 2  # global 10 -> the checkpoint at 12
+    assert next_stop(1, 2, 10, 4) == 6
+    assert next_stop(3, 5, 10, 0) == 10  # epoch ends only
+
+
+def test_resume_point_from_a_checkpoint():
+    assert resume_point(0, 0, 10, 3, "ckpt") == (0, 0)
+    assert resume_point(14, 1, 10, 3, "ckpt") == (1, 4)  # mid-epoch 2
+    assert resume_point(30, 3, 10, 3, "ckpt") == (3, 0)  # done
+    with pytest.raises(TrainingError, match="does not fit epochs of 10 updates"):
+        resume_point(25, 1, 10, 3, "ckpt")  # written with another batch size
+
+
+def test_throughput_leaves_out_the_first_epoch():
+    epochs = [
+        {"examples": 100, "step_seconds": 10.0},
+        {"examples": 300, "step_seconds": 1.0},
+        {"examples": 500, "step_seconds": 1.0},
+    ]
+    assert steady_throughput(epochs) == pytest.approx(400 / 2.0)
+    assert steady_throughput(epochs[:1]) == pytest.approx(10.0)
+    assert steady_throughput([]) == 0.0
+    spread = step_spread([0.001] * 9 + [0.010])
+    assert spread["count"] == 10 and spread["median"] == pytest.approx(1.0)
+
+
+class FakeReplica:
+    """What the driver needs of a replica, in plain Python."""
+
+    def __init__(self, tmp_path, info_train=100, restored=(0, 0)):
+        self.out = tmp_path
+        self.rank = 0
+        self.labels_per_example = 1
+        self.step, self.epoch = restored
+        self.info = type("Info", (), {"splits": {"train": info_train}, "dataset": "fake"})()
+        self.checkpoints: list[int] = []
+        self.saved = False
+
+    def restore(self):
+        return "ckpt-x" if self.step else None
+
+    def log(self, message):
+        pass
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def evaluate(self):
+        return 0.5, 0.9
+
+    def checkpoint(self, step, engine=None):
+        self.checkpoints.append(step)
+
+    def save_model(self):
+        self.saved = True
+
+
+class FakeEngine:
+    """Each update: 2 batches, loss 1.0 and 3 correct per batch."""
+
+    gradients_per_update = 2
+
+    def __init__(self, replica, per_epoch=5):
+        self.replica, self.per_epoch = replica, per_epoch
+        self.calls: list[tuple[int, int, int]] = []
+
+    def updates_per_epoch(self):
+        return self.per_epoch
+
+    def start(self):
+        pass
+
+    def run(self, epoch, position, stop):
+        self.calls.append((epoch, position, stop))
+        n = stop - position
+        self.replica.step += n
+        return 2.0 * n, 6.0 * n, [0.01] * n
+
+    def epoch_totals(self, loss_sum, correct, seen):
+        return loss_sum, correct, seen
+
+    def refresh(self):
+        pass
+
+    def epoch_note(self):
+        return ""
+
+    def history(self):
+        return {"mode_field": True}
+
+    def finish(self):
+        pass
+
+
+def config(tmp_path, **kw):
+    settings = {"epochs": 3, "batch_size": 4, "checkpoint_every_steps": 3, **kw}
+    return TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), **settings)
+
+
+def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
+    replica = FakeReplica(tmp_path)
+    engine = FakeEngine(replica)
+    history = EpochDriver(config(tmp_path), replica, engine).run()
+    # Segments end at every third global update and at each epoch's end (5 updates).
+    assert engine.calls[:3] == [(0, 0, 3), (0, 3, 5), (1, 0, 1)]
+    assert sum(stop - start for _, start, stop in engine.calls) == 15
+    # Mid-epoch checkpoints at 3, 6, 9, 12 (not 15: an epoch end has its own), then ends.
+    assert replica.checkpoints == [3, 5, 6, 9, 10, 12, 15]
+    assert history["steps"] == 15 and history["mode_field"]
+    assert [e["examples"] for e in history["epochs"]] == [40, 80, 120]  # updates x 2 x 4
+    assert history["epochs"][0]["loss"] == pytest.approx(2.0 * 5 / 40)
+    assert history["epochs"][0]["accuracy"] == pytest.approx(6.0 * 5 / 40)
+    assert history["global_batch_size"] == 8
+    assert history["step_ms"]["count"] == 10  # the epochs after the first
+    assert replica.saved and (tmp_path / "history.json").exists()
+
+
+def test_the_driver_resumes_mid_epoch_and_ends_at_the_same_step(tmp_path):
+    replica = FakeReplica(tmp_path, restored=(7, 1))  # 2 updates into epoch 2
+    engine = FakeEngine(replica)
+    history = EpochDriver(config(tmp_path), replica, engine).run()
+    assert engine.calls[0] == (1, 2, 4)  # from position 2 to the checkpoint at 9
+    assert history["steps"] == 15
+    assert history["resumed_at_steps"] == [7]
+
+
+# ---- the plugin contract ------------------------------------------------------------------
+
+
+def test_a_new_mode_is_one_registered_class(tmp_path):
+    from distrain.train import modes
+
+    @modes.register
+    class Toy(modes.Mode):
+        name = "toy"
+        options = {"k": "steps between exchanges"}
+
+        @classmethod
+        def check(cls, workers, options):
+            checked = super().check(workers, options)
+            return {**checked, "k": cls.integer(options, "k", 4)}
+
+        def gradients_per_update(self):
+            return self.spec.workers
+
+    try:
+        spec = RunSpec.parse("toy:3")
+        assert spec.option("k") == 4 and str(spec) == "toy:3:k=4"
+        cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="toy:3:k=2")
+        assert cfg.effective_learning_rate == pytest.approx(3 * cfg.learning_rate)
+        assert TrainConfig.from_json(cfg.to_json()).run == cfg.run
+        with pytest.raises(ConfigError, match="toy mode has no option 'ps'"):
+            RunSpec.parse("toy:2:ps=1")
+    finally:
+        modes._REGISTRY.pop("toy")
+
+
+def test_nothing_outside_the_modes_branches_on_a_mode_name():
+    from distrain.train.modes import mode_names
+
+    names = "|".join(re.escape(n) for n in mode_names())
+    pattern = re.compile(rf"""(==|!=|\bin)\s*\(?\s*["']({names})["']""")
+    allowed = {ROOT / "distrain" / "train" / "modes"}
+    offenders = []
+    for path in [*(ROOT / "distrain").rglob("*.py"), *(ROOT / "components").rglob("*.py")]:
+        if any(parent in allowed for parent in path.parents):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_import_cycle_in_distrain_train():
+    import ast
+
+    package = ROOT / "distrain" / "train"
+    graph: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.col_offset == 0:
+                if node.module.startswith("distrain.train"):
+                    deps.add(node.module)
+        graph[module] = deps
+
+    def visit(module, trail):
+        if module in trail:
+            raise AssertionError(" -> ".join([*trail, module]))
+        for dep in graph.get(module, ()):
+            visit(dep, [*trail, module])
+
+    for module in graph:
+        visit(module, [])
