@@ -38,6 +38,7 @@ import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,11 @@ class SuiteConfig:
             measure of sync efficiency (:mod:`benchmarks.paired_worker`); the median
             group's is the target's.
         paired_steps: Training steps per phase.
+        peer_size: MNIST images (train and validation) of the peer comparison's data.
+        peer_setups: (model, batch per worker) of the peer comparison: the MNIST
+            defaults, where per-step overhead shows most, and the suite's CNN.
+        peer_epochs: Epochs of each peer-comparison run (the first is warm-up).
+        peer_repeats: Repeats of each mode-and-peer pair (ranges are over them).
         link_gbps: Link bandwidth of the scaling plan (Gbit/s).
         link_latency_us: Link latency of the scaling plan (microseconds).
     """
@@ -95,6 +101,10 @@ class SuiteConfig:
     efficiency_repeats: int = 1
     paired_groups: int = 12
     paired_steps: int = 8
+    peer_size: int = 20000
+    peer_setups: tuple = (("mlp", 64), ("cnn", 1024))
+    peer_epochs: int = 3
+    peer_repeats: int = 2
     link_gbps: float = 10.0
     link_latency_us: float = 20.0
 
@@ -114,6 +124,10 @@ class SuiteConfig:
             efficiency_repeats=1,
             paired_groups=2,
             paired_steps=3,
+            peer_size=2000,
+            peer_setups=(("mlp", 64),),
+            peer_epochs=2,
+            peer_repeats=1,
             **kw,
         )
 
@@ -396,10 +410,10 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
     ``controller`` as :attr:`TrainConfig.controller`, with the launcher's environment for
     it; a failure raises with the end of the output.
     """
-    from distrain.train.launch import launch_env, sync_command
+    from distrain.train.launch import horovod_env, sync_command
 
     settings = _sync_settings(controller)
-    env = {**(env or os.environ), **launch_env(settings)}
+    env = {**(env or os.environ), **horovod_env(settings)}
     cmd = sync_command(settings, args)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
@@ -995,6 +1009,85 @@ def scaling_plan(cfg: SuiteConfig, training: dict, allreduce: dict) -> dict:
 # -- the report ------------------------------------------------------------------------
 
 
+# Each mode and its plain-TensorFlow peer (benchmarks/peers), and the least ratio it must
+# keep: distrain's mode examples/s over the peer's, the median of the repeats.
+PEER_PAIRS = [
+    ("single:1", "single", 1, None, 0.97),
+    ("sync:2", "mwms", 2, None, 1.2),
+    ("async:2:ps=1", "async", 2, None, 1.0),
+    ("syncreplicas:3:aggregate=2", "syncreplicas", 3, 2, 1.0),
+]
+
+
+def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
+    """Section 8: each mode against its plain-TensorFlow peer, interleaved, same work.
+
+    Same data, model, batch per worker, threads per process and epochs; no checkpoints
+    in the timed part (distrain checkpoints only after its last epoch). Each repeat runs
+    every pair back to back, mode and peer in turn, the one that goes first alternating
+    between repeats, so that a drift of the host hits both sides of a ratio alike.
+    """
+    from benchmarks.peers import run_peer
+    from distrain.train.config import TrainConfig
+    from distrain.train.launch import run_training
+
+    data = _mnist_data(tmp, cfg.peer_size)
+    rows = []
+    for model, batch in cfg.peer_setups:
+        for spec, kind, workers, aggregate, floor in PEER_PAIRS:
+            ratios, ours, theirs = [], [], []
+            for rep in range(cfg.peer_repeats):
+
+                def mode(spec=spec, model=model, batch=batch, rep=rep):
+                    out = tmp / f"peer-{model}-{spec.replace(':', '_')}-{rep}"
+                    shutil.rmtree(out, ignore_errors=True)
+                    tc = TrainConfig(
+                        data_dir=str(data),
+                        output_dir=str(out),
+                        run=spec,
+                        model=model,
+                        epochs=cfg.peer_epochs,
+                        batch_size=batch,
+                        checkpoint_every_steps=0,
+                        checkpoint_every_epochs=cfg.peer_epochs,
+                    )
+                    return run_training(tc)["examples_per_second"]
+
+                def peer(kind=kind, workers=workers, aggregate=aggregate, model=model, batch=batch):
+                    result = run_peer(
+                        kind,
+                        str(data),
+                        workers,
+                        batch,
+                        model,
+                        cfg.peer_epochs,
+                        aggregate=aggregate,
+                    )
+                    return result["examples_per_second"]
+
+                first, second = (mode, peer) if rep % 2 == 0 else (peer, mode)
+                a, b = first(), second()
+                m, p = (a, b) if rep % 2 == 0 else (b, a)
+                ours.append(m)
+                theirs.append(p)
+                ratios.append(m / p if p else 0.0)
+                log(f"  {model} b{batch} {spec}: {m:,.0f} vs {kind} peer {p:,.0f} ({m / p:.2f}x)")
+            rows.append(
+                {
+                    "model": model,
+                    "batch": batch,
+                    "run": spec,
+                    "peer": kind,
+                    "floor": floor,
+                    "examples_per_second": ours,
+                    "peer_examples_per_second": theirs,
+                    "ratios": ratios,
+                    "ratio": statistics.median(ratios),
+                }
+            )
+    return {"rows": rows, "epochs": cfg.peer_epochs, "size": cfg.peer_size}
+
+
 def targets(results: dict) -> list[dict]:
     """Every target of the suite: measured value, whether it is met, and by how much not."""
     out = []
@@ -1019,6 +1112,17 @@ def targets(results: dict) -> list[dict]:
                 "{:.2f}x the loop's time",
                 "{:.2f}x slower",
             )
+        )
+    for row in results.get("peers", {}).get("rows", []):
+        ratio, floor = row["ratio"], row["floor"]
+        out.append(
+            {
+                "target": f"{row['run']} >= {floor:g}x its plain-TensorFlow peer "
+                f"({row['peer']}; {row['model']}, batch {row['batch']})",
+                "measured": f"{ratio:.2f}x ({_range(row['ratios'])})",
+                "met": ratio >= floor,
+                "miss": f"{floor - ratio:.2f} short",
+            }
         )
     eff = results["training"]["sync_efficiency"]
     out.append(
@@ -1111,6 +1215,13 @@ def _paired_text(paired: dict) -> list[str]:
         f"| sync / alone: what sync itself costs | {paired['sync_own']:.2f} |",
         "",
     ]
+
+
+def _range(values: list[float], fmt: str = "{:.2f}") -> str:
+    """'min-max' of the values, or the one value."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
 
 
 def _spread(values: list[float]) -> str:
@@ -1417,6 +1528,40 @@ def render_markdown(results: dict) -> str:
             f"{p['parameter_servers']} | {p['async_examples_per_second']:,.0f} | "
             f"{p['async_efficiency']:.2f} |"
         )
+    peers = results.get("peers")
+    if peers:
+        lines += [
+            "",
+            "## 8. Each mode against its plain-TensorFlow peer",
+            "",
+            "`benchmarks/peers/`: scripts written the way TensorFlow's documentation writes "
+            "each mode, on the same data (the MNIST sample, "
+            f"{peers['size']:,} images), model, batch per worker, threads per process and "
+            f"epochs ({peers['epochs']}; examples/second over the epochs after the first, "
+            "as distrain measures), no checkpoints in the timed part: `single` against a "
+            "`tf.function` step loop, `sync` against `MultiWorkerMirroredStrategy`, `async` "
+            "against between-graph replication (`replica_device_setter`, "
+            "`MonitoredTrainingSession`), `syncreplicas` against "
+            "`tf.compat.v1.train.SyncReplicasOptimizer`. Mode and peer run back to back, "
+            "their order alternating between repeats; the ratio is the median over repeats, "
+            "its range in brackets.",
+            "",
+            "| model | batch | run | distrain examples/s | peer | peer examples/s | ratio |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in peers["rows"]:
+            lines.append(
+                f"| {row['model']} | {row['batch']} | {row['run']} | "
+                f"{_range(row['examples_per_second'], '{:,.0f}')} | {row['peer']} | "
+                f"{_range(row['peer_examples_per_second'], '{:,.0f}')} | "
+                f"{row['ratio']:.2f} ({_range(row['ratios'])}) |"
+            )
+        if peers.get("measured_alone"):
+            lines += [
+                "",
+                f"(Measured on {peers['measured_alone']} by `scripts/bench.sh --only peers`, "
+                "apart from the other sections: their numbers are from the date above.)",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -1468,28 +1613,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny workloads (a smoke run)")
     parser.add_argument("--link-gbps", type=float, default=10.0)
     parser.add_argument("--link-latency-us", type=float, default=20.0)
+    parser.add_argument(
+        "--only",
+        choices=["peers"],
+        help="measure this section alone and merge it into the existing results",
+    )
     args = parser.parse_args(argv)
     link = {"link_gbps": args.link_gbps, "link_latency_us": args.link_latency_us}
     cfg = SuiteConfig.small(**link) if args.quick else SuiteConfig(**link)
 
     start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    if args.only:
+        try:
+            results = json.loads(Path(args.json).read_text())
+            log("8/8 each mode against its plain-TensorFlow peer (alone)")
+            results["peers"] = bench_peers(cfg, tmp)
+            results["peers"]["measured_alone"] = machine(cfg)["date"]
+            results["targets"] = targets(results)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _write(args, results)
     try:
         results: dict = {"machine": machine(cfg), "config": cfg.__dict__}
-        log("1/7 preprocessing")
+        log("1/8 preprocessing")
         results["preprocessing"] = bench_preprocessing(cfg, tmp)
-        log("2/7 training throughput")
+        log("2/8 training throughput")
         results["training"] = bench_training(cfg, tmp)
-        log("3,5,6/7 pipelines with kfp.local: time to accuracy, overhead, memory")
+        log("3,5,6/8 pipelines with kfp.local: time to accuracy, overhead, memory")
         results["steps"] = bench_pipelines(cfg, tmp)
-        log("4/7 allreduce")
+        log("4/8 allreduce")
         results["allreduce"] = bench_allreduce(cfg, tmp)
-        log("7/7 scaling plan")
+        log("7/8 scaling plan")
         results["scaling"] = scaling_plan(cfg, results["training"], results["allreduce"])
+        log("8/8 each mode against its plain-TensorFlow peer")
+        results["peers"] = bench_peers(cfg, tmp)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return _write(args, results)
+
+
+def _write(args, results: dict) -> int:
+    """Writes results.json and BENCHMARKS.md (rendered from it)."""
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     report = render_markdown(results)

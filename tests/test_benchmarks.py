@@ -319,6 +319,47 @@ def test_targets_say_whether_met_and_by_how_much():
     )
 
 
+def test_peer_targets_take_the_median_ratio_and_its_floor():
+    results = _results()
+    results["peers"] = {
+        "size": 100,
+        "epochs": 3,
+        "rows": [
+            {
+                "model": "mlp",
+                "batch": 64,
+                "run": "async:2:ps=1",
+                "peer": "async",
+                "floor": 1.0,
+                "examples_per_second": [9.0, 12.0, 11.0],
+                "peer_examples_per_second": [10.0, 10.0, 10.0],
+                "ratios": [0.9, 1.2, 1.1],
+                "ratio": 1.1,
+            },
+            {
+                "model": "mlp",
+                "batch": 64,
+                "run": "single:1",
+                "peer": "single",
+                "floor": 0.97,
+                "examples_per_second": [9.0],
+                "peer_examples_per_second": [10.0],
+                "ratios": [0.9],
+                "ratio": 0.9,
+            },
+        ],
+    }
+    by = {t["target"]: t for t in targets(results)}
+    met = by["async:2:ps=1 >= 1x its plain-TensorFlow peer (async; mlp, batch 64)"]
+    assert met["met"] and met["measured"] == "1.10x (0.90-1.20)"
+    missed = by["single:1 >= 0.97x its plain-TensorFlow peer (single; mlp, batch 64)"]
+    assert not missed["met"] and missed["miss"] == "0.07 short"
+    results["targets"] = list(by.values())
+    assert "| mlp | 64 | async:2:ps=1 | 9-12 | async | 10-10 | 1.10 (0.90-1.20) |" in (
+        render_markdown(results)
+    )
+
+
 def test_a_per_record_cost_hidden_by_start_up_noise_is_not_a_met_target():
     results = _results()
     two = next(
@@ -395,7 +436,12 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     )
     results = json.loads(js.read_text())
     assert results["machine"]["quick"] is True
-    assert len(results["targets"]) == 8
+    # The 8 targets, and one per mode for the peer comparison (the quick run's one set-up).
+    assert len(results["targets"]) == 8 + 4
+    peers = {r["run"]: r for r in results["peers"]["rows"]}
+    assert set(peers) == {"single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"}
+    assert all(r["ratios"][0] > 0 and r["peer_examples_per_second"][0] > 0 for r in peers.values())
+    assert "## 8. Each mode against its plain-TensorFlow peer" in md.read_text()
     # Each set-up ran a tiny input (its start-up) and the timed one.
     assert all(0 < r["records"][0] < r["records"][1] for r in results["preprocessing"])
     assert "tiny workloads, not measurements" in md.read_text()
