@@ -284,8 +284,7 @@ class Worker:
             x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
             with tf.compat.v1.device("/job:ps/task:0"):
                 one = tf.IndexedSlices(tf.ones([1], tf.int64), [role.index])
-                begin = g.begun.scatter_add(one)
-            with tf.control_dependencies([begin]):
+                begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
                 logits = g.model(x, training=True)
@@ -300,7 +299,7 @@ class Worker:
                 return g.record(role.index, counted, recorded, delay, loss_sum, correct)
 
             go_on, done = rule.push(g, g.staged(grads), read, record)
-            self.fetch_step = [go_on, done]
+            self.fetch_step = [go_on, done, begin.op]
             self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
 
     def run(self) -> None:
@@ -311,7 +310,7 @@ class Worker:
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
         while True:
-            go_on, _ = step()
+            go_on, *_ = step()
             if go_on:
                 continue
             # [ps] at the chief's limit: wait for the next segment, or the end.

@@ -35,8 +35,8 @@ class AsyncRule(PushRule):
         with tf.compat.v1.device("/job:ps/task:0"):
             applied = tf.cond(ok, apply, lambda: g.applied.read_value())
             granted = tf.cast(ok, tf.int64)
-            with tf.control_dependencies([applied]):
-                done = tf.group(record(granted, granted, version - read_version))
+            # The counters beside the update, not after it: the push is done when both are.
+            done = tf.group(applied, *record(granted, granted, version - read_version))
         return ok, done
 
 
