@@ -14,6 +14,7 @@ import pytest
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, TrainingError
 from distrain.train.driver import (
     EpochDriver,
+    next_checkpoint,
     next_stop,
     resume_point,
     steady_throughput,
@@ -30,6 +31,18 @@ def test_segments_stop_at_checkpoints_and_epoch_ends():
     assert next_stop(1, 0, 10, 4) == 2  # global 10 -> the checkpoint at 12
     assert next_stop(1, 2, 10, 4) == 6
     assert next_stop(3, 5, 10, 0) == 10  # epoch ends only
+
+
+def test_the_next_checkpoint_follows_both_cadences():
+    # 10 updates an epoch, 4 epochs, every 4 updates and every 2nd epoch end.
+    assert next_checkpoint(1, 10, 4, 4, 2) == 4
+    assert next_checkpoint(9, 10, 4, 4, 2) == 12  # 10 is an epoch end without one
+    assert next_checkpoint(13, 10, 4, 4, 2) == 16
+    assert next_checkpoint(17, 10, 4, 4, 2) == 20  # the 2nd epoch's end
+    assert next_checkpoint(5, 10, 4, 0, 1) == 10  # epoch ends only
+    assert next_checkpoint(11, 10, 4, 0, 3) == 30
+    assert next_checkpoint(31, 10, 4, 0, 3) == 40  # the end of training
+    assert next_checkpoint(20, 10, 4, 0, 2) == 20
 
 
 def test_resume_point_from_a_checkpoint():
@@ -104,6 +117,9 @@ class FakeEngine:
         n = stop - position
         self.replica.step += n
         return 2.0 * n, 6.0 * n, [0.01] * n
+
+    def epoch_seconds(self, measured):
+        return measured
 
     def epoch_totals(self, loss_sum, correct, seen):
         return loss_sum, correct, seen

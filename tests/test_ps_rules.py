@@ -67,8 +67,8 @@ class Cluster:
                 grads = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in g.variables]
                 read = tf.compat.v1.placeholder(tf.int64, [])
 
-                def record(counted, recorded, delay, g=g, i=i):
-                    return g.record(i, counted, recorded, delay, 1.5, 1.0)
+                def record(update, counted, recorded, delay, g=g, i=i):
+                    return g.record(i, update, counted, recorded, delay, 1.5, 1.0)
 
                 go_on, done = g.rule.push(g, g.staged(grads), read, record)
             sess = g.session(self.servers["worker", i])

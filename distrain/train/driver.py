@@ -33,6 +33,27 @@ def next_stop(epoch: int, position: int, per_epoch: int, every: int) -> int:
     return min(per_epoch, (step // every + 1) * every - epoch * per_epoch)
 
 
+def next_checkpoint(
+    step: int, per_epoch: int, epochs: int, every_steps: int, every_epochs: int
+) -> int:
+    """The first global update at or after ``step`` where the driver writes a checkpoint.
+
+    Mid-epoch every ``every_steps`` updates (0: never), at the end of every
+    ``every_epochs``-th epoch, and at the end of training.
+    """
+    end = epochs * per_epoch
+    epoch = -(-step // per_epoch)  # the first epoch end at or after step
+    while epoch < epochs and (epoch == 0 or epoch % every_epochs):
+        epoch += 1
+    found = min(end, epoch * per_epoch)
+    if every_steps:
+        mid = -(-step // every_steps) * every_steps
+        while mid < found and mid % per_epoch == 0:  # an epoch end has its own rule
+            mid += every_steps
+        found = min(found, mid)
+    return found
+
+
 def resume_point(step: int, epoch: int, per_epoch: int, epochs: int, where: str) -> tuple[int, int]:
     """(first epoch, updates already done in it) for a run restored at ``step`` after ``epoch``.
 
@@ -99,6 +120,9 @@ class Engine(Protocol):
             This process's summed loss and correct count over them, and the seconds of
             each step it timed (empty when it times none).
         """
+
+    def epoch_seconds(self, measured: float) -> float:
+        """The epoch's training seconds (``measured``: the driver's clock over its segments)."""
 
     def epoch_totals(self, loss_sum: float, correct: float, seen: int) -> tuple[float, float, int]:
         """The epoch's totals over every worker (this process's sums in)."""
@@ -180,7 +204,7 @@ class EpochDriver:
                 step = epoch * per_epoch + stop
                 if every and step % every == 0 and stop < per_epoch:
                     r.checkpoint(step, engine)
-            seconds = time.perf_counter() - t0
+            seconds = engine.epoch_seconds(time.perf_counter() - t0)
             seen = (per_epoch - begin) * engine.gradients_per_update * cfg.batch_size
             loss_sum, correct, seen = engine.epoch_totals(loss_sum, correct, seen)
             self.end_epoch(epoch, loss_sum, correct, seen, seconds, start, durations)

@@ -58,7 +58,8 @@ class Adam(tf.Module):
             raise RuntimeError("Adam.build(variables) must be called before apply_gradients")
         with tf.device(self.iterations.device):
             step = tf.cast(self.iterations.assign_add(1), tf.float32)
-            lr = self.learning_rate * tf.sqrt(1.0 - self.beta_2**step) / (1.0 - self.beta_1**step)
+            b1_power, b2_power = self.beta_1**step, self.beta_2**step
+            lr = self.learning_rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2
         for (grad, var), m, v in zip(grads_and_vars, self.m, self.v, strict=True):
@@ -77,7 +78,22 @@ class Adam(tf.Module):
                             tf.IndexedSlices((1.0 - b2) * tf.square(grad.values), grad.indices)
                         )
                 else:
-                    m_t = m.assign(b1 * m + (1.0 - b1) * grad)
-                    v_t = v.assign(b2 * v + (1.0 - b2) * tf.square(grad))
+                    # TensorFlow's fused kernel: the same update in one op per variable,
+                    # which matters on a parameter server, where every op is queued.
+                    updates.append(
+                        tf.raw_ops.ResourceApplyAdam(
+                            var=var.handle,
+                            m=m.handle,
+                            v=v.handle,
+                            beta1_power=tf.cast(b1_power, var.dtype),
+                            beta2_power=tf.cast(b2_power, var.dtype),
+                            lr=tf.cast(self.learning_rate, var.dtype),
+                            beta1=tf.cast(b1, var.dtype),
+                            beta2=tf.cast(b2, var.dtype),
+                            epsilon=tf.cast(self.epsilon, var.dtype),
+                            grad=grad,
+                        )
+                    )
+                    continue
                 updates.append(var.assign_sub(lr * m_t / (tf.sqrt(v_t) + self.epsilon)))
         return tf.group(updates)

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.driver import next_checkpoint
 from distrain.train.modes import Mode, Process
 from distrain.train.staleness import summarize
 
@@ -45,6 +46,8 @@ from distrain.train.staleness import summarize
 DELAY_BUCKETS = 64
 # Seconds between the chief's looks at the parameter servers' counters.
 POLL_SECONDS = 0.02
+# The chief's scheduling priority (nice): below the workers' and the servers'.
+CHIEF_NICENESS = 10
 # Seconds between a waiting worker's looks at the limit.
 WAIT_SECONDS = 0.005
 
@@ -140,6 +143,10 @@ class PSGraph:
         from distrain.train.optim import Adam
 
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
+        # Updates per epoch, as the chief counts them: a step's loss goes to its epoch's.
+        self.per_epoch = max(
+            1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
+        )
         self.graph = tf.Graph()
         workers = role.workers
         with self.graph.as_default():
@@ -168,8 +175,9 @@ class PSGraph:
                 self.steps = counter("worker_steps", [workers])
                 self.begun = counter("worker_begun", [workers])
                 self.ended = counter("worker_ended", [workers])
-                self.loss_sum = counter("worker_loss", [workers], tf.float64)
-                self.correct = counter("worker_correct", [workers], tf.float64)
+                # Per worker and epoch parity: the chief reads an epoch's while the next runs.
+                self.loss_sum = counter("worker_loss", [workers, 2], tf.float64)
+                self.correct = counter("worker_correct", [workers, 2], tf.float64)
                 self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
                 self.lock = tf.queue.FIFOQueue(
                     1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
@@ -229,11 +237,12 @@ class PSGraph:
                     out.append(tf.identity(grad))
         return out
 
-    def record(self, worker: int, counted, recorded, delay, loss_sum, correct):
-        """Ops adding one push's outcome to worker ``worker``'s counters.
+    def record(self, worker: int, update, counted, recorded, delay, loss_sum, correct):
+        """Ops adding one push's outcome to worker ``worker``'s counters (inside the lock).
 
         Args:
             worker: The worker's index.
+            update: The update the step counts towards (its epoch gets its loss).
             counted: 1 if the step's loss and accuracy count towards the epoch, else 0.
             recorded: 1 if the gradient goes into the staleness histogram and the
                 worker's step count (applied, or dropped as stale), else 0 (refused at
@@ -246,15 +255,19 @@ class PSGraph:
         with tf.compat.v1.device("/job:ps/task:0"):
             weight = tf.cast(counted, tf.float64)
             bucket = tf.cast(tf.minimum(delay, DELAY_BUCKETS - 1), tf.int32)
+            slot = tf.cast((update // self.per_epoch) % 2, tf.int32)
 
             def add(var, value):
                 return var.scatter_add(tf.IndexedSlices(value[None], [worker]))
 
+            def add_slot(var, value):
+                return tf.compat.v1.scatter_nd_add(var, [[worker, slot]], value[None])
+
             return [
                 add(self.steps, recorded),
                 add(self.ended, tf.constant(1, tf.int64)),
-                add(self.loss_sum, weight * tf.cast(loss_sum, tf.float64)),
-                add(self.correct, weight * tf.cast(correct, tf.float64)),
+                add_slot(self.loss_sum, weight * tf.cast(loss_sum, tf.float64)),
+                add_slot(self.correct, weight * tf.cast(correct, tf.float64)),
                 tf.compat.v1.scatter_nd_add(self.delays, [[worker, bucket]], recorded[None]),
             ]
 
@@ -295,8 +308,8 @@ class Worker:
             correct = tf.reduce_sum(tf.cast(hits, tf.float32))
             loss_sum = tf.reduce_sum(losses)
 
-            def record(counted, recorded, delay):
-                return g.record(role.index, counted, recorded, delay, loss_sum, correct)
+            def record(update, counted, recorded, delay):
+                return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
 
             go_on, done = rule.push(g, g.staged(grads), read, record)
             self.fetch_step = [go_on, done, begin.op]
@@ -377,14 +390,17 @@ class Chief:
             self.set_stop = g.stop.assign(1)
             self.read_counts = [g.applied.read_value(), g.steps.read_value()]
             self.read_epoch = [g.loss_sum.read_value(), g.correct.read_value()]
+            self.slot = tf.compat.v1.placeholder(tf.int32, [])
+            zero = tf.zeros([role.workers], tf.float64)
             self.reset_epoch = tf.group(
-                g.loss_sum.assign(tf.zeros_like(g.loss_sum)),
-                g.correct.assign(tf.zeros_like(g.correct)),
+                g.loss_sum[:, self.slot].assign(zero),
+                g.correct[:, self.slot].assign(zero),
             )
             self.read_final = [g.delays.read_value(), g.ended.read_value(), g.begun.read_value()]
         self.local: list = []
         self.logs = ""
         self.sess = None
+        self.limit = None
         self.progress_start = 0.0
         self.worker_progress: dict[str, list[list[float]]] = {}
         self.stall_seconds = 60.0
@@ -424,13 +440,19 @@ class Chief:
         for local, value in zip(self.local[:-1], values, strict=True):
             local.assign(value)
 
-    def run_to(self, target: int) -> None:
-        """Lets the workers make updates up to ``target`` and waits until all are applied.
+    def run_to(self, target: int, limit: int) -> None:
+        """Lets the workers make updates up to ``limit``; waits until ``target`` are applied.
+
+        ``limit`` is the next checkpoint: there the workers stop, so that the chief copies
+        a consistent state. Up to other points (an epoch's end without a checkpoint) they
+        go on while the chief reads its counters and evaluates.
 
         Raises:
             TrainingError: No update came for the stall limit: every worker is stopped or gone.
         """
-        self.sess.run(self.set_limit, {self.new_limit: target})
+        if limit != self.limit:
+            self.sess.run(self.set_limit, {self.new_limit: limit})
+            self.limit = limit
         last_applied, last_change = None, time.monotonic()
         next_sample = 0.0
         while True:
@@ -443,8 +465,8 @@ class Chief:
                 return
             if applied != last_applied:
                 last_applied, last_change = applied, now
-            limit = self.stall_seconds if last_applied else self.cfg.start_timeout
-            if now - last_change > limit:
+            allowed = self.stall_seconds if last_applied else self.cfg.start_timeout
+            if now - last_change > allowed:
                 raise TrainingError(
                     f"[{self.cfg.run.name}] no worker has finished a step in "
                     f"{now - last_change:.0f} s: every worker is stalled or gone "
@@ -459,11 +481,16 @@ class Chief:
             if count and (not points or points[-1][1] != int(count)):
                 points.append([t, int(count)])
 
-    def epoch_sums(self) -> tuple[float, float]:
-        """The epoch's summed loss and correct counts over every worker, then zeroed."""
+    def epoch_sums(self, epoch: int) -> tuple[float, float]:
+        """Epoch ``epoch``'s summed loss and correct counts over every worker, then zeroed.
+
+        Every step of the epoch is recorded once its updates are granted (the counters
+        are written inside the lock); the next epoch's go to the other slot.
+        """
         loss, correct = self.sess.run(self.read_epoch)
-        self.sess.run(self.reset_epoch)
-        return float(loss.sum()), float(correct.sum())
+        slot = epoch % 2
+        self.sess.run(self.reset_epoch, {self.slot: slot})
+        return float(loss[:, slot].sum()), float(correct[:, slot].sum())
 
     def staleness(self) -> dict:
         """Per worker: the delays of its counted gradients (from the histograms)."""
@@ -497,6 +524,10 @@ class ChiefEngine:
         self.gradients_per_update = chief.rule.gradients_per_update
         self.staleness: dict[str, list[int]] = {}
         self.abandoned = 0
+        self.target: int | None = None  # the update the current segment ends at
+        self.reached: float | None = None  # when it was reached
+        self.stopped = True  # whether the workers stopped there (a checkpoint)
+        self.seconds = 0.0  # the epoch's training seconds so far
 
     def updates_per_epoch(self) -> int:
         cfg = self.replica.cfg
@@ -508,17 +539,42 @@ class ChiefEngine:
         self.chief.start()  # the parameter servers get the replica's (restored) values
 
     def run(self, epoch: int, position: int, stop: int):
+        cfg = self.replica.cfg
         per_epoch = self.updates_per_epoch()
-        self.chief.run_to(epoch * per_epoch + stop)
+        self.target = epoch * per_epoch + stop
+        limit = next_checkpoint(
+            self.target,
+            per_epoch,
+            cfg.epochs,
+            cfg.checkpoint_every_steps,
+            cfg.checkpoint_every_epochs,
+        )
+        # The workers' time: from the limit's raise if they were stopped at the last
+        # target (a checkpoint), else from when it was reached (they went on meanwhile,
+        # while the chief evaluated).
+        start = time.perf_counter() if self.stopped or self.reached is None else self.reached
+        self.chief.run_to(self.target, limit)
+        self.reached = time.perf_counter()
+        self.seconds += self.reached - start
+        self.stopped = limit == self.target
         return 0.0, 0.0, []  # the workers' sums are on the parameter servers
 
+    def epoch_seconds(self, measured: float) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
     def epoch_totals(self, loss_sum, correct, seen):
-        loss_sum, correct = self.chief.epoch_sums()
+        epoch = self.target // self.updates_per_epoch() - 1
+        loss_sum, correct = self.chief.epoch_sums(epoch)
         self.staleness = self.chief.staleness()
         return loss_sum, correct, seen
 
     def refresh(self) -> None:
         self.chief.pull_from_servers()
+        # Between checkpoints the workers go on: the copy may hold a few updates more than
+        # the segment's, which are counted in the next one.
+        if self.target is not None and self.replica.step > self.target:
+            self.replica.version.assign(self.target)
 
     def _all(self) -> list[int]:
         return [d for w in sorted(self.staleness) for d in self.staleness[w]]
@@ -634,6 +690,9 @@ class ParameterServerMode(Mode):
         if role.job == "worker":
             Worker(cfg, info, role, self.rule()).run()
             return
+        # The chief's evaluation and bookkeeping yield the cores to the workers and the
+        # parameter servers when they share a machine (locally; a pod has its own).
+        os.nice(CHIEF_NICENESS)
         # The chief's graph first: tf-keras refuses models made before one in a tf.Graph.
         chief = Chief(cfg, info, role, self.rule())
         replica = Replica(cfg)

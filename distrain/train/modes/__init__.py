@@ -23,6 +23,7 @@ from distrain.train.config import ConfigError
 BUILT_IN = ("single", "sync", "elastic", "asynchronous", "syncreplicas")
 
 _REGISTRY: dict[str, type[Mode]] = {}
+_LOADED = False
 
 
 def register(cls: type[Mode]) -> type[Mode]:
@@ -32,7 +33,10 @@ def register(cls: type[Mode]) -> type[Mode]:
 
 
 def _load() -> None:
-    if not _REGISTRY:
+    """Imports the built-in modes once (a module imported on its own registers only itself)."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
         for module in BUILT_IN:
             importlib.import_module(f"{__name__}.{module}")
 
@@ -50,9 +54,14 @@ def mode_class(name: str) -> type[Mode]:
 
 
 def mode_names() -> list[str]:
-    """Every registered mode's name, in registration order."""
+    """Every registered mode's name: the built-in ones in :data:`BUILT_IN`'s order, then others."""
     _load()
-    return list(_REGISTRY)
+
+    def rank(name: str) -> int:
+        module = _REGISTRY[name].__module__.rsplit(".", 1)[-1]
+        return BUILT_IN.index(module) if module in BUILT_IN else len(BUILT_IN)
+
+    return sorted(_REGISTRY, key=rank)
 
 
 def mode_for(spec) -> Mode:

@@ -22,7 +22,9 @@ class AsyncRule(PushRule):
             version = g.version.read_value()
             ok = version < g.limit.read_value()
             take = g.version.assign(tf.where(ok, version + 1, version))
-            return (ok, version), [take]
+            granted = tf.cast(ok, tf.int64)
+            stats = record(version, granted, granted, version - read_version)
+            return (ok, version), [take, *stats]
 
         (ok, version), release = g.critical(decide, grads)
 
@@ -33,10 +35,7 @@ class AsyncRule(PushRule):
                 return g.applied.assign_add(1)
 
         with tf.compat.v1.device("/job:ps/task:0"):
-            applied = tf.cond(ok, apply, lambda: g.applied.read_value())
-            granted = tf.cast(ok, tf.int64)
-            # The counters beside the update, not after it: the push is done when both are.
-            done = tf.group(applied, *record(granted, granted, version - read_version))
+            done = tf.cond(ok, apply, lambda: g.applied.read_value())
         return ok, done
 
 

@@ -72,7 +72,7 @@ class SyncReplicasRule(PushRule):
                 )
             delay = version - read_version
             recorded = tf.cast(tf.logical_or(accept, tf.logical_not(fresh)), tf.int64)
-            stats = record(tf.cast(accept, tf.int64), recorded, delay)
+            stats = record(version, tf.cast(accept, tf.int64), recorded, delay)
             return open_, [outcome, *stats]
 
         open_, release = g.critical(decide, grads)
