@@ -103,7 +103,7 @@ class SuiteConfig:
     paired_steps: int = 8
     peer_size: int = 20000
     peer_setups: tuple = (("mlp", 64), ("cnn", 1024))
-    peer_epochs: int = 3
+    peer_epochs: int = 5
     peer_repeats: int = 2
     link_gbps: float = 10.0
     link_latency_us: float = 20.0

@@ -9,21 +9,24 @@ parameter servers; nothing on a step's path goes through the chief.
 
 What a step does with its gradient is the mode's rule (:class:`PushRule`): async applies
 it at once, syncreplicas accumulates it on the parameter servers and drops it if stale.
-Both run the rule's decision inside a small critical section on the first parameter
-server (a one-token queue), which makes the count of updates exact:
+Either way the step is granted an update number only once its gradient is on the
+servers, and only up to a limit, which makes the count of updates exact:
 
 * ``version`` counts the updates granted so far, ``applied`` those whose variables are
   written; ``limit`` is the update the workers may go up to. The chief raises ``limit``
-  one segment at a time (to the next checkpoint or epoch end) and waits until
-  ``applied`` reaches it: then no worker is writing, and the chief evaluates and writes
-  a consistent checkpoint numbered by applied updates.
+  to the next checkpoint and waits until ``applied`` reaches it: then no worker is
+  writing, and the chief writes a consistent checkpoint numbered by applied updates. At
+  an epoch end without a checkpoint the workers go on while the chief reads the epoch's
+  counters and evaluates. The chief sleeps on a wake-up queue that the awaited update
+  fills (:meth:`PSGraph.count_applied`), with a look at the counters every quarter second.
 * Per worker, the parameter servers keep the steps it finished, the loss and correct
-  counts of the epoch, and a histogram of its gradients' staleness; the chief reads them
-  between segments and samples the step counts for the progress plots.
+  counts per epoch (by the update each step was granted), and a histogram of its
+  gradients' staleness; the chief reads them and samples the step counts for the
+  progress plots.
 
 The chief never waits on one worker: a dead or stopped worker simply stops adding steps,
-the others reach the limit. Only when no update at all comes for a minute (or four times
-the slowest recent segment) does the run fail, saying so.
+the others reach the limit. Only when no update at all comes for a minute does the run
+fail, saying so.
 """
 
 from __future__ import annotations
@@ -44,10 +47,13 @@ from distrain.train.staleness import summarize
 # Staleness is counted per worker in a histogram of this many buckets (the last one holds
 # every larger delay).
 DELAY_BUCKETS = 64
-# Seconds between the chief's looks at the parameter servers' counters.
-POLL_SECONDS = 0.02
+# Seconds the chief sleeps on the wake-up queue before it looks at the counters itself
+# (for the progress plots, and to notice that every worker has stopped).
+WAKE_SECONDS = 0.25
+# Wake-ups the queue holds (one per segment is sent; the chief takes them as they come).
+WAKEUPS = 1024
 # The chief's scheduling priority (nice): below the workers' and the servers'.
-CHIEF_NICENESS = 10
+CHIEF_NICENESS = 19
 # Seconds between a waiting worker's looks at the limit.
 WAIT_SECONDS = 0.005
 
@@ -179,6 +185,12 @@ class PSGraph:
                 self.loss_sum = counter("worker_loss", [workers, 2], tf.float64)
                 self.correct = counter("worker_correct", [workers, 2], tf.float64)
                 self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
+                # The chief sleeps on this queue until the update it waits for is applied
+                # (wake_at), instead of asking the servers over and over.
+                self.wake_at = counter("wake_at")
+                self.wakeup = tf.queue.FIFOQueue(
+                    WAKEUPS, [tf.int64], shapes=[[]], shared_name="distrain_wakeup", name="wakeup"
+                )
                 self.lock = tf.queue.FIFOQueue(
                     1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
                 )
@@ -221,6 +233,18 @@ class PSGraph:
                 release = self.lock.enqueue(token)
         return outputs, release
 
+    def count_applied(self):
+        """Op: one more update applied; wakes the chief if it is the one it waits for."""
+        tf = self.tf
+        with tf.compat.v1.device("/job:ps/task:0"):
+            applied = self.applied.assign_add(1)
+
+            def wake():
+                with tf.control_dependencies([self.wakeup.enqueue(applied)]):
+                    return tf.identity(applied)
+
+            return tf.cond(tf.equal(applied, self.wake_at.read_value()), wake, lambda: applied)
+
     def staged(self, grads):
         """The gradients copied to their variables' devices: the section waits for no worker."""
         tf = self.tf
@@ -254,7 +278,9 @@ class PSGraph:
         tf = self.tf
         with tf.compat.v1.device("/job:ps/task:0"):
             weight = tf.cast(counted, tf.float64)
-            bucket = tf.cast(tf.minimum(delay, DELAY_BUCKETS - 1), tf.int32)
+            # (A version read while a refused step's increment was not yet given back can
+            # make a delay look negative: it counts as 0.)
+            bucket = tf.cast(tf.clip_by_value(delay, 0, DELAY_BUCKETS - 1), tf.int32)
             slot = tf.cast((update // self.per_epoch) % 2, tf.int32)
 
             def add(var, value):
@@ -387,6 +413,8 @@ class Chief:
             self.new_limit = tf.compat.v1.placeholder(tf.int64, [])
             self.set_limit = g.limit.assign(self.new_limit)
             self.set_ready = g.ready.assign(1)
+            self.set_wake_at = g.wake_at.assign(self.new_limit)
+            self.wait = g.wakeup.dequeue()
             self.set_stop = g.stop.assign(1)
             self.read_counts = [g.applied.read_value(), g.steps.read_value()]
             self.read_epoch = [g.loss_sum.read_value(), g.correct.read_value()]
@@ -453,14 +481,16 @@ class Chief:
         if limit != self.limit:
             self.sess.run(self.set_limit, {self.new_limit: limit})
             self.limit = limit
+        self.sess.run(self.set_wake_at, {self.new_limit: target})
+        tf = self.g.tf
+        wait = tf.compat.v1.RunOptions(timeout_in_ms=int(WAKE_SECONDS * 1000))
         last_applied, last_change = None, time.monotonic()
-        next_sample = 0.0
         while True:
+            # Whatever the wake-up said (it may be an older segment's, or lost with a wait
+            # that timed out), the counters decide.
             applied, steps = self.sess.run(self.read_counts)
             now = time.monotonic()
-            if now >= next_sample or applied >= target:
-                self._sample(steps)
-                next_sample = now + 0.25
+            self._sample(steps)
             if applied >= target:
                 return
             if applied != last_applied:
@@ -472,7 +502,10 @@ class Chief:
                     f"{now - last_change:.0f} s: every worker is stalled or gone "
                     f"(their logs: {self.logs})"
                 )
-            time.sleep(POLL_SECONDS)
+            try:
+                self.sess.run(self.wait, options=wait)
+            except tf.errors.DeadlineExceededError:
+                pass
 
     def _sample(self, steps) -> None:
         t = round(time.time() - self.progress_start, 4)

@@ -9,33 +9,40 @@ from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
 class AsyncRule(PushRule):
     """[async] Each gradient is applied as soon as it reaches the parameter servers.
 
-    Inside the lock a step only takes the next update number (if below the limit); the
-    optimizer's update runs after the lock is released, concurrently with other workers'
-    (Downpour SGD). Its staleness is the number of updates taken between the version its
-    parameters were read at and its own.
+    No lock: once the gradient is on the servers, the step takes the next update number
+    with one atomic increment of the version, and is granted it if that is within the
+    limit; a step refused at the limit gives its number back. The optimizer's update then
+    runs concurrently with other workers' (Downpour SGD). Its staleness is the number of
+    updates taken between the version its parameters were read at and its own.
+
+    A refusal's increment, given back a moment later, can make a concurrent step near the
+    limit be refused too (it goes again after the chief raises the limit): the count of
+    granted updates never passes the limit, so checkpoints stay exact.
     """
 
     def push(self, g: PSGraph, grads, read_version, record):
         tf = g.tf
-
-        def decide():
-            version = g.version.read_value()
-            ok = version < g.limit.read_value()
-            take = g.version.assign(tf.where(ok, version + 1, version))
-            granted = tf.cast(ok, tf.int64)
-            stats = record(version, granted, granted, version - read_version)
-            return (ok, version), [take, *stats]
-
-        (ok, version), release = g.critical(decide, grads)
+        ready = [
+            t for grad in grads for t in ([grad.values] if hasattr(grad, "indices") else [grad])
+        ]
+        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(ready):
+            number = g.version.assign_add(1)  # the update this step would be
+            ok = number <= g.limit.read_value()
 
         def apply():
-            with tf.control_dependencies([release]):
-                update = g.optimizer.apply_gradients(zip(grads, g.variables, strict=True))
-            with tf.control_dependencies([update]), tf.compat.v1.device("/job:ps/task:0"):
-                return g.applied.assign_add(1)
+            update = g.optimizer.apply_gradients(zip(grads, g.variables, strict=True))
+            with tf.control_dependencies([update]):
+                return g.count_applied()
+
+        def give_back():
+            with tf.compat.v1.device("/job:ps/task:0"):
+                return g.version.assign_sub(1)
 
         with tf.compat.v1.device("/job:ps/task:0"):
-            done = tf.cond(ok, apply, lambda: g.applied.read_value())
+            done = tf.cond(ok, apply, give_back)
+            granted = tf.cast(ok, tf.int64)
+            stats = record(number - 1, granted, granted, number - 1 - read_version)
+            done = tf.group(done, *stats)
         return ok, done
 
 

@@ -63,7 +63,7 @@ class SyncReplicasRule(PushRule):
                     zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
                 with tf.control_dependencies(zero):
                     return tf.group(
-                        self.count.assign(0), g.version.assign_add(1), g.applied.assign_add(1)
+                        self.count.assign(0), g.version.assign_add(1), g.count_applied()
                     )
 
             with tf.control_dependencies(adds):
