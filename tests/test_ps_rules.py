@@ -70,7 +70,7 @@ class Cluster:
                 def record(update, counted, recorded, delay, g=g, i=i):
                     return g.record(i, update, counted, recorded, delay, 1.5, 1.0)
 
-                go_on, done = g.rule.push(g, g.staged(grads), read, record)
+                go_on, done, _ = g.rule.push(g, g.staged(grads), read, record)
             sess = g.session(self.servers["worker", i])
             self.workers.append((g, sess, grads, read, go_on, done))
         chief = ps.Chief(self.cfg, info, ps.Role(self.cluster, "chief", 0), rule_for())

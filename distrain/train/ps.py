@@ -52,6 +52,8 @@ DELAY_BUCKETS = 64
 WAKE_SECONDS = 0.25
 # Wake-ups the queue holds (one per segment is sent; the chief takes them as they come).
 WAKEUPS = 1024
+# Seconds a worker waits for the update its gradient is part of (syncreplicas).
+WAIT_PATIENCE = 1.0
 # The chief's scheduling priority (nice): below the workers' and the servers'.
 CHIEF_NICENESS = 19
 # Seconds between a waiting worker's looks at the limit.
@@ -111,10 +113,11 @@ def start_server(role: Role, threads: int):
 class PushRule:
     """What a worker's step does with its gradient: a parameter-server mode's rule.
 
-    :meth:`push` builds, around the critical section on the parameter servers, the ops
-    that decide and apply, and returns ``(go_on, done)``: whether the worker may go on
-    stepping (False: the limit is reached, wait for the chief) and the op that ends the
-    push. It calls ``record(counted, recorded, delay)`` once with the step's outcome.
+    :meth:`push` builds the ops that decide and apply once the gradient is on the
+    parameter servers, and returns ``(go_on, done, wait)``: whether the worker may go on
+    stepping (False: the limit is reached, wait for the chief), the op that ends the push,
+    and whether the worker should wait (on :meth:`waiter`) before its next step (None:
+    never). It calls ``record(update, counted, recorded, delay)`` once with the outcome.
     """
 
     #: Batches whose gradients make one update.
@@ -126,6 +129,10 @@ class PushRule:
 
     def push(self, graph: PSGraph, grads, read_version, record: Callable):
         raise NotImplementedError
+
+    def waiter(self, graph: PSGraph):
+        """The op a worker blocks on when its push says to wait (None: never)."""
+        return None
 
     def dropped(self, staleness: list[int]) -> int:
         """Gradients dropped, from the recorded delays (none unless the rule drops)."""
@@ -337,8 +344,11 @@ class Worker:
             def record(update, counted, recorded, delay):
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
 
-            go_on, done = rule.push(g, g.staged(grads), read, record)
+            go_on, done, wait = rule.push(g, g.staged(grads), read, record)
             self.fetch_step = [go_on, done, begin.op]
+            if wait is not None:
+                self.fetch_step.append(wait)
+                self.wait = rule.waiter(g)
             self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
 
     def run(self) -> None:
@@ -348,8 +358,16 @@ class Worker:
         wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
+        # A wait gives up after a while: the update it waits for may never come (the
+        # other workers gone); the next step then adds to it itself.
+        patience = self.g.tf.compat.v1.RunOptions(timeout_in_ms=int(WAIT_PATIENCE * 1000))
         while True:
-            go_on, *_ = step()
+            go_on, _, _, *wait = step()
+            if wait and wait[0]:
+                try:
+                    sess.run(self.wait, options=patience)
+                except self.g.tf.errors.DeadlineExceededError:
+                    pass
             if go_on:
                 continue
             # [ps] at the chief's limit: wait for the next segment, or the end.

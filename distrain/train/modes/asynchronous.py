@@ -43,7 +43,7 @@ class AsyncRule(PushRule):
             granted = tf.cast(ok, tf.int64)
             stats = record(number - 1, granted, granted, number - 1 - read_version)
             done = tf.group(done, *stats)
-        return ok, done
+        return ok, done, None
 
 
 @register

@@ -14,9 +14,11 @@ class SyncReplicasRule(PushRule):
     is added to the accumulators (one per variable, on its parameter server); the one
     that makes ``aggregate`` applies their mean as one update, zeroes them and advances
     the version. A gradient computed on an older version is stale and dropped; the
-    backup workers' late gradients are dropped that way. Sparse gradients are added row by
-    row. All of it runs inside the lock, so no gradient can land between the mean and the
-    version's advance.
+    backup workers' late gradients are dropped that way. A worker whose gradient waits in
+    the accumulators waits for the update (a token, as ``SyncReplicasOptimizer``'s workers
+    do) before its next step, rather than compute one that would be stale. Sparse
+    gradients are added row by row. All of it runs inside the lock, so no gradient can
+    land between the mean and the version's advance.
 
     Args:
         aggregate: Gradients averaged into one update.
@@ -35,7 +37,16 @@ class SyncReplicasRule(PushRule):
                 )
         with tf.compat.v1.device("/job:ps/task:0"):
             self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
+            # One token per gradient that waits in the accumulators for the update it
+            # will be part of (as SyncReplicasOptimizer's token queue).
+            self.tokens = tf.queue.FIFOQueue(
+                2**30, [tf.int64], shapes=[[]], shared_name="distrain_tokens", name="tokens"
+            )
         return [*self.sums, self.count]
+
+    def waiter(self, g: PSGraph):
+        with g.tf.compat.v1.device("/job:ps/task:0"):
+            return self.tokens.dequeue()
 
     def push(self, g: PSGraph, grads, read_version, record):
         tf, agg = g.tf, self.aggregate
@@ -62,9 +73,9 @@ class SyncReplicasRule(PushRule):
                 with tf.control_dependencies([update]):
                     zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
                 with tf.control_dependencies(zero):
-                    return tf.group(
-                        self.count.assign(0), g.version.assign_add(1), g.count_applied()
-                    )
+                    new = g.version.assign_add(1)
+                    wake = [self.tokens.enqueue_many([tf.fill([agg - 1], new)])] if agg > 1 else []
+                    return tf.group(new, self.count.assign(0), g.count_applied(), *wake)
 
             with tf.control_dependencies(adds):
                 outcome = tf.cond(
@@ -73,10 +84,12 @@ class SyncReplicasRule(PushRule):
             delay = version - read_version
             recorded = tf.cast(tf.logical_or(accept, tf.logical_not(fresh)), tf.int64)
             stats = record(version, tf.cast(accept, tf.int64), recorded, delay)
-            return open_, [outcome, *stats]
+            # An accepted gradient that did not complete the update waits for it.
+            wait = tf.logical_and(accept, count < agg)
+            return (open_, wait), [outcome, *stats]
 
-        open_, release = g.critical(decide, grads)
-        return open_, release
+        (open_, wait), release = g.critical(decide, grads)
+        return open_, release, wait
 
     def dropped(self, staleness: list[int]) -> int:
         return sum(1 for d in staleness if d > 0)
