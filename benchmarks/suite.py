@@ -1019,6 +1019,10 @@ PEER_PAIRS = [
 ]
 
 
+# Seconds a peer run may take before it counts as hung (a whole run takes under a minute).
+PEER_TIMEOUT = 180
+
+
 def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
     """Section 8: each mode against its plain-TensorFlow peer, interleaved, same work.
 
@@ -1027,7 +1031,7 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
     every pair back to back, mode and peer in turn, the one that goes first alternating
     between repeats, so that a drift of the host hits both sides of a ratio alike.
     """
-    from benchmarks.peers import run_peer
+    from benchmarks.peers import PeerError, run_peer
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
@@ -1054,16 +1058,25 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                     return run_training(tc)["examples_per_second"]
 
                 def peer(kind=kind, workers=workers, aggregate=aggregate, model=model, batch=batch):
-                    result = run_peer(
-                        kind,
-                        str(data),
-                        workers,
-                        batch,
-                        model,
-                        cfg.peer_epochs,
-                        aggregate=aggregate,
-                    )
-                    return result["examples_per_second"]
+                    # A peer run that hangs (SyncReplicasOptimizer's workers, once in a
+                    # while, at the start) is tried once more rather than lose the suite.
+                    for attempt in (1, 2):
+                        try:
+                            result = run_peer(
+                                kind,
+                                str(data),
+                                workers,
+                                batch,
+                                model,
+                                cfg.peer_epochs,
+                                aggregate=aggregate,
+                                timeout=PEER_TIMEOUT,
+                            )
+                            return result["examples_per_second"]
+                        except PeerError as err:
+                            if attempt == 2:
+                                raise
+                            log(f"  {kind} peer failed, once more: {str(err)[:200]}")
 
                 first, second = (mode, peer) if rep % 2 == 0 else (peer, mode)
                 a, b = first(), second()
