@@ -1027,7 +1027,8 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
     """Section 8: each mode against its plain-TensorFlow peer, interleaved, same work.
 
     Same data, model, batch per worker, threads per process and epochs; no checkpoints
-    in the timed part (distrain checkpoints only after its last epoch). Each repeat runs
+    in the timed part (distrain checkpoints and validates only after its last epoch, the
+    peers not at all). Each repeat runs
     every pair back to back, mode and peer in turn, the one that goes first alternating
     between repeats, so that a drift of the host hits both sides of a ratio alike.
     """
@@ -1054,6 +1055,8 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                         batch_size=batch,
                         checkpoint_every_steps=0,
                         checkpoint_every_epochs=cfg.peer_epochs,
+                        # The peers validate nothing: neither does the timed part here.
+                        validation_freq=cfg.peer_epochs,
                     )
                     return run_training(tc)["examples_per_second"]
 
@@ -1551,7 +1554,9 @@ def render_markdown(results: dict) -> str:
             "each mode, on the same data (the MNIST sample, "
             f"{peers['size']:,} images), model, batch per worker, threads per process and "
             f"epochs ({peers['epochs']}; examples/second over the epochs after the first, "
-            "as distrain measures), no checkpoints in the timed part: `single` against a "
+            "as distrain measures), no checkpoints or validation in the timed part "
+            "(distrain's runs validate after their last epoch only, `validation_freq`): "
+            "`single` against a "
             "`tf.function` step loop, `sync` against `MultiWorkerMirroredStrategy`, `async` "
             "against between-graph replication (`replica_device_setter`, "
             "`MonitoredTrainingSession`), `syncreplicas` against "

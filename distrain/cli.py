@@ -135,6 +135,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         batch_size=args.batch_size,
         checkpoint_every_steps=args.checkpoint_every_steps,
+        validation_freq=args.validation_freq,
         controller=args.controller,
     )
     print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
@@ -301,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=500,
         help="mid-epoch checkpoint period in global steps (0: epoch ends only); "
         "rerunning with the same --output resumes from the newest checkpoint",
+    )
+    tr.add_argument(
+        "--validation-freq",
+        type=int,
+        default=1,
+        help="validate every this many epochs (and after the last)",
     )
     _add_controller(tr)
     tr.set_defaults(func=cmd_train)

@@ -298,7 +298,10 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
     ):
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
         for name in names:
-            epochs = by_name[name]["history"].get("epochs", [])
+            # Epochs without validation (validation_freq > 1) have no point on that plot.
+            epochs = [
+                e for e in by_name[name]["history"].get("epochs", []) if e.get(key) is not None
+            ]
             t = [e["wall_seconds"] for e in epochs]
             ax.plot(t, [e[key] for e in epochs], marker="o", label=name)
         if key == "val_accuracy":

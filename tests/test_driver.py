@@ -88,6 +88,7 @@ class FakeReplica:
         self.epoch = epoch
 
     def evaluate(self):
+        self.evaluations = getattr(self, "evaluations", 0) + 1
         return 0.5, 0.9
 
     def checkpoint(self, step, engine=None):
@@ -158,6 +159,13 @@ def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
     assert history["global_batch_size"] == 8
     assert history["step_ms"]["count"] == 10  # the epochs after the first
     assert replica.saved and (tmp_path / "history.json").exists()
+
+
+def test_validation_every_other_epoch_and_after_the_last(tmp_path):
+    replica = FakeReplica(tmp_path)
+    history = EpochDriver(config(tmp_path, validation_freq=2), replica, FakeEngine(replica)).run()
+    assert [e["val_accuracy"] for e in history["epochs"]] == [None, 0.9, 0.9]
+    assert replica.evaluations == 2
 
 
 def test_the_driver_resumes_mid_epoch_and_ends_at_the_same_step(tmp_path):

@@ -163,6 +163,10 @@ class TrainConfig:
             the variables) inside an epoch; 0: only at epoch ends. Rank 0 / the chief
             writes; a rerun in the same output directory resumes from the newest readable
             checkpoint and ends at the same total step count.
+        validation_freq: Validate at the end of every this many epochs (and of the
+            last), as Keras's ``validation_freq``; the other epochs' records have no
+            validation numbers. Validation is work the training processes wait for
+            (single, sync) or share the machine with (a parameter-server chief's).
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
@@ -193,6 +197,7 @@ class TrainConfig:
     threads_per_worker: int = 0
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 500
+    validation_freq: int = 1
     dump_rank_weights: bool = False
     start_timeout: int = 120
     elastic_commit_steps: int = 10
@@ -212,6 +217,7 @@ class TrainConfig:
             "epochs",
             "batch_size",
             "checkpoint_every_epochs",
+            "validation_freq",
             "start_timeout",
             "elastic_commit_steps",
         ):

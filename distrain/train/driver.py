@@ -224,7 +224,10 @@ class EpochDriver:
         """
         cfg, r, engine = self.cfg, self.replica, self.engine
         engine.refresh()
-        val_loss, val_acc = r.evaluate()
+        last = epoch + 1 == cfg.epochs
+        val_loss = val_acc = None
+        if last or (epoch + 1) % cfg.validation_freq == 0:
+            val_loss, val_acc = r.evaluate()
         per_label = max(seen * r.labels_per_example, 1)
         record = {
             "epoch": epoch + 1,
@@ -245,13 +248,15 @@ class EpochDriver:
             self.step_durations.append(list(durations))
         self.epochs.append(record)
         r.set_epoch(epoch + 1)
+        validation = (
+            f"val_loss {val_loss:.4f}  val_acc {val_acc:.4f}  " if val_loss is not None else ""
+        )
         r.log(
             f"epoch {epoch + 1}/{cfg.epochs}  loss {record['loss']:.4f}  "
-            f"acc {record['accuracy']:.4f}  val_loss {val_loss:.4f}  val_acc {val_acc:.4f}  "
+            f"acc {record['accuracy']:.4f}  {validation}"
             f"{record['wall_seconds']:.1f}s  {seen / max(step_seconds, 1e-9):,.0f} ex/s"
             f"{engine.epoch_note()}"
         )
-        last = epoch + 1 == cfg.epochs
         if r.rank == 0 and ((epoch + 1) % cfg.checkpoint_every_epochs == 0 or last):
             r.checkpoint(r.step, engine)
             atomic_write_json(r.out / "history.json", self.history())
