@@ -32,12 +32,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from distrain.train.launch import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +50,7 @@ MODULES = {
     "syncreplicas": "benchmarks.peers.between_graph",
 }
 KINDS = tuple(MODULES)
+
 
 RESULT_PREFIX = "RESULT "
 # After worker 0 printed its result, how long the other workers get to end by themselves.
@@ -64,20 +66,6 @@ def worker_threads(threads: int, workers: int) -> int:
     if threads:
         return threads
     return max(1, (os.cpu_count() or 1) // max(workers, 1))
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free localhost ports (all held open until all are chosen)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("localhost", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def parse_result(text: str) -> dict | None:
@@ -176,7 +164,7 @@ def run_peer(
             raise ValueError(f"aggregate must be in 1..{workers}, got {aggregate}")
     intra = worker_threads(threads, workers)
 
-    ports = _free_ports(workers + ps_count)
+    ports = free_ports(workers + ps_count)  # the launcher's, as distrain's own runs get them
     cluster = {"worker": [f"localhost:{p}" for p in ports[:workers]]}
     if ps_count:
         cluster["ps"] = [f"localhost:{p}" for p in ports[workers:]]
