@@ -185,12 +185,13 @@ class PSGraph:
                 self.limit = counter("limit")
                 self.stop = counter("stop")
                 self.ready = counter("ready")
-                self.steps = counter("worker_steps", [workers])
                 self.begun = counter("worker_begun", [workers])
-                self.ended = counter("worker_ended", [workers])
-                # Per worker and epoch parity: the chief reads an epoch's while the next runs.
-                self.loss_sum = counter("worker_loss", [workers, 2], tf.float64)
-                self.correct = counter("worker_correct", [workers, 2], tf.float64)
+                # Per worker, one row written by one op a step: the steps recorded, the
+                # pushes ended, and the loss and correct counts per epoch parity (the
+                # chief reads an epoch's while the next runs).
+                self.stats = counter("worker_stats", [workers, 6], tf.float64)
+                self.steps = tf.cast(self.stats[:, 0], tf.int64)
+                self.ended = tf.cast(self.stats[:, 1], tf.int64)
                 self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
                 # The chief sleeps on this queue until the update it waits for is applied
                 # (wake_at), instead of asking the servers over and over.
@@ -290,17 +291,18 @@ class PSGraph:
             bucket = tf.cast(tf.clip_by_value(delay, 0, DELAY_BUCKETS - 1), tf.int32)
             slot = tf.cast((update // self.per_epoch) % 2, tf.int32)
 
-            def add(var, value):
-                return var.scatter_add(tf.IndexedSlices(value[None], [worker]))
-
-            def add_slot(var, value):
-                return tf.compat.v1.scatter_nd_add(var, [[worker, slot]], value[None])
-
+            columns = tf.stack([0, 1, 2 + slot, 4 + slot])
+            values = tf.stack(
+                [
+                    tf.cast(recorded, tf.float64),
+                    tf.constant(1.0, tf.float64),
+                    weight * tf.cast(loss_sum, tf.float64),
+                    weight * tf.cast(correct, tf.float64),
+                ]
+            )
+            rows = tf.fill([4], worker)
             return [
-                add(self.steps, recorded),
-                add(self.ended, tf.constant(1, tf.int64)),
-                add_slot(self.loss_sum, weight * tf.cast(loss_sum, tf.float64)),
-                add_slot(self.correct, weight * tf.cast(correct, tf.float64)),
+                tf.compat.v1.scatter_nd_add(self.stats, tf.stack([rows, columns], 1), values),
                 tf.compat.v1.scatter_nd_add(self.delays, [[worker, bucket]], recorded[None]),
             ]
 
@@ -434,15 +436,15 @@ class Chief:
             self.set_wake_at = g.wake_at.assign(self.new_limit)
             self.wait = g.wakeup.dequeue()
             self.set_stop = g.stop.assign(1)
-            self.read_counts = [g.applied.read_value(), g.steps.read_value()]
-            self.read_epoch = [g.loss_sum.read_value(), g.correct.read_value()]
+            self.read_counts = [g.applied.read_value(), g.steps]
+            self.read_epoch = g.stats.read_value()
             self.slot = tf.compat.v1.placeholder(tf.int32, [])
             zero = tf.zeros([role.workers], tf.float64)
             self.reset_epoch = tf.group(
-                g.loss_sum[:, self.slot].assign(zero),
-                g.correct[:, self.slot].assign(zero),
+                g.stats[:, 2 + self.slot].assign(zero),
+                g.stats[:, 4 + self.slot].assign(zero),
             )
-            self.read_final = [g.delays.read_value(), g.ended.read_value(), g.begun.read_value()]
+            self.read_final = [g.delays.read_value(), g.ended, g.begun.read_value()]
         self.local: list = []
         self.logs = ""
         self.sess = None
@@ -538,10 +540,10 @@ class Chief:
         Every step of the epoch is recorded once its updates are granted (the counters
         are written inside the lock); the next epoch's go to the other slot.
         """
-        loss, correct = self.sess.run(self.read_epoch)
+        stats = self.sess.run(self.read_epoch)
         slot = epoch % 2
         self.sess.run(self.reset_epoch, {self.slot: slot})
-        return float(loss[:, slot].sum()), float(correct[:, slot].sum())
+        return float(stats[:, 2 + slot].sum()), float(stats[:, 4 + slot].sum())
 
     def staleness(self) -> dict:
         """Per worker: the delays of its counted gradients (from the histograms)."""
