@@ -297,6 +297,28 @@ def steady_rate(epoch_seconds: list[float], epoch_examples: list[int]) -> tuple[
     return (examples / seconds if seconds else 0.0), examples, seconds
 
 
+def emit_epochs(kind, args, workers, global_batch, steps_per_epoch, seconds, examples, losses, lr):
+    """Emits the result of a peer that times its own epochs (single, mwms)."""
+    rate, steady_examples, steady_seconds = steady_rate(seconds, examples)
+    emit(
+        {
+            "kind": kind,
+            "workers": workers,
+            "batch": args.batch,
+            "global_batch": global_batch,
+            "model": args.model,
+            "examples_per_second": rate,
+            "steps": steps_per_epoch * args.epochs,
+            "steps_per_epoch": steps_per_epoch,
+            "seconds": steady_seconds,
+            "examples": steady_examples,
+            "epoch_seconds": seconds,
+            "loss": losses,
+            "learning_rate": lr,
+        }
+    )
+
+
 def emit(result: dict) -> None:
     """Prints the one ``RESULT {...}`` line that :func:`run_peer` reads (in one write)."""
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from benchmarks.peers import emit, peer_args, steady_rate, tf_config
+from benchmarks.peers import emit_epochs, peer_args, tf_config
 
 LEARNING_RATE = 1e-3
 
@@ -91,24 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         losses.append(float(total) / steps_per_epoch)  # waits for the epoch's last step
         seconds.append(time.perf_counter() - start)
         examples.append(steps_per_epoch * global_batch)
-    rate, steady_examples, steady_seconds = steady_rate(seconds, examples)
     if task_index == 0:
-        emit(
-            {
-                "kind": "mwms",
-                "workers": num_workers,
-                "batch": args.batch,
-                "global_batch": global_batch,
-                "model": args.model,
-                "examples_per_second": rate,
-                "steps": steps_per_epoch * args.epochs,
-                "steps_per_epoch": steps_per_epoch,
-                "seconds": steady_seconds,
-                "examples": steady_examples,
-                "epoch_seconds": seconds,
-                "loss": losses,
-                "learning_rate": LEARNING_RATE * num_workers,
-            }
+        lr = LEARNING_RATE * num_workers
+        emit_epochs(
+            "mwms", args, num_workers, global_batch, steps_per_epoch, seconds, examples, losses, lr
         )
     return 0
 

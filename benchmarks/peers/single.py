@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from benchmarks.peers import emit, peer_args, steady_rate
+from benchmarks.peers import emit_epochs, peer_args
 
 LEARNING_RATE = 1e-3
 
@@ -61,23 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         losses.append(float(total) / steps_per_epoch)  # waits for the epoch's last step
         seconds.append(time.perf_counter() - start)
         examples.append(steps_per_epoch * args.batch)
-    rate, steady_examples, steady_seconds = steady_rate(seconds, examples)
-    emit(
-        {
-            "kind": "single",
-            "workers": 1,
-            "batch": args.batch,
-            "global_batch": args.batch,
-            "model": args.model,
-            "examples_per_second": rate,
-            "steps": steps_per_epoch * args.epochs,
-            "steps_per_epoch": steps_per_epoch,
-            "seconds": steady_seconds,
-            "examples": steady_examples,
-            "epoch_seconds": seconds,
-            "loss": losses,
-            "learning_rate": LEARNING_RATE,
-        }
+    emit_epochs(
+        "single", args, 1, args.batch, steps_per_epoch, seconds, examples, losses, LEARNING_RATE
     )
     return 0
 

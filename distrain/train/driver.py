@@ -181,11 +181,7 @@ class EpochDriver:
         first_epoch, done = resume_point(
             r.step, r.epoch, per_epoch, cfg.epochs, str(r.out / "checkpoints")
         )
-        r.log(
-            f"{r.info.dataset}/{cfg.model}: {r.info.splits['train']} train examples, "
-            f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
-            f"{cfg.threads} thread(s) per worker"
-        )
+        self.log_start()
         engine.start()
         every = cfg.checkpoint_every_steps
         start = time.perf_counter()
@@ -214,6 +210,15 @@ class EpochDriver:
         if r.rank == 0:
             atomic_write_json(r.out / "history.json", self.history())
         return self.history()
+
+    def log_start(self) -> None:
+        """The run's opening line: data, model, spec, batch, rate, threads."""
+        cfg, r = self.cfg, self.replica
+        r.log(
+            f"{r.info.dataset}/{cfg.model}: {r.info.splits['train']} train examples, "
+            f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
+            f"{cfg.threads} thread(s) per worker"
+        )
 
     def end_epoch(self, epoch, loss_sum, correct, seen, step_seconds, start, durations=()) -> None:
         """Validation, the epoch's record and line, and the chief's checkpoint.

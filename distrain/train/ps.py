@@ -110,6 +110,14 @@ def start_server(role: Role, threads: int):
     )
 
 
+def arrived(grads) -> list:
+    """The tensors of staged gradients (:meth:`PSGraph.staged`).
+
+    Ops that depend on them run only once every gradient is on the parameter servers.
+    """
+    return [t for g in grads for t in ([g.values, g.indices] if hasattr(g, "indices") else [g])]
+
+
 class PushRule:
     """What a worker's step does with its gradient: a parameter-server mode's rule.
 
@@ -203,9 +211,8 @@ class PSGraph:
                     1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
                 )
                 # The mode's own shared variables (syncreplicas' accumulators).
-                self.rule_variables = rule.create_variables(self)
+                rule.create_variables(self)
             self.state = [*self.model.variables, *self.optimizer.variables]
-            self.status = [self.version, self.applied, self.limit, self.stop]
 
     def session(self, server):
         """A session on this process's server that sees only the parameter servers and itself.
@@ -230,10 +237,7 @@ class PSGraph:
         mid-step cannot hold it.
         """
         tf = self.tf
-        ready = [
-            t for g in after for t in ([g.values, g.indices] if hasattr(g, "indices") else [g])
-        ]
-        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(ready):
+        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(arrived(after)):
             token = self.lock.dequeue()
             with tf.control_dependencies([token]):
                 outputs, writes = decide()
@@ -444,7 +448,8 @@ class Chief:
                 g.stats[:, 2 + self.slot].assign(zero),
                 g.stats[:, 4 + self.slot].assign(zero),
             )
-            self.read_final = [g.delays.read_value(), g.ended, g.begun.read_value()]
+            self.read_delays = g.delays.read_value()
+            self.read_ends = [g.ended, g.begun.read_value()]
         self.local: list = []
         self.logs = ""
         self.sess = None
@@ -547,7 +552,7 @@ class Chief:
 
     def staleness(self) -> dict:
         """Per worker: the delays of its counted gradients (from the histograms)."""
-        delays, _, _ = self.sess.run(self.read_final)
+        delays = self.sess.run(self.read_delays)
         return {
             str(w): [d for d, n in enumerate(row) for _ in range(int(n))]
             for w, row in enumerate(delays)
@@ -555,7 +560,7 @@ class Chief:
 
     def unfinished_steps(self) -> int:
         """Steps begun and not finished when the run ended (a stopped worker's)."""
-        _, ended, begun = self.sess.run(self.read_final)
+        ended, begun = self.sess.run(self.read_ends)
         return int(sum(max(0, int(b) - int(e)) for b, e in zip(begun, ended, strict=True)))
 
     def finish(self) -> None:
@@ -576,6 +581,7 @@ class ChiefEngine:
         self.chief, self.replica = chief, replica
         self.gradients_per_update = chief.rule.gradients_per_update
         self.staleness: dict[str, list[int]] = {}
+        self.delays: list[int] = []  # every worker's, flattened
         self.abandoned = 0
         self.target: int | None = None  # the update the current segment ends at
         self.reached: float | None = None  # when it was reached
@@ -620,6 +626,7 @@ class ChiefEngine:
         epoch = self.target // self.updates_per_epoch() - 1
         loss_sum, correct = self.chief.epoch_sums(epoch)
         self.staleness = self.chief.staleness()
+        self.delays = [d for w in sorted(self.staleness) for d in self.staleness[w]]
         return loss_sum, correct, seen
 
     def refresh(self) -> None:
@@ -629,17 +636,14 @@ class ChiefEngine:
         if self.target is not None and self.replica.step > self.target:
             self.replica.version.assign(self.target)
 
-    def _all(self) -> list[int]:
-        return [d for w in sorted(self.staleness) for d in self.staleness[w]]
-
     def epoch_note(self) -> str:
-        stats = summarize(self._all())
+        stats = summarize(self.delays)
         note = f"  staleness mean {stats['mean']:.2f} max {stats['max']}"
-        dropped = self.chief.rule.dropped(self._all())
+        dropped = self.chief.rule.dropped(self.delays)
         return note + (f"  dropped {dropped}" if dropped else "")
 
     def history(self) -> dict:
-        delays = self._all()
+        delays = self.delays
         return {
             "staleness": delays,
             "staleness_summary": summarize(delays),

@@ -7,8 +7,6 @@ holds no training logic: the coordinator (``distrain worker`` as chief) drives i
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -19,24 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
     args = parser.parse_args(argv)
-    tf_config = json.loads(os.environ["TF_CONFIG"])
-    task = tf_config["task"]
-    import tensorflow as tf
+    from distrain.train.ps import Role, start_server
 
-    config = tf.compat.v1.ConfigProto(
-        # On few cores a server with fewer inter-op threads can deadlock.
-        inter_op_parallelism_threads=max(4, args.threads),
-        intra_op_parallelism_threads=args.threads,
-    )
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(tf_config["cluster"]),
-        job_name=task["type"],
-        task_index=int(task["index"]),
-        protocol="grpc",
-        config=config,
-        start=True,
-    )
-    print(f"{task['type']}:{task['index']} serving at {server.target}", flush=True)
+    role = Role.from_environment()
+    server = start_server(role, args.threads)
+    print(f"{role.job}:{role.index} serving at {server.target}", flush=True)
     server.join()
     return 0
 

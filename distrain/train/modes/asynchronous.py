@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distrain.train.modes import register
-from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+from distrain.train.ps import ParameterServerMode, PSGraph, PushRule, arrived
 
 
 class AsyncRule(PushRule):
@@ -22,10 +22,7 @@ class AsyncRule(PushRule):
 
     def push(self, g: PSGraph, grads, read_version, record):
         tf = g.tf
-        ready = [
-            t for grad in grads for t in ([grad.values] if hasattr(grad, "indices") else [grad])
-        ]
-        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(ready):
+        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(arrived(grads)):
             number = g.version.assign_add(1)  # the update this step would be
             ok = number <= g.limit.read_value()
 

@@ -135,10 +135,7 @@ class ElasticSync(Sync):
             replica.checkpoint(step)
 
         start = time.perf_counter()
-        replica.log(
-            f"{replica.info.dataset}/{cfg.model}: {n_train} train examples, {cfg.run}, batch "
-            f"{cfg.batch_size} per worker, {cfg.threads} thread(s) per worker"
-        )
+        driver.log_start()
 
         @hvd.elastic.run  # [sync] retried from the last commit after a lost worker
         def train_elastic(state):
