@@ -535,8 +535,10 @@ class Chief:
     def _sample(self, steps) -> None:
         t = round(time.time() - self.progress_start, 4)
         for w, count in enumerate(steps):
+            if not count:
+                continue  # a worker appears once it has made a step (plots need a point)
             points = self.worker_progress.setdefault(str(w), [])
-            if count and (not points or points[-1][1] != int(count)):
+            if not points or points[-1][1] != int(count):
                 points.append([t, int(count)])
 
     def epoch_sums(self, epoch: int) -> tuple[float, float]:
