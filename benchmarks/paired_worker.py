@@ -59,7 +59,7 @@ def main() -> None:
     import tensorflow as tf
 
     from distrain.train.config import TrainConfig
-    from distrain.train.replica import Group, Replica
+    from distrain.train.replica import Group, Replica, allreduce_gradients
 
     cfg = TrainConfig.from_json(Path(config_path).read_text())
     configure_tensorflow(cfg)  # as a training process does
@@ -75,7 +75,7 @@ def main() -> None:
     batches = iter(trainer.train_shard(cfg.seed + trainer.rank))
     alone = trainer.train_step()
     alone(*next(batches))
-    sync = trainer.train_step(hvd.DistributedGradientTape)  # as a sync rank's step
+    sync = trainer.train_step(allreduce_gradients(hvd))  # as a sync rank's step
     sync(*next(batches))
     steps_of = {"alone": alone, "sync": sync}
 

@@ -318,6 +318,7 @@ class Worker:
         import tensorflow as tf
 
         from distrain.train.inputs import make_dataset
+        from distrain.train.replica import batch_gradients
 
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
@@ -339,13 +340,7 @@ class Worker:
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
-                logits = g.model(x, training=True)
-                losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, True)
-                loss = tf.reduce_mean(losses)
-            grads = tf.gradients(loss, g.variables)
-            hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
-            correct = tf.reduce_sum(tf.cast(hits, tf.float32))
-            loss_sum = tf.reduce_sum(losses)
+                loss_sum, correct, grads = batch_gradients(g.model, g.variables, x, y)
 
             def record(update, counted, recorded, delay):
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)

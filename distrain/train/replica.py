@@ -42,6 +42,41 @@ class Group:
         return [float(v) for v in summed.numpy()]
 
 
+def batch_gradients(model, variables, x, y):
+    """One batch's summed loss, correct count and gradients: every mode's step computes these.
+
+    Built in a graph (a traced step, or a parameter-server worker's graph). The gradients
+    come from ``tf.gradients`` with each op's gradients gated (grouped before they are
+    used), as TensorFlow's graph optimizers compute theirs: ungated, oneDNN fuses a
+    convolution's filter and bias gradients into one kernel, which made the suite's CNN
+    step 4-6 % (a traced step) to 10 % (a parameter-server worker's) slower on the
+    development machine (BENCHMARKS.md).
+
+    Args:
+        model: A Keras classifier that outputs logits.
+        variables: The variables to differentiate by (the trainable ones).
+        x: Features.
+        y: Labels.
+    """
+    import tensorflow as tf
+    import tf_keras as keras
+
+    logits = model(x, training=True)
+    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    grads = tf.gradients(tf.reduce_mean(losses), variables, gate_gradients=True)
+    hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
+    return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(hits, tf.float32)), grads
+
+
+def allreduce_gradients(hvd):
+    """[sync] The gradients' mean over the Horovod ranks (as ``DistributedGradientTape``)."""
+
+    def reduce(grads):
+        return [hvd.allreduce(g, op=hvd.Average) for g in grads]
+
+    return reduce
+
+
 class Replica:
     """The model, Adam, the version and epoch counters, checkpoints and validation.
 
@@ -140,34 +175,27 @@ class Replica:
             drop_remainder=True,
         )
 
-    def gradients(self, x, y, tape_wrapper=None):
+    def gradients(self, x, y, reduce=None):
         """Forward and backward pass on one batch: (summed loss, correct count, gradients).
 
         Args:
             x: Features.
             y: Labels.
-            tape_wrapper: Wraps the gradient tape ([sync] Horovod's allreducing tape).
+            reduce: Combines the gradients with the other processes' ([sync] Horovod's
+                allreduce, :func:`allreduce_gradients`).
         """
-        tf = self.tf
-        with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
-            losses = self.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            loss = tf.reduce_mean(losses)
-        if tape_wrapper is not None:
-            tape = tape_wrapper(tape)
-        grads = tape.gradient(loss, self.model.trainable_variables)
-        correct = tf.reduce_sum(
-            tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
-        )
-        return tf.reduce_sum(losses), correct, grads
+        loss_sum, correct, grads = batch_gradients(self.model, self.model.trainable_variables, x, y)
+        if reduce is not None:
+            grads = reduce(grads)
+        return loss_sum, correct, grads
 
-    def train_step(self, tape_wrapper=None):
+    def train_step(self, reduce=None):
         """The traced step: gradients, one update, the version; returns (loss sum, correct)."""
         tf = self.tf
 
         @tf.function
         def train_step(x, y):
-            loss_sum, correct, grads = self.gradients(x, y, tape_wrapper)
+            loss_sum, correct, grads = self.gradients(x, y, reduce)
             self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
             self.version.assign_add(1)
             return loss_sum, correct

@@ -82,7 +82,7 @@ class ElasticSync(Sync):
     def train(self, cfg) -> dict:
         import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
 
-        from distrain.train.replica import Group, Replica
+        from distrain.train.replica import Group, Replica, allreduce_gradients
         from distrain.train.runtime import start_horovod
 
         hvd, _ = start_horovod(False)
@@ -145,7 +145,7 @@ class ElasticSync(Sync):
                 # [sync] the learning rate follows the gradients averaged per step.
                 replica.optimizer.learning_rate = cfg.learning_rate * size
             # Traced for this world's learning rate.
-            step_fn = replica.train_step(hvd.DistributedGradientTape)
+            step_fn = replica.train_step(allreduce_gradients(hvd))
             if engine.resets:
                 replica.log(
                     f"continuing with {size} workers from step {replica.step}, "

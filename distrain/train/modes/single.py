@@ -16,8 +16,7 @@ class LocalSteps:
 
     Several steps per call, the loop inside the traced function: the Python between steps
     (a call, a read of the loss) otherwise costs a one-process run about a fifth of its
-    speed at small batches. Shared with sync, which calls one step at a time
-    (``steps_per_call=1``): each of its steps waits for its allreduce anyway.
+    speed at small batches. Shared with sync, whose ranks make the same calls.
 
     Args:
         replica: This process's :class:`distrain.train.replica.Replica`.

@@ -9,7 +9,10 @@ from distrain.train.modes.single import LocalSteps
 
 
 class SyncSteps(LocalSteps):
-    """[sync] One step per call, its gradients allreduce-averaged; rank 0's state to all first.
+    """[sync] Steps whose gradients are allreduce-averaged; rank 0's state to all first.
+
+    Several steps per traced call, as single's: a step waits for its allreduce inside the
+    call, not for Python between steps.
 
     Args:
         replica: This rank's replica (its group holds Horovod).
@@ -17,9 +20,11 @@ class SyncSteps(LocalSteps):
     """
 
     def __init__(self, replica, lowered: list[int] = ()):
+        from distrain.train.replica import allreduce_gradients
+
         hvd = replica.group.hvd
-        # [sync] Horovod's tape averages the gradients over the ranks.
-        super().__init__(replica, replica.train_step(hvd.DistributedGradientTape), 1)
+        # [sync] the gradients averaged over the ranks.
+        super().__init__(replica, replica.train_step(allreduce_gradients(hvd)))
         self.hvd, self.lowered = hvd, list(lowered)
         self.gradients_per_update = replica.group.size
 
