@@ -128,7 +128,11 @@ class Engine(Protocol):
         """The epoch's totals over every worker (this process's sums in)."""
 
     def refresh(self) -> None:
-        """Makes the replica current (a parameter-server chief copies the servers' values)."""
+        """Makes the replica's weights current, before they are evaluated, saved or checkpointed.
+
+        A parameter-server chief copies the servers' values. The replica's step must be
+        current after every :meth:`run` without it.
+        """
 
     def epoch_note(self) -> str:
         """Extra words for the epoch's line (staleness, dropped gradients)."""
@@ -228,10 +232,12 @@ class EpochDriver:
         epochs after the first as the run's ``step_ms``.
         """
         cfg, r, engine = self.cfg, self.replica, self.engine
-        engine.refresh()
         last = epoch + 1 == cfg.epochs
         val_loss = val_acc = None
         if last or (epoch + 1) % cfg.validation_freq == 0:
+            # Only for what reads the weights: a parameter-server chief copies them from
+            # the servers, which costs their time while the workers go on.
+            engine.refresh()
             val_loss, val_acc = r.evaluate()
         per_label = max(seen * r.labels_per_example, 1)
         record = {

@@ -581,6 +581,7 @@ class ChiefEngine:
         self.delays: list[int] = []  # every worker's, flattened
         self.abandoned = 0
         self.target: int | None = None  # the update the current segment ends at
+        self.pulled: int | None = None  # the segment's end the copy was last refreshed at
         self.reached: float | None = None  # when it was reached
         self.stopped = True  # whether the workers stopped there (a checkpoint)
         self.seconds = 0.0  # the epoch's training seconds so far
@@ -613,6 +614,7 @@ class ChiefEngine:
         self.reached = time.perf_counter()
         self.seconds += self.reached - start
         self.stopped = limit == self.target
+        self.replica.version.assign(self.target)  # the weights are copied only when read
         return 0.0, 0.0, []  # the workers' sums are on the parameter servers
 
     def epoch_seconds(self, measured: float) -> float:
@@ -627,7 +629,10 @@ class ChiefEngine:
         return loss_sum, correct, seen
 
     def refresh(self) -> None:
+        if self.pulled == self.target:
+            return  # once per segment's end (its evaluation, checkpoint and saved model)
         self.chief.pull_from_servers()
+        self.pulled = self.target
         # Between checkpoints the workers go on: the copy may hold a few updates more than
         # the segment's, which are counted in the next one.
         if self.target is not None and self.replica.step > self.target:
