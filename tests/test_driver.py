@@ -106,6 +106,7 @@ class FakeEngine:
     def __init__(self, replica, per_epoch=5):
         self.replica, self.per_epoch = replica, per_epoch
         self.calls: list[tuple[int, int, int]] = []
+        self.refreshes: list[tuple[int, int]] = []
 
     def updates_per_epoch(self):
         return self.per_epoch
@@ -126,7 +127,8 @@ class FakeEngine:
         return loss_sum, correct, seen
 
     def refresh(self):
-        pass
+        # Only what reads the weights asks for them: evaluation, a checkpoint, the model.
+        self.refreshes.append((self.replica.step, len(self.replica.checkpoints)))
 
     def epoch_note(self):
         return ""
@@ -163,9 +165,15 @@ def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
 
 def test_validation_every_other_epoch_and_after_the_last(tmp_path):
     replica = FakeReplica(tmp_path)
-    history = EpochDriver(config(tmp_path, validation_freq=2), replica, FakeEngine(replica)).run()
+    engine = FakeEngine(replica)
+    cfg = config(tmp_path, validation_freq=2, checkpoint_every_steps=0)
+    history = EpochDriver(cfg, replica, engine).run()
     assert [e["val_accuracy"] for e in history["epochs"]] == [None, 0.9, 0.9]
     assert replica.evaluations == 2
+    # The weights are brought up to date for the evaluations (after updates 10 and 15)
+    # and the saved model, not at epoch 1's end; the fake replica's checkpoints do not
+    # ask the engine, a real one does (Replica.checkpoint).
+    assert [step for step, _ in engine.refreshes] == [10, 15, 15]
 
 
 def test_the_driver_resumes_mid_epoch_and_ends_at_the_same_step(tmp_path):
