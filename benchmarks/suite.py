@@ -79,9 +79,11 @@ class SuiteConfig:
             group's is the target's.
         paired_steps: Training steps per phase.
         peer_size: MNIST images (train and validation) of the peer comparison's data.
-        peer_setups: (model, batch per worker) of the peer comparison: the MNIST
-            defaults, where per-step overhead shows most, and the suite's CNN.
-        peer_epochs: Epochs of each peer-comparison run (the first is warm-up).
+        peer_setups: (model, batch per worker, epochs) of the peer comparison: the
+            MNIST defaults, where per-step overhead shows most, and the suite's CNN.
+            The first epoch is warm-up; the others are timed, and enough of them that a
+            run's timed part lasts several seconds (an epoch of the sample takes well
+            under one), or one stall of the host moves a ratio by percents.
         peer_repeats: Repeats of each mode-and-peer pair (ranges are over them).
         link_gbps: Link bandwidth of the scaling plan (Gbit/s).
         link_latency_us: Link latency of the scaling plan (microseconds).
@@ -102,9 +104,8 @@ class SuiteConfig:
     paired_groups: int = 12
     paired_steps: int = 8
     peer_size: int = 20000
-    peer_setups: tuple = (("mlp", 64), ("cnn", 1024))
-    peer_epochs: int = 5
-    peer_repeats: int = 2
+    peer_setups: tuple = (("mlp", 64, 10), ("cnn", 1024, 20))
+    peer_repeats: int = 3
     link_gbps: float = 10.0
     link_latency_us: float = 20.0
 
@@ -125,8 +126,7 @@ class SuiteConfig:
             paired_groups=2,
             paired_steps=3,
             peer_size=2000,
-            peer_setups=(("mlp", 64),),
-            peer_epochs=2,
+            peer_setups=(("mlp", 64, 2),),
             peer_repeats=1,
             **kw,
         )
@@ -1038,12 +1038,12 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
 
     data = _mnist_data(tmp, cfg.peer_size)
     rows = []
-    for model, batch in cfg.peer_setups:
+    for model, batch, epochs in cfg.peer_setups:
         for spec, kind, workers, aggregate, floor in PEER_PAIRS:
             ratios, ours, theirs = [], [], []
             for rep in range(cfg.peer_repeats):
 
-                def mode(spec=spec, model=model, batch=batch, rep=rep):
+                def mode(spec=spec, model=model, batch=batch, epochs=epochs, rep=rep):
                     out = tmp / f"peer-{model}-{spec.replace(':', '_')}-{rep}"
                     shutil.rmtree(out, ignore_errors=True)
                     tc = TrainConfig(
@@ -1051,16 +1051,23 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                         output_dir=str(out),
                         run=spec,
                         model=model,
-                        epochs=cfg.peer_epochs,
+                        epochs=epochs,
                         batch_size=batch,
                         checkpoint_every_steps=0,
-                        checkpoint_every_epochs=cfg.peer_epochs,
+                        checkpoint_every_epochs=epochs,
                         # The peers validate nothing: neither does the timed part here.
-                        validation_freq=cfg.peer_epochs,
+                        validation_freq=epochs,
                     )
                     return run_training(tc)["examples_per_second"]
 
-                def peer(kind=kind, workers=workers, aggregate=aggregate, model=model, batch=batch):
+                def peer(
+                    kind=kind,
+                    workers=workers,
+                    aggregate=aggregate,
+                    model=model,
+                    batch=batch,
+                    epochs=epochs,
+                ):
                     # A peer run that hangs (SyncReplicasOptimizer's workers, once in a
                     # while, at the start) is tried once more rather than lose the suite.
                     for attempt in (1, 2):
@@ -1071,7 +1078,7 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                                 workers,
                                 batch,
                                 model,
-                                cfg.peer_epochs,
+                                epochs,
                                 aggregate=aggregate,
                                 timeout=PEER_TIMEOUT,
                             )
@@ -1092,6 +1099,7 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                 {
                     "model": model,
                     "batch": batch,
+                    "epochs": epochs,
                     "run": spec,
                     "peer": kind,
                     "floor": floor,
@@ -1101,7 +1109,7 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
                     "ratio": statistics.median(ratios),
                 }
             )
-    return {"rows": rows, "epochs": cfg.peer_epochs, "size": cfg.peer_size}
+    return {"rows": rows, "size": cfg.peer_size}
 
 
 def targets(results: dict) -> list[dict]:
@@ -1553,7 +1561,7 @@ def render_markdown(results: dict) -> str:
             "`benchmarks/peers/`: scripts written the way TensorFlow's documentation writes "
             "each mode, on the same data (the MNIST sample, "
             f"{peers['size']:,} images), model, batch per worker, threads per process and "
-            f"epochs ({peers['epochs']}; examples/second over the epochs after the first, "
+            "epochs (in the table; examples/second over the epochs after the first, "
             "as distrain measures), no checkpoints or validation in the timed part "
             "(distrain's runs validate after their last epoch only, `validation_freq`): "
             "`single` against a "
@@ -1564,12 +1572,13 @@ def render_markdown(results: dict) -> str:
             "their order alternating between repeats; the ratio is the median over repeats, "
             "its range in brackets.",
             "",
-            "| model | batch | run | distrain examples/s | peer | peer examples/s | ratio |",
-            "|---|---|---|---|---|---|---|",
+            "| model | batch | epochs | run | distrain examples/s | peer | peer examples/s "
+            "| ratio |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row in peers["rows"]:
             lines.append(
-                f"| {row['model']} | {row['batch']} | {row['run']} | "
+                f"| {row['model']} | {row['batch']} | {row.get('epochs', '—')} | {row['run']} | "
                 f"{_range(row['examples_per_second'], '{:,.0f}')} | {row['peer']} | "
                 f"{_range(row['peer_examples_per_second'], '{:,.0f}')} | "
                 f"{row['ratio']:.2f} ({_range(row['ratios'])}) |"

@@ -323,11 +323,11 @@ def test_peer_targets_take_the_median_ratio_and_its_floor():
     results = _results()
     results["peers"] = {
         "size": 100,
-        "epochs": 3,
         "rows": [
             {
                 "model": "mlp",
                 "batch": 64,
+                "epochs": 3,
                 "run": "async:2:ps=1",
                 "peer": "async",
                 "floor": 1.0,
@@ -355,7 +355,7 @@ def test_peer_targets_take_the_median_ratio_and_its_floor():
     missed = by["single:1 >= 0.97x its plain-TensorFlow peer (single; mlp, batch 64)"]
     assert not missed["met"] and missed["miss"] == "0.07 short"
     results["targets"] = list(by.values())
-    assert "| mlp | 64 | async:2:ps=1 | 9-12 | async | 10-10 | 1.10 (0.90-1.20) |" in (
+    assert "| mlp | 64 | 3 | async:2:ps=1 | 9-12 | async | 10-10 | 1.10 (0.90-1.20) |" in (
         render_markdown(results)
     )
 
