@@ -254,3 +254,17 @@ def test_no_import_cycle_in_distrain_train():
 
     for module in graph:
         visit(module, [])
+
+
+def test_sync_epoch_totals_sum_the_ranks_sums_but_not_the_examples_seen():
+    from distrain.train.modes.single import LocalSteps
+
+    class TwoRanks:
+        """Two ranks with the same sums: Group.sums over them doubles each value."""
+
+        def sums(self, *values):
+            return [2 * v for v in values]
+
+    replica = type("R", (), {"cfg": None, "group": TwoRanks()})()
+    # The driver's count of examples is every rank's already (updates x ranks x batch).
+    assert LocalSteps(replica, None).epoch_totals(3.0, 5.0, 640) == (6.0, 10.0, 640)

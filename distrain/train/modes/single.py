@@ -80,8 +80,9 @@ class LocalSteps:
         return measured
 
     def epoch_totals(self, loss_sum, correct, seen):
-        loss_sum, correct, seen = self.replica.group.sums(loss_sum, correct, seen)  # [sync]
-        return loss_sum, correct, int(seen)
+        # [sync] every rank's sums; ``seen`` counts every rank's examples already.
+        loss_sum, correct = self.replica.group.sums(loss_sum, correct)
+        return loss_sum, correct, seen
 
     def refresh(self) -> None:
         pass
