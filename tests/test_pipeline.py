@@ -175,7 +175,7 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     "dataset, runs, size, best_metric",
     [
         ("dbpedia", "single:1,async:2", "1400", "accuracy"),
-        ("gutenberg", "single:1,sync:2", "30000", "bits_per_char"),
+        ("gutenberg", "single:1,sync:2,async:2", "30000", "bits_per_char"),
     ],
 )
 def test_text_pipelines_run_end_to_end(tmp_path, cli_env, dataset, runs, size, best_metric):

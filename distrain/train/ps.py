@@ -224,6 +224,10 @@ class PSGraph:
             device_filters=["/job:ps", f"/job:{self.role.job}/task:{self.role.index}"],
             intra_op_parallelism_threads=self.cfg.threads,
             inter_op_parallelism_threads=2,
+            # Gated gradients of a recurrent layer colocate a constant of the worker's with
+            # a variable's shape on a parameter server; the placer puts the two together
+            # (as TF1's Estimator and MonitoredTrainingSession users set it).
+            allow_soft_placement=True,
         )
         return tf.compat.v1.Session(server.target, graph=self.graph, config=config)
 
