@@ -55,6 +55,16 @@ def _gutenberg_raw(raw):
 RAW = {"mnist": _mnist_raw, "dbpedia": _dbpedia_raw, "gutenberg": _gutenberg_raw}
 
 
+def _preprocess(dataset, raw, out, beam_args):
+    if dataset == "mnist":  # its default ratio of bad records is 0
+        from distrain.preprocess.mnist import MnistPreprocessConfig, preprocess_mnist
+
+        return preprocess_mnist(
+            MnistPreprocessConfig(str(raw), str(out), max_bad_ratio=0.01), beam_args
+        )
+    return preprocess(dataset, raw, out, beam_args=beam_args)
+
+
 def _outputs(root):
     """Every file's bytes, and the metadata without the config (it names the directory)."""
     files = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -63,19 +73,20 @@ def _outputs(root):
     return files, metadata
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["mnist", "dbpedia", "gutenberg"])
 def test_dask_runner_writes_what_the_local_runner_writes(tmp_path, cluster, dataset):
     raw = tmp_path / "raw"
     raw.mkdir()
     RAW[dataset](raw)
-    preprocess(dataset, raw, tmp_path / "local", beam_args=LOCAL)
+    _preprocess(dataset, raw, tmp_path / "local", LOCAL)
     dask_args = [
         "--runner=DaskRunner",
         f"--dask_client_address={cluster.scheduler_address}",
         "--dask_npartitions=2",
     ]
     with Client(cluster) as client, get_task_stream(client) as tasks:
-        preprocess(dataset, raw, tmp_path / "dask", beam_args=dask_args)
+        _preprocess(dataset, raw, tmp_path / "dask", dask_args)
     local_files, local_meta = _outputs(tmp_path / "local")
     dask_files, dask_meta = _outputs(tmp_path / "dask")
     assert dask_meta == local_meta
