@@ -98,8 +98,11 @@ def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
     ``DaskRunner`` becomes its full name (Beam 2.77 finds it by that only). Distributed
     runners (Dataflow, Flink, Spark) pass through unchanged.
     """
-    args = [a for a in (beam_args or []) if a not in ("--runner=DirectRunner",)]
-    args = [f"--runner={DASK_RUNNER}" if a == "--runner=DaskRunner" else a for a in args]
+    args = list(beam_args or [])
+    for i, arg in enumerate(args):  # --runner=DaskRunner or --runner DaskRunner
+        if arg == "--runner=DaskRunner" or (arg == "DaskRunner" and args[i - 1] == "--runner"):
+            args[i] = arg.replace("DaskRunner", DASK_RUNNER)
+    args = [a for a in args if a not in ("--runner=DirectRunner",)]
     if not any(a.startswith("--runner") for a in args):
         args.append("--runner=FnApiRunner")
         if not any(a.startswith("--direct_running_mode") for a in args):
