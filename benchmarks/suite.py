@@ -8,6 +8,8 @@ Measures (the sections of BENCHMARKS.md):
 1. Preprocessing: records/second of each Beam job against a plain loop doing the same
    work (``benchmarks/plain.py``), with 1 and 2 Beam workers, on a tiny input (the
    start-up) and a timed one; the per-record cost is the difference between them.
+   1b: the same jobs on Beam's Dask runner (a local two-worker cluster) beside the
+   local runner, in records/second (``--only dask`` measures it alone).
 2. Training throughput per mode and worker count, every configuration on the same cores.
    Sync scaling efficiency against one worker on 1/N of the cores, phase-paired within
    one sync:2 run (``benchmarks/paired_worker.py``: sync steps, the same steps without
@@ -71,6 +73,7 @@ class SuiteConfig:
         train_batch: Per-worker batch of the throughput runs.
         train_epochs: Epochs of the throughput runs (the first is excluded as warm-up).
         preprocess_repeats: Repeats of each preprocessing measure (medians are reported).
+        dask_repeats: Repeats of each Dask-runner measure and its local one (section 1b).
         efficiency_repeats: Whole sync:2 runs, each between two one-worker, one-core
             runs (the median is reported, with the range): the run-by-run measure beside
             the paired phases.
@@ -100,6 +103,7 @@ class SuiteConfig:
     train_batch: int = 1024
     train_epochs: int = 3
     preprocess_repeats: int = 3
+    dask_repeats: int = 1
     efficiency_repeats: int = 1
     paired_groups: int = 12
     paired_steps: int = 8
@@ -237,6 +241,100 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
                 }
             )
     return mark_unresolved(rows)
+
+
+# -- 1b. Beam's Dask runner ------------------------------------------------------------
+
+DASK_WORKERS = 2
+
+
+def bench_dask(cfg: SuiteConfig, tmp: Path) -> list[dict]:
+    """Section 1b: records/second of each Beam job on Beam's Dask runner and the local one.
+
+    The Dask runner runs on a local ``dask.distributed`` cluster of two worker processes
+    of one thread each, started here, with the work in two partitions
+    (``--dask_npartitions=2``); the local runner is section 1's "Beam, 1 worker" (the
+    FnApiRunner in memory). Both take section 1's timed input, one after the other,
+    ``dask_repeats`` times; the fastest run of each is reported, and both must write the
+    same number of records.
+    """
+    from distributed import LocalCluster
+
+    from distrain.steps import preprocess
+
+    sizes = {
+        "mnist": cfg.mnist_records,
+        "dbpedia": cfg.dbpedia_rows,
+        "gutenberg": cfg.gutenberg_chars,
+    }
+    rows = []
+    with LocalCluster(
+        n_workers=DASK_WORKERS, processes=True, threads_per_worker=1, dashboard_address=None
+    ) as cluster:
+        setups = {
+            "local runner (FnApiRunner)": [
+                "--runner=FnApiRunner",
+                "--direct_running_mode=in_memory",
+            ],
+            f"Dask runner, {DASK_WORKERS} workers": [
+                "--runner=DaskRunner",
+                f"--dask_client_address={cluster.scheduler_address}",
+                f"--dask_npartitions={DASK_WORKERS}",
+            ],
+        }
+        for dataset, n in sizes.items():
+            sample = _sample(tmp, dataset, n)
+            timed = tile_sample(
+                dataset, sample, tmp / f"{dataset}-dask", cfg.preprocess_tiles[dataset]
+            )
+            seconds: dict[str, list[float]] = {name: [] for name in setups}
+            written: dict[str, int] = {}
+            for rep in range(cfg.dask_repeats):
+                for i, (name, args) in enumerate(setups.items()):
+                    out = tmp / f"d-{dataset}-{i}-{rep}"
+                    start = time.perf_counter()
+                    meta = preprocess(dataset, timed, out, beam_args=args)
+                    seconds[name].append(time.perf_counter() - start)
+                    written[name] = sum(meta["splits"].values())
+                    shutil.rmtree(out, ignore_errors=True)
+            assert len(set(written.values())) == 1, f"{dataset}: runners wrote {written}"
+            local = min(next(iter(seconds.values())))
+            for name, times in seconds.items():
+                rows.append(
+                    {
+                        "dataset": dataset,
+                        "pipeline": name,
+                        "records": written[name],
+                        "seconds": min(times),
+                        "repeats": len(times),
+                        "records_per_second": written[name] / min(times),
+                        "vs_local": local / min(times),
+                    }
+                )
+            log(f"Dask runner, {dataset}: {rows[-1]['records_per_second']:,.0f} records/s")
+    return rows
+
+
+def render_dask(rows: list[dict]) -> list[str]:
+    """The lines of section 1b (:func:`bench_dask`) in BENCHMARKS.md."""
+    lines = [
+        "",
+        "### 1b. Beam's Dask runner",
+        "",
+        "Each job on a local `dask.distributed` cluster of two worker processes (one thread "
+        "each, `--dask_npartitions=2`) against the local runner in memory, on section 1's "
+        "timed input; the fastest of the repeats. Records are the examples written (the "
+        "same on both).",
+        "",
+        "| data set | runner | records | seconds | records/s | vs local runner |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['dataset']} | {r['pipeline']} | {r['records']:,} | {r['seconds']:.2f} | "
+            f"{r['records_per_second']:,.0f} | {r['vs_local']:.2f}x |"
+        )
+    return lines
 
 
 def tile_sample(dataset: str, sample: Path, out: Path, tiles: int) -> Path:
@@ -1377,6 +1475,8 @@ def render_markdown(results: dict) -> str:
             f"{r['seconds'][0]:.2f}, {r['seconds'][1]:.2f} | {r['records_per_second']:,.0f} | "
             f"{_fmt(r['per_record_us'], '.1f')} | {r['startup_seconds']:.1f} | {vs_plain} |"
         )
+    if results.get("dask"):
+        lines += render_dask(results["dask"])
     tr = results["training"]
     idle = " and its threads at idle priority" if tr.get("idle_horovod_threads") else ""
     lines += [
@@ -1642,7 +1742,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers"],
+        choices=["peers", "dask"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -1651,6 +1751,14 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    if args.only == "dask":
+        try:
+            results = json.loads(Path(args.json).read_text())
+            log("1b/8 Beam's Dask runner (alone)")
+            results["dask"] = bench_dask(cfg, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _write(args, results)
     if args.only:
         try:
             results = json.loads(Path(args.json).read_text())
@@ -1665,6 +1773,8 @@ def main(argv: list[str] | None = None) -> int:
         results: dict = {"machine": machine(cfg), "config": cfg.__dict__}
         log("1/8 preprocessing")
         results["preprocessing"] = bench_preprocessing(cfg, tmp)
+        log("1b/8 Beam's Dask runner")
+        results["dask"] = bench_dask(cfg, tmp)
         log("2/8 training throughput")
         results["training"] = bench_training(cfg, tmp)
         log("3,5,6/8 pipelines with kfp.local: time to accuracy, overhead, memory")

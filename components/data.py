@@ -28,9 +28,13 @@ def preprocess(
     dataset: str,
     validation_fraction: float = 0.1,
     seed: int = 0,
-    beam_runner: str = "DirectRunner",
+    beam_args: list = [],  # noqa: B006 (component parameter default)
 ):
-    """Beam: raw files to TFRecords, metadata.json and dead letters (rejects with reasons)."""
+    """Beam: raw files to TFRecords, metadata.json and dead letters (rejects with reasons).
+
+    ``beam_args`` are Beam pipeline options (``--runner=DataflowRunner --project ...``);
+    none: the local runner, in the step's container.
+    """
     from distrain.steps import preprocess as step
 
     meta = step(
@@ -39,7 +43,7 @@ def preprocess(
         examples.path,
         validation_fraction=validation_fraction,
         seed=seed,
-        beam_args=[f"--runner={beam_runner}"],
+        beam_args=[str(arg) for arg in beam_args],
     )
     for split, count in meta["splits"].items():
         stats.log_metric(f"{split}_examples", count)

@@ -2,6 +2,7 @@
 
 distrain data mnist --sample --output DIR     write a learnable sample in MNIST's format
 distrain data mnist --download --output DIR   fetch the real files (pinned, sha256-checked)
+distrain preprocess mnist --data RAW --output EXAMPLES [-- BEAM OPTIONS]   the Beam job alone
 distrain compile mnist --output mnist.yaml    compile the KFP pipeline
 distrain run mnist [--data DIR] --output OUT  run the pipeline locally (kfp.local)
 distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
@@ -41,6 +42,49 @@ def cmd_data(args: argparse.Namespace) -> int:
     summary = fetch(args.dataset, source, args.output, sample_size=args.sample_size, seed=args.seed)
     print(f"{args.dataset} ({source}) in {args.output}: {', '.join(summary['files'])}")
     return 0
+
+
+def cmd_preprocess(args: argparse.Namespace) -> int:
+    """``distrain preprocess``: the data set's Beam job alone, with any Beam options."""
+    from distrain.steps import preprocess
+
+    if not Path(args.data).is_dir():
+        print(f"distrain: data directory {args.data} does not exist", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    meta = preprocess(
+        args.dataset,
+        args.data,
+        args.output,
+        validation_fraction=args.validation_fraction,
+        seed=args.seed,
+        beam_args=args.beam_args,
+    )
+    splits = ", ".join(f"{split} {count:,}" for split, count in meta["splits"].items())
+    print(
+        f"{args.dataset} preprocessed in {time.perf_counter() - start:.1f} s: {splits} examples, "
+        f"{meta['rejected']['count']:,} rejected (dead letters in {args.output}/dead_letter); "
+        f"metadata in {args.output}/metadata.json"
+    )
+    return 0
+
+
+class _BeamOptionsParser(argparse.ArgumentParser):
+    """A subcommand's parser that hands everything after the first ``--`` to Beam unparsed.
+
+    argparse alone cannot take a variable list of option-like strings after ``--`` beside
+    a positional argument; here they never reach it and land in ``beam_args``.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        beam_args = []
+        if "--" in args:
+            cut = args.index("--")
+            args, beam_args = args[:cut], args[cut + 1 :]
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.beam_args = beam_args
+        return namespace, extras
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -259,6 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--ids", help="Gutenberg book ids to download, comma-separated")
     data.add_argument("--seed", type=int, default=0)
     data.set_defaults(func=cmd_data)
+
+    pre = sub.add_parser(
+        "preprocess",
+        help="run a data set's Beam preprocessing alone, on any Beam runner",
+        usage="distrain preprocess {mnist,dbpedia,gutenberg} --data RAW --output EXAMPLES "
+        "[--validation-fraction F] [--seed S] [-- BEAM OPTIONS ...]",
+        description="Run the Beam preprocessing job of a data set. Everything after -- "
+        "goes to Beam as pipeline options, e.g. -- --runner=DataflowRunner --project P "
+        "--region R --temp_location gs://B/tmp, -- --runner=FlinkRunner --flink_master "
+        "HOST:PORT, -- --runner=DaskRunner --dask_client_address HOST:PORT or -- "
+        "--direct_num_workers=2 (default: the local runner, in memory).",
+    )
+    pre.__class__ = _BeamOptionsParser  # add_parser makes a plain ArgumentParser
+    pre.add_argument("dataset", choices=PIPELINES)
+    pre.add_argument("--data", required=True, help="raw data directory")
+    pre.add_argument("--output", required=True, help="where examples and metadata go")
+    pre.add_argument("--validation-fraction", type=float, default=0.1)
+    pre.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    pre.set_defaults(func=cmd_preprocess)
 
     comp = sub.add_parser("compile", help="compile a pipeline to KFP YAML")
     comp.add_argument("pipeline", choices=PIPELINES)

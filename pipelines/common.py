@@ -43,6 +43,10 @@ def build_pipeline(
 ):
     """Builds the ``@dsl.pipeline`` function of a data set.
 
+    ``beam_args`` are the preprocessing step's Beam pipeline options, passed through
+    (``["--runner=DataflowRunner", "--project=P", ...]``; none: the local runner in the
+    step's container).
+
     Images default to :mod:`distrain.images` (registry from ``DISTRAIN_IMAGE_REGISTRY`` at
     compile time) and can be changed per run. Cluster placement comes from parameters:
     ``accelerator_type`` / ``accelerator_count``, ``node_selector`` and ``tolerations`` go
@@ -74,7 +78,7 @@ def build_pipeline(
         sample_size: int = d.sample_size,
         validation_fraction: float = 0.1,
         target_accuracy: float = d.target_accuracy,
-        beam_runner: str = "DirectRunner",
+        beam_args: list[str] = [],  # noqa: B006 (pipeline parameter default)
         beam_image: str = image("beam"),
         trainer_image: str = trainer_image_default,
         launcher: str = "local",
@@ -113,7 +117,7 @@ def build_pipeline(
             dataset=d.dataset,
             validation_fraction=validation_fraction,
             seed=seed,
-            beam_runner=beam_runner,
+            beam_args=beam_args,
         ).set_display_name("preprocess (Beam)")
         prep.set_container_image(beam_image)
         _retry(prep)

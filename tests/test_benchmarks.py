@@ -445,6 +445,12 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     # Each set-up ran a tiny input (its start-up) and the timed one.
     assert all(0 < r["records"][0] < r["records"][1] for r in results["preprocessing"])
     assert "tiny workloads, not measurements" in md.read_text()
+    # Beam's Dask runner beside the local one, the same records written by both.
+    dask = {(r["dataset"], r["pipeline"]): r for r in results["dask"]}
+    assert len(dask) == 6 and all(r["records_per_second"] > 0 for r in dask.values())
+    for dataset in ("mnist", "dbpedia", "gutenberg"):
+        assert len({r["records"] for (d, _), r in dask.items() if d == dataset}) == 1
+    assert "### 1b. Beam's Dask runner" in md.read_text()
     train = {r["run"] for r in results["training"]["rows"]}
     assert {"single:1", "sync:2", "async:2", "syncreplicas:2"} <= train
     assert all(r["seconds"] > 0 for r in results["allreduce"]["rows"])
@@ -508,3 +514,22 @@ def test_step_record_has_time_run_and_the_peak_memory_of_its_process_tree(tmp_pa
     assert line["step"] == "launch" and line["run"] == "sync:2"
     assert line["seconds"] >= 1.0
     assert line["peak_rss_mb"] >= 200
+
+
+def test_dask_section_renders_beside_the_local_runner():
+    from benchmarks.suite import render_dask
+
+    rows = [
+        {"dataset": "mnist", "pipeline": "local runner (FnApiRunner)", "records": 1000,
+         "seconds": 2.0, "records_per_second": 500.0, "vs_local": 1.0},
+        {"dataset": "mnist", "pipeline": "Dask runner, 2 workers", "records": 1000,
+         "seconds": 4.0, "records_per_second": 250.0, "vs_local": 0.5},
+    ]  # fmt: skip
+    md = "\n".join(render_dask(rows))
+    assert "| mnist | Dask runner, 2 workers | 1,000 | 4.00 | 250 | 0.50x |" in md
+    # In the report when measured; absent from results without it (as the committed ones).
+    results = _results()
+    results["targets"] = targets(results)
+    assert "1b." not in render_markdown(results)
+    results["dask"] = rows
+    assert "### 1b. Beam's Dask runner" in render_markdown(results)

@@ -1,3 +1,4 @@
+import json
 import subprocess
 
 import distrain
@@ -43,3 +44,34 @@ def test_version_and_help(cli_env):
         env=cli_env,
     )
     assert bad.returncode == 2 and "invalid choice: 'imagenet'" in bad.stderr
+
+
+def test_preprocess_passes_beam_options_through(tmp_path, cli_env, mnist_raw):
+    distrain_bin = str(VENV_BIN / "distrain")
+    base = [distrain_bin, "preprocess", "mnist", "--data", str(mnist_raw)]
+    out = tmp_path / "examples"
+    ok = subprocess.run(
+        [*base, "--output", str(out), "--seed", "3", "--", "--runner=FnApiRunner"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["input_records"] == {"train": 1500, "test": 300} and meta["config"]["seed"] == 3
+    assert "mnist preprocessed in" in ok.stdout and f"{out}/metadata.json" in ok.stdout
+    # Everything after -- is Beam's: a runner Beam does not know fails with Beam's error.
+    bad = subprocess.run(
+        [*base, "--output", str(tmp_path / "o2"), "--", "--runner=NoSuchRunner", "--x", "y"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+    )
+    assert bad.returncode != 0 and "NoSuchRunner" in bad.stderr
+    missing = subprocess.run(
+        [distrain_bin, "preprocess", "dbpedia", "--data", str(tmp_path / "nope"), "--output", "o"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+    )
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

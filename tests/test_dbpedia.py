@@ -99,13 +99,15 @@ def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     pieces = [
         row
-        for start, end, first_line in ranges
+        for start, end, first_line, _ in ranges
         for row in parse_csv("t.csv", data[start:end], 14, first_line)
     ]
-    assert pieces == list(parse_csv("t.csv", data, 14))
-    if data and b"never closed" not in data:
-        rows = len(list(parse_csv("t.csv", data, 14)))
-        assert len(ranges) == -(-rows // rows_per_range)
+    whole = list(parse_csv("t.csv", data, 14))
+    assert pieces == whole
+    # One outcome per record, as the planner counted them.
+    assert sum(count for *_, count in ranges) == len(whole)
+    if data:
+        assert len(ranges) == -(-len(whole) // rows_per_range)
 
 
 def test_tokenize_and_encode():
@@ -236,3 +238,129 @@ def test_two_workers_parse_ranges_to_the_same_output_as_one(tmp_path):
     assert meta["input_records"] == {"train": 91, "test": 7}
     assert [line for path, line, _ in dead if path.endswith("train.csv")] == [181]
     assert sum(len(r) for r in records.values()) == 91 + 7 - len(dead)
+
+
+LONG = 200 * 1024  # over the csv module's default field limit (128 KiB)
+
+
+def _rows(n, first=0):
+    row = b'%d,"T%d","alpha beta words %d"\n'
+    return b"".join(row % (i % 14 + 1, i, i) for i in range(first, n))
+
+
+@pytest.mark.case("dbpedia/long-field")
+def test_a_field_over_the_csv_limit_is_its_own_rows_dead_letter():
+    data = _rows(3) + b'4,"Long","' + b"x" * LONG + b'"\n' + _rows(6, 3)
+    out = list(parse_csv("train.csv", data, 14))
+    assert [o[1] for o in out] == [1, 2, 3, 4, 5, 6, 7]
+    assert [o[0] for o in out] == ["ok", "ok", "ok", "bad", "ok", "ok", "ok"]
+    assert out[3][3] == f"field over the csv field limit ({csv.field_size_limit()} characters)"
+    assert [o[3] for o in out[4:]] == [f"T{i} alpha beta words {i}" for i in range(3, 6)]
+    # The planner cuts the file around it, and every range parses to the same outcomes.
+    ranges = csv_row_ranges(data, 2)
+    assert sum(count for *_, count in ranges) == 7
+    pieces = [o for a, b, line, _ in ranges for o in parse_csv("train.csv", data[a:b], 14, line)]
+    assert pieces == out
+
+
+@pytest.mark.case("dbpedia/bom")
+def test_a_utf8_byte_order_mark_is_skipped():
+    data = b'\xef\xbb\xbf"9","First","kept whole"\r\n' + b'3,"Second","also kept"\r\n'
+    out = list(parse_csv("test.csv", data, 14))
+    assert out == [("ok", 1, 8, "First kept whole"), ("ok", 2, 2, "Second also kept")]
+    # Only at the start of the file: elsewhere the same bytes are the row's own.
+    later = list(parse_csv("test.csv", data, 14, first_line=5))
+    assert later[0][0] == "bad" and later[0][3].startswith("class index")
+
+
+def test_records_are_counted_by_quote_parity_apart_from_the_csv_module():
+    from distrain.preprocess.dbpedia import csv_records
+
+    data = b'1,"a\nb","c"\r\n2,"say ""hi""\rthere","d"\r3,"e","f"'
+    ends, lines = csv_records(data)
+    assert ends.tolist() == [13, 38, len(data)]
+    assert lines.tolist() == [0, 2, 4]
+    # The same with the scan cut into pieces of a few bytes.
+    ends2, lines2 = csv_records(data, chunk_bytes=3)
+    assert ends2.tolist() == ends.tolist() and lines2.tolist() == lines.tolist()
+    # An unbalanced quote makes the rest one record, dead-lettered once, where it starts.
+    out = list(parse_csv("t.csv", b'1,"a","b"\n2,"open,"x"\n3,"c","d"\n', 14))
+    assert [(o[0], o[1]) for o in out] == [("ok", 1), ("bad", 2)]
+    assert out[1][3].startswith("malformed CSV")
+
+
+@pytest.mark.case("dbpedia/long-field", "dbpedia/bom")
+def test_parse_csv_range_transform_keeps_reading_after_a_bad_record(tmp_path):
+    from distrain.preprocess.common import ByTag
+    from distrain.preprocess.dbpedia import ParseCsvRange
+
+    path = tmp_path / "train.csv"
+    data = b"\xef\xbb\xbf" + _rows(2) + b'3,"Long","' + b"y" * LONG + b'"\n' + _rows(4, 2)
+    path.write_bytes(data)
+    with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
+        out = (
+            p
+            | beam.Create([("train", str(path), 0, len(data), 1)])
+            | beam.ParDo(ParseCsvRange(14, batch_size=2))
+            | ByTag("rows", "dead_letter")
+        )
+        lines = out["rows"] | beam.FlatMap(lambda batch: [row[0] for row in batch[1]])
+        assert_that(lines, equal_to([1, 2, 4, 5]), label="Rows")
+        assert_that(
+            out["dead_letter"]
+            | beam.Map(lambda d: (d["file"], d["line"], d["reason"].split(" (")[0])),
+            equal_to([(str(path), 3, "field over the csv field limit")]),
+            label="DeadLetter",
+        )
+
+
+@pytest.mark.case("dbpedia/long-field", "dbpedia/bom", "dbpedia/accounting")
+def test_job_keeps_every_row_around_a_long_field_and_after_a_bom(tmp_path):
+    long_row = b'5,"Long","' + b"z" * LONG + b'"\n'
+    train = _rows(150) + long_row + _rows(300, 150)
+    test = b"\xef\xbb\xbf" + b'"9","First","zebra words"\n' + _rows(20, 1)
+    raw = _layout(tmp_path / "raw", train, test)
+    cfg = DbpediaPreprocessConfig(str(raw), str(tmp_path / "out"), rows_per_range=64)
+    meta = preprocess_dbpedia(cfg, OPTIONS)
+    assert meta["input_records"] == {"train": 301, "test": 20}
+    assert meta["rejected"] == {"count": 1, "reasons": {"field over the csv field limit": 1}}
+    assert meta["splits"]["train"] + meta["splits"]["validation"] == 300
+    assert meta["splits"]["test"] == 20  # the first row too
+    assert meta["class_histogram"]["test"][8] == 2  # "9" (first row) and row 8 of _rows
+    dead = [
+        json.loads(line)
+        for f in (tmp_path / "out" / "dead_letter").glob("*.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert [(d["file"].endswith("train.csv"), d["line"]) for d in dead] == [(True, 151)]
+
+
+@pytest.mark.case("dbpedia/accounting")
+def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
+    import distrain.preprocess.dbpedia as dbpedia
+    from distrain.preprocess.common import RecordAccountingError
+
+    real = dbpedia.parse_csv
+
+    def stops_early(path, data, num_classes, first_line=1):
+        # As the reader did before: stop at the first malformed record, dropping the rest.
+        for outcome in real(path, data, num_classes, first_line):
+            yield outcome
+            if outcome[0] == "bad":
+                return
+
+    monkeypatch.setattr(dbpedia, "parse_csv", stops_early)
+    raw = _layout(tmp_path / "raw", _rows(10) + b'2,"only two"\n' + _rows(20, 10))
+    cfg = DbpediaPreprocessConfig(str(raw), str(tmp_path / "out"), max_bad_ratio=0.5)
+    with pytest.raises(RecordAccountingError, match=r"train.csv: 21 records in the input.*10 "):
+        preprocess_dbpedia(cfg, OPTIONS)
+
+
+def test_check_accounting():
+    from distrain.preprocess.common import RecordAccountingError, check_accounting
+
+    check_accounting("f.csv", 10, 7, 3)
+    with pytest.raises(RecordAccountingError, match="f.csv: 10 records .* 1 records lost"):
+        check_accounting("f.csv", 10, 7, 2)
+    with pytest.raises(RecordAccountingError, match="counted twice"):
+        check_accounting("f.csv", 10, 8, 3)

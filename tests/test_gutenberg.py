@@ -1,5 +1,6 @@
 """Project Gutenberg: book layout, markers (current and legacy), rejects, windows, baseline."""
 
+import codecs
 import json
 import math
 
@@ -192,3 +193,68 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     assert scores["characters"] == count
     assert scores["nats_per_char"] == pytest.approx(nats / count, rel=1e-5)
     assert len(scores["sample"]) == 5
+
+
+@pytest.mark.case("gutenberg/utf16")
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_books_with_a_unicode_byte_order_mark_are_decoded(encoding):
+    text = book_text("Caf\u00e9", "Anon", "Na\u00efve text, \u201cquoted\u201d.\r\n" * 20, 7)
+    data = ("\ufeff" + text).encode(encoding)
+    assert b"\x00" in data  # what made them look binary
+    assert decode_book(data) == (text, encoding[:6])
+    body, reason = strip_gutenberg(decode_book(data)[0])
+    assert reason == "ok" and "Na\u00efve text" in body
+    # A mark with bytes that are not that encoding is a reason, not a crash.
+    broken, why = decode_book(codecs.BOM_UTF16_LE + b"\x00\xd8a")
+    assert broken is None and why.startswith("not UTF-16 despite its byte-order mark")
+
+
+@pytest.mark.case("gutenberg/utf16", "gutenberg/dead-letter")
+def test_read_book_transform_decodes_utf16_and_rejects_binary(tmp_path):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from distrain.preprocess.common import ByTag
+    from distrain.preprocess.gutenberg import ReadBook
+
+    utf16 = tmp_path / "pg7.txt"
+    utf16.write_bytes(book_text("Seven", "Anon", "Body text.\r\n" * 50, 7).encode("utf-16"))
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"\x00\x01\x02" * 50)
+    with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
+        out = (
+            p
+            | beam.Create([str(utf16), str(binary)])
+            | beam.ParDo(ReadBook(0.1))
+            | ByTag("books", "dead_letter", "stats")
+        )
+        assert_that(out["books"] | beam.Map(lambda b: b[0]), equal_to(["pg7.txt"]), label="Books")
+        assert_that(
+            out["dead_letter"] | beam.Map(lambda d: d["reason"]),
+            equal_to(["binary file (NUL bytes)"]),
+            label="DeadLetter",
+        )
+        assert_that(
+            out["stats"],
+            equal_to(
+                [
+                    {"books": {"accepted": 1}, "encodings": {"utf-16": 1}},
+                    {"books": {"rejected": 1}, "rejected": {"binary file (NUL bytes)": 1}},
+                ]
+            ),
+            label="Stats",
+        )
+
+
+@pytest.mark.case("gutenberg/utf16")
+def test_job_accepts_a_utf16_book(tmp_path):
+    raw = tmp_path / "raw"
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=1, chars_per_book=3000, seed=2))
+    body = "A book saved as UTF-16 by a word processor. " * 60
+    (raw / "pg8.txt").write_bytes(book_text("Eight", "Anon", body, 8).encode("utf-16"))
+    cfg = GutenbergPreprocessConfig(str(raw), str(tmp_path / "out"), seq_len=20, stride=10)
+    meta = preprocess_gutenberg(cfg, OPTIONS)
+    assert meta["books"] == {"accepted": 2, "rejected": 0, "encodings": {"utf-8": 1, "utf-16": 1}}
+    assert read_texts(tmp_path / "out", "train")["pg8.txt"].startswith("A book saved as UTF-16")

@@ -61,6 +61,13 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     assert inner["train"]["inputs"]["parameters"]["controller"]["componentInputParameter"] == (
         "pipelinechannel--controller"
     )
+    # Beam options pass through as one list parameter, to the preprocessing step.
+    assert defaults["beam_args"]["parameterType"] == "LIST"
+    assert defaults["beam_args"].get("defaultValue", []) == []
+    assert "beam_runner" not in defaults
+    assert tasks["preprocess"]["inputs"]["parameters"]["beam_args"] == {
+        "componentInputParameter": "beam_args"
+    }
     # No component installs packages at run time: the images carry distrain and kfp.
     for executor in executors.values():
         assert "pip install" not in " ".join(executor["container"]["command"])
@@ -324,3 +331,27 @@ def test_quality_gate_step_fails_a_local_run(tmp_path):
     gated(gate="accuracy>=0.85")
     with pytest.raises(RuntimeError, match="quality-gate"):
         gated(gate="accuracy>=0.95")
+
+
+def test_beam_args_reach_the_preprocessing_step_in_kfp_local(tmp_path, mnist_raw):
+    from kfp import dsl, local
+
+    from distrain.components.data import fetch_data, preprocess
+
+    @dsl.pipeline(name="beam-args")
+    def prep(source: str, beam_args: list[str]):
+        data = fetch_data(dataset="mnist", source=source)
+        preprocess(raw=data.outputs["raw"], dataset="mnist", beam_args=beam_args)
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        raise_on_error=True,
+    )
+    # A runner that does not exist fails the step: the options reach Beam.
+    with pytest.raises(RuntimeError, match="preprocess"):
+        prep(source=str(mnist_raw), beam_args=["--runner=NoSuchRunner"])
+    prep(source=str(mnist_raw), beam_args=["--runner=FnApiRunner", "--direct_num_workers=1"])
+    metadata = list((tmp_path / "root").rglob("examples/metadata.json"))
+    assert len(metadata) == 1
+    assert json.loads(metadata[0].read_text())["input_records"] == {"train": 1500, "test": 300}

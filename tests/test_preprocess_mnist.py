@@ -237,3 +237,23 @@ def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
     assert read_tfrecords(str(tmp_path / "part-train-000002048.tfrecord")) == [b"c", b"d"]
     assert read_tfrecords(str(tmp_path / "part-book_1.txt-train.tfrecord")) == [b"e"]
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.case("mnist/accounting")
+def test_records_lost_between_the_header_and_the_output_fail_the_step(tmp_path, monkeypatch):
+    import distrain.preprocess.mnist as mnist
+    from distrain.preprocess.common import RecordAccountingError
+
+    real = mnist.read_idx_rows
+
+    def short_read(path, start, stop, magic):
+        # A reader that comes back one row short on the first range of each file.
+        return real(path, start, stop - 1 if start == 0 else stop, magic)
+
+    monkeypatch.setattr(mnist, "read_idx_rows", short_read)
+    _write_raw(tmp_path / "raw")
+    cfg = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out"), batch_size=64)
+    with pytest.raises(
+        RecordAccountingError, match=r"train-images-idx3-ubyte.gz: 300 records in the input.* 1 "
+    ):
+        preprocess_mnist(cfg, OPTIONS)

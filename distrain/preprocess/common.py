@@ -6,6 +6,7 @@ written.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -16,7 +17,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from distrain.preprocess.records import write_tfrecords
+from distrain.preprocess.records import write_text, write_tfrecords
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -85,15 +86,23 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
 def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
     """Beam options from the command line; local runs use the FnApiRunner in memory.
 
     ``DirectRunner`` (and no runner at all) become the FnApiRunner: in Beam 2.77 the
     DirectRunner first tries to download the Prism runner binary, which fails or stalls on
     machines without that network access, before it falls back to the same FnApiRunner.
-    Distributed runners (Dataflow, Flink, Spark) pass through unchanged.
+    ``DaskRunner`` becomes its full name (Beam 2.77 finds it by that only). Distributed
+    runners (Dataflow, Flink, Spark) pass through unchanged.
     """
-    args = [a for a in (beam_args or []) if a not in ("--runner=DirectRunner",)]
+    args = list(beam_args or [])
+    for i, arg in enumerate(args):  # --runner=DaskRunner or --runner DaskRunner
+        if arg == "--runner=DaskRunner" or (arg == "DaskRunner" and args[i - 1] == "--runner"):
+            args[i] = arg.replace("DaskRunner", DASK_RUNNER)
+    args = [a for a in args if a not in ("--runner=DirectRunner",)]
     if not any(a.startswith("--runner") for a in args):
         args.append("--runner=FnApiRunner")
         if not any(a.startswith("--direct_running_mode") for a in args):
@@ -101,24 +110,179 @@ def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
     return PipelineOptions(args)
 
 
-class WriteJsonLines(beam.PTransform):
-    """Writes dicts as JSON lines into one file.
+@contextlib.contextmanager
+def job_pipeline(beam_args: list[str] | None):
+    """A Beam pipeline that runs when its block ends, as ``with beam.Pipeline()`` does.
 
-    The file is ``<prefix>-00000-of-00001<suffix>``, or exactly ``<prefix><suffix>`` with
-    ``exact_name`` (for single small outputs).
+    Args:
+        beam_args: Beam pipeline options (:func:`pipeline_options`).
+
+    Yields:
+        The pipeline to build the job in.
+
+    Afterwards the Dask runner's client is closed: the runner leaves it open, and it then
+    tries for 30 s to reconnect once its cluster is gone.
+    """
+    pipeline = beam.Pipeline(options=pipeline_options(beam_args))
+    yield pipeline
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)
+        if client is not None:
+            client.close()
+
+
+# Runners differ in what they support; the jobs keep to what all of them run alike.
+# Beam 2.77's Dask runner hands every output of a multi-output ParDo (``with_outputs``)
+# to every consumer, computes only the graph of the pipeline's last transform, and
+# evaluates side inputs inside a task by computing their whole graph again. So a DoFn
+# yields ``(tag, value)`` pairs that :class:`ByTag` separates, a job ends with
+# :class:`AllWritten` over every sink, combines run through :class:`CombineAll` (no side
+# input), and the only side inputs are the vocabularies.
+
+
+class ByTag(beam.PTransform):
+    """Separates ``(tag, value)`` pairs into one PCollection of values per tag.
+
+    Used instead of a multi-output ParDo: the DoFn yields ``(tag, value)`` and each tag's
+    consumer reads its own filter of them, which every runner runs alike.
     """
 
-    def __init__(self, prefix: str, suffix: str = ".jsonl", exact_name: bool = False):
+    def __init__(self, *tags: str):
         super().__init__()
-        self.prefix, self.suffix, self.exact_name = prefix, suffix, exact_name
+        self.tags = tags
+
+    def expand(self, pairs):
+        return {tag: pairs | f"Only_{tag}" >> beam.FlatMap(_values_of, tag) for tag in self.tags}
+
+
+def _values_of(pair, tag):
+    if pair[0] == tag:
+        yield pair[1]
+
+
+class _Nothing:
+    """Stands in for 'no input' in :class:`CombineAll` (never an element of a job)."""
+
+
+class _OrNothing(beam.CombineFn):
+    """A CombineFn that skips :class:`_Nothing` inputs."""
+
+    def __init__(self, fn: beam.CombineFn):
+        self.fn = fn
+
+    def create_accumulator(self):
+        return self.fn.create_accumulator()
+
+    def add_input(self, acc, value):
+        return acc if isinstance(value, _Nothing) else self.fn.add_input(acc, value)
+
+    def merge_accumulators(self, accumulators):
+        return self.fn.merge_accumulators(accumulators)
+
+    def extract_output(self, acc):
+        return self.fn.extract_output(acc)
+
+
+class CombineAll(beam.PTransform):
+    """Combines a whole PCollection into exactly one element, also when it is empty.
+
+    What ``CombineGlobally(fn)`` does, without its side input (it injects the default
+    for an empty input through one): a single ``_Nothing`` element joins the input and
+    the CombineFn skips it.
+    """
+
+    def __init__(self, fn: beam.CombineFn):
+        super().__init__()
+        self.fn = fn
+
+    def expand(self, pcoll):
+        keyed = pcoll | "Key" >> beam.Map(lambda value: (None, value))
+        nothing = pcoll.pipeline | "Nothing" >> beam.Create([(None, _Nothing())])
+        return (
+            (keyed, nothing)
+            | "WithNothing" >> beam.Flatten()
+            | "Combine" >> beam.CombinePerKey(_OrNothing(self.fn))
+            | "Value" >> beam.Map(lambda kv: kv[1])
+        )
+
+
+class AllWritten(beam.PTransform):
+    """The last transform of a job: waits for every sink's output.
+
+    Beam 2.77's Dask runner computes only what the pipeline's last transform depends
+    on; this one depends on every sink. On other runners it costs a few elements.
+    Input: a tuple of the sinks' output PCollections. Output: one element per file written.
+    """
+
+    def expand(self, written):
+        return written | "Flatten" >> beam.Flatten() | "Done" >> beam.Map(lambda item: item)
+
+
+class WriteJsonLines(beam.PTransform):
+    """Writes dicts as JSON lines into one file, in a stable order, atomically.
+
+    The file is ``<prefix>-00000-of-00001<suffix>``, or exactly ``<prefix><suffix>`` with
+    ``exact_name`` (for single small outputs); it is written (empty) also when there is
+    nothing to write. Lines are sorted by ``key`` of their dict (default: the JSON text),
+    so that the file's bytes do not depend on the runner or on bundling. All lines go
+    through one worker, as with one shard of ``WriteToText`` (whose side inputs the Dask
+    runner would recompute).
+
+    Output: the file's name.
+    """
+
+    def __init__(
+        self, prefix: str, suffix: str = ".jsonl", exact_name: bool = False, key=None
+    ) -> None:
+        super().__init__()
+        self.path = f"{prefix}{suffix}" if exact_name else f"{prefix}-00000-of-00001{suffix}"
+        self.key = key
 
     def expand(self, items):
-        extra = {"shard_name_template": ""} if self.exact_name else {}
+        key = self.key
+        lines = items | "ToJson" >> beam.Map(
+            lambda item: (0, ((key(item) if key else ()), json.dumps(item, sort_keys=True)))
+        )
+        always = items.pipeline | "Always" >> beam.Create([(0, None)])
         return (
-            items
-            | "ToJson" >> beam.Map(json.dumps)
-            | "Write"
-            >> beam.io.WriteToText(self.prefix, file_name_suffix=self.suffix, num_shards=1, **extra)
+            (lines, always)
+            | "WithAlways" >> beam.Flatten()
+            | "Gather" >> beam.GroupByKey()
+            | "Write" >> beam.Map(_write_json_lines, self.path)
+        )
+
+
+def _write_json_lines(group, path: str) -> str:
+    _, lines = group
+    ordered = sorted((line for line in lines if line is not None), key=lambda kv: kv)
+    return write_text("".join(text + "\n" for _, text in ordered), path)
+
+
+class RecordAccountingError(RuntimeError):
+    """Records read from a file and records written or rejected do not add up."""
+
+
+def check_accounting(name: str, input_records: int, written: int, rejected: int) -> None:
+    """Fails loudly unless every input record was written or rejected.
+
+    Args:
+        name: The file (or split) the records came from, for the message.
+        input_records: Records in it, counted independently of the parser.
+        written: Records written out.
+        rejected: Records dead-lettered.
+
+    Raises:
+        RecordAccountingError: ``input_records != written + rejected``.
+    """
+    if input_records != written + rejected:
+        raise RecordAccountingError(
+            f"{name}: {input_records} records in the input, but {written} written + "
+            f"{rejected} rejected = {written + rejected}; "
+            f"{abs(input_records - written - rejected)} records "
+            f"{'lost' if input_records > written + rejected else 'counted twice'}"
         )
 
 

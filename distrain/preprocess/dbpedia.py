@@ -15,8 +15,8 @@ bigrams; 0 is padding, 1 out-of-vocabulary) and ``label`` (0-based), ``vocab.txt
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
 import os
 import re
 from collections import Counter
@@ -27,11 +27,16 @@ import apache_beam as beam
 import numpy as np
 
 from distrain.preprocess.common import (
+    AllWritten,
+    ByTag,
+    CombineAll,
+    SumStatsFn,
     WriteJsonLines,
     WriteTFRecordBatches,
+    check_accounting,
     check_bad_ratio,
     check_fraction,
-    pipeline_options,
+    job_pipeline,
     read_single_json,
     run_job,
     validation_mask,
@@ -112,7 +117,7 @@ def read_classes(input_dir: str | os.PathLike) -> list[str]:
     path = Path(input_dir) / "classes.txt"
     if not path.exists():
         raise DbpediaFormatError(f"{path}: file not found (the dbpedia_csv layout needs it)")
-    names = path.read_text(encoding="utf-8").splitlines()
+    names = path.read_text(encoding="utf-8-sig").splitlines()
     while names and not names[-1].strip():
         names.pop()
     if not names:
@@ -125,120 +130,138 @@ def read_classes(input_dir: str | os.PathLike) -> list[str]:
     return [n.strip() for n in names]
 
 
+def csv_records(data: bytes, chunk_bytes: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
+    r"""The records of CSV bytes, found by quote parity alone, without the csv module.
+
+    In RFC 4180 a record ends at a line break outside quotes: after an even number of
+    ``"`` since the start (an escaped quote, ``""``, adds two). Line breaks are ``\n``,
+    ``\r\n`` and a lone ``\r``, as Python's csv module reads them. This count of the
+    records is independent of the parser, which reads each record on its own: it is
+    what the job's input count is, and what each record's line number comes from. An
+    unbalanced quote makes the rest of the bytes one record.
+
+    Args:
+        data: CSV bytes (any ASCII-compatible encoding).
+        chunk_bytes: Bytes scanned per numpy pass (bounds the memory used).
+
+    Returns:
+        ``(ends, lines)``: the offset after each record, and the number of line breaks
+        before each record's start (its 0-based line number).
+    """
+    raw = np.frombuffer(data, dtype=np.uint8)
+    breaks, parities, parity = [], [], 0
+    for offset in range(0, len(raw), chunk_bytes):
+        part = raw[offset : offset + chunk_bytes]
+        # Quote parity after each byte of the part, carried over from the parts before.
+        after = np.bitwise_xor.accumulate((part == 34).view(np.uint8)) ^ np.uint8(parity)
+        cr = np.flatnonzero(part == 13)
+        following = np.minimum(offset + cr + 1, len(raw) - 1)
+        lone_cr = cr[(offset + cr + 1 >= len(raw)) | (raw[following] != 10)]
+        at = np.sort(np.concatenate([np.flatnonzero(part == 10), lone_cr]))
+        breaks.append(at + offset)
+        parities.append(after[at])
+        parity = int(after[-1]) if len(after) else parity
+    at = np.concatenate(breaks) if breaks else np.zeros(0, dtype=np.int64)
+    outside = np.flatnonzero(np.concatenate(parities) == 0) if breaks else at
+    ends = at[outside] + 1
+    lines = np.concatenate([[0], outside + 1])
+    if len(data) and (not len(ends) or ends[-1] != len(data)):
+        ends = np.append(ends, len(data))  # the last record has no final line break
+    return ends.astype(np.int64), lines[: len(ends)].astype(np.int64)
+
+
 def parse_csv(path: str, data: bytes, num_classes: int, first_line: int = 1):
-    """Parses one dbpedia_csv file, or a range of its rows, into good rows and rejects.
+    """Parses one dbpedia_csv file, or a range of its records, into good rows and rejects.
+
+    Each record (:func:`csv_records`) is read by a csv reader of its own, so a malformed
+    record (an unbalanced quote, a field over the csv module's size limit) is rejected
+    alone and reading goes on with the next. A UTF-8 byte-order mark at the start of
+    the file is skipped.
 
     Args:
         path: The file's name (for messages).
-        data: Its bytes, or the bytes of whole rows of it (see :func:`csv_row_ranges`).
+        data: Its bytes, or the bytes of whole records of it (see :func:`csv_row_ranges`).
         num_classes: Classes in classes.txt (indices are 1-based).
         first_line: The file's line number of the first line of ``data``.
 
     Yields:
-        ``("ok", line, label0, text)`` or ``("bad", line, raw, reason)``; ``line`` is the
-        line of the file where the row starts.
+        ``("ok", line, label0, text)`` or ``("bad", line, raw, reason)``, one per record;
+        ``line`` is the line of the file where the record starts.
     """
-    text = data.decode("utf-8", errors="surrogateescape")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    line = first_line
-    while True:
-        start = line
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:
-            # An unbalanced quote swallows the rest of the file: reject it, say where.
-            yield (
-                "bad",
-                start,
-                text.splitlines()[start - first_line][:500] if text else "",
-                (f"malformed CSV ({err})"),
-            )
-            return
-        line = first_line + reader.line_num
-        raw = ",".join(row)
-        if _NOT_UTF8.search(raw):
-            yield (
-                "bad",
-                start,
-                raw.encode("utf-8", "surrogateescape").decode("latin-1"),
-                ("bytes that are not UTF-8"),
-            )
-            continue
-        if len(row) != 3:
-            yield "bad", start, raw, f"expected 3 columns, found {len(row)}"
-            continue
-        index, title, abstract = row
-        if not _CLASS_INDEX.fullmatch(index):
-            yield "bad", start, raw, f"class index {index!r} is not a number"
-            continue
-        label = int(index)
-        if not 1 <= label <= num_classes:
-            yield "bad", start, raw, f"class index {label} outside 1..{num_classes}"
-            continue
-        body = f"{title.strip()} {abstract.strip()}".strip()
-        if not tokenize(body):
-            yield "bad", start, raw, "empty text"
-            continue
-        yield "ok", start, label - 1, body
+    start = len(codecs.BOM_UTF8) if first_line == 1 and data.startswith(codecs.BOM_UTF8) else 0
+    ends, lines = csv_records(data[start:])
+    ends = (ends + start).tolist()
+    begins = [start, *ends[:-1]][: len(ends)]
+    for begin, end, line in zip(begins, ends, lines.tolist(), strict=True):
+        yield _parse_record(data[begin:end], first_line + line, num_classes)
 
 
-def csv_row_ranges(data: bytes, rows_per_range: int) -> list[tuple[int, int, int]]:
-    """Cuts a CSV file into ranges of whole rows, so that they can be parsed apart.
+def _parse_record(record: bytes, line: int, num_classes: int):
+    text = record.decode("utf-8", errors="surrogateescape")
+    try:
+        row = next(csv.reader((text,), strict=True), [])
+    except csv.Error as err:
+        if "field limit" in str(err):
+            reason = f"field over the csv field limit ({csv.field_size_limit()} characters)"
+        else:
+            reason = f"malformed CSV ({err})"
+        return "bad", line, _printable(text[:500]), reason
+    raw = ",".join(row)
+    if _NOT_UTF8.search(raw):
+        return "bad", line, _printable(raw), "bytes that are not UTF-8"
+    if len(row) != 3:
+        return "bad", line, raw, f"expected 3 columns, found {len(row)}"
+    index, title, abstract = row
+    if not _CLASS_INDEX.fullmatch(index):
+        return "bad", line, raw, f"class index {index!r} is not a number"
+    label = int(index)
+    if not 1 <= label <= num_classes:
+        return "bad", line, raw, f"class index {label} outside 1..{num_classes}"
+    body = f"{title.strip()} {abstract.strip()}".strip()
+    if not tokenize(body):
+        return "bad", line, raw, "empty text"
+    return "ok", line, label - 1, body
 
-    Row boundaries come from the same ``csv`` reader :func:`parse_csv` uses (quoted
-    fields may hold commas, quotes and line breaks), run once over the file without
-    any validation. From the first malformed row on (an unbalanced quote), the rest of
-    the file is one range: its parse reports the row, as a parse of the whole file would.
+
+def _printable(text: str) -> str:
+    """Text with bytes that were not UTF-8 shown as Latin-1 characters."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def csv_row_ranges(data: bytes, rows_per_range: int) -> list[tuple[int, int, int, int]]:
+    """Cuts a CSV file into ranges of whole records, so that they can be parsed apart.
+
+    Record boundaries come from :func:`csv_records` (quoted fields may hold commas,
+    quotes and line breaks).
 
     Args:
         data: The file's bytes.
-        rows_per_range: Rows per range (the last range may have fewer).
+        rows_per_range: Records per range (the last range may have fewer).
 
     Returns:
-        ``(byte_start, byte_end, first_line)`` per range, in file order, covering
-        ``data`` exactly; ``first_line`` is the 1-based line number where it starts.
+        ``(byte_start, byte_end, first_line, records)`` per range, in file order,
+        covering ``data`` exactly; ``first_line`` is the 1-based line number where it
+        starts.
     """
     if rows_per_range < 1:
         raise ValueError("rows_per_range must be positive")
-    # Latin-1 maps every byte to one character: string offsets are byte offsets, and
-    # the quotes, commas and line breaks the reader acts on are the same ASCII bytes.
-    text = data.decode("latin-1")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    cut_lines = []  # 0-based index of the first physical line of each range after the first
-    rows = 0
-    try:
-        for _ in reader:
-            rows += 1
-            if rows % rows_per_range == 0:
-                cut_lines.append(reader.line_num)
-    except csv.Error:
-        pass
-    # Physical lines as the reader's source splits them: after \n, \r\n or a lone \r.
-    raw = np.frombuffer(data, dtype=np.uint8)
-    lf = np.flatnonzero(raw == 10)
-    cr = np.flatnonzero(raw == 13)
-    lone_cr = cr[(cr + 1 >= len(raw)) | (raw[np.minimum(cr + 1, len(raw) - 1)] != 10)]
-    line_ends = np.sort(np.concatenate([lf, lone_cr])) + 1  # offset after each break
-    bounds = [(0, 1)]
-    for line in cut_lines:
-        offset = int(line_ends[line - 1]) if 0 < line <= len(line_ends) else len(data)
-        if offset < len(data):
-            bounds.append((offset, line + 1))
+    ends, lines = csv_records(data)
+    if not len(ends):
+        return [(0, len(data), 1, 0)]
     ranges = []
-    for i, (start, first_line) in enumerate(bounds):
-        end = bounds[i + 1][0] if i + 1 < len(bounds) else len(data)
-        if end > start or not ranges:
-            ranges.append((start, end, first_line))
+    for first in range(0, len(ends), rows_per_range):
+        last = min(first + rows_per_range, len(ends)) - 1
+        start = int(ends[first - 1]) if first else 0
+        ranges.append((start, int(ends[last]), int(lines[first]) + 1, last - first + 1))
     return ranges
 
 
 class PlanCsvRanges(beam.DoFn):
-    """Cuts one CSV file of the layout into ranges of whole rows (:func:`csv_row_ranges`).
+    """Cuts one CSV file of the layout into ranges of whole records (:func:`csv_row_ranges`).
 
-    Output: ``(source, path, byte_start, byte_end, first_line)``; only these cross the
-    shuffle, and each worker reads its own ranges of the file.
+    Output, as ``(tag, value)`` pairs: ``ranges``, ``(source, path, byte_start, byte_end,
+    first_line)`` (only these cross the shuffle, and each worker reads its own ranges of
+    the file), and ``stats``: the file's record count, independent of the parser.
     """
 
     def __init__(self, input_dir: str, rows_per_range: int):
@@ -249,15 +272,18 @@ class PlanCsvRanges(beam.DoFn):
         path = os.path.join(self.input_dir, f"{source}.csv")
         with open(path, "rb") as f:
             data = f.read()
-        for start, end, first_line in csv_row_ranges(data, self.rows_per_range):
-            yield source, path, start, end, first_line
+        records = 0
+        for start, end, first_line, count in csv_row_ranges(data, self.rows_per_range):
+            records += count
+            yield "ranges", (source, path, start, end, first_line)
+        yield "stats", {"input": {source: records}}
 
 
 class ParseCsvRange(beam.DoFn):
-    """Parses one range of a CSV file; emits good rows in batches and rejects one by one.
+    """Parses one range of a CSV file into ``(tag, value)`` pairs.
 
-    Main output: ``(source, [(line, label, text), ...])`` batches. Tagged ``dead_letter``:
-    ``{"file", "line", "raw", "reason"}``. Tagged ``stats``: rows read per source.
+    Tags: ``rows``, batches ``(source, [(line, label, text), ...])`` of good rows, and
+    ``dead_letter``, one ``{"file", "line", "raw", "reason"}`` per rejected record.
     """
 
     def __init__(self, num_classes: int, batch_size: int = 512):
@@ -269,21 +295,17 @@ class ParseCsvRange(beam.DoFn):
         with open(path, "rb") as f:
             f.seek(start)
             data = f.read(end - start)
-        batch, rows = [], 0
+        batch = []
         for kind, line, a, b in parse_csv(path, data, self.num_classes, first_line):
-            rows += 1
             if kind == "bad":
-                yield beam.pvalue.TaggedOutput(
-                    "dead_letter", {"file": path, "line": line, "raw": a, "reason": b}
-                )
+                yield "dead_letter", {"file": path, "line": line, "raw": a, "reason": b}
                 continue
             batch.append((line, a, b))
             if len(batch) == self.batch_size:
-                yield source, batch
+                yield "rows", (source, batch)
                 batch = []
         if batch:
-            yield source, batch
-        yield beam.pvalue.TaggedOutput("stats", {"input": {source: rows}})
+            yield "rows", (source, batch)
 
 
 def _split_batch(batch, seed: int, fraction: float):
@@ -386,15 +408,14 @@ class EncodeText(beam.PTransform):
                     ids = encode(text, self._index, max_tokens, with_bigrams)
                     records.append(text_example(ids, label))
                     histogram[label] += 1
-                yield beam.pvalue.TaggedOutput(split, ((split, batch[0][0]), records))
-                yield beam.pvalue.TaggedOutput("histogram", {"histogram": {split: histogram}})
+                yield split, ((split, batch[0][0]), records)
+                yield "histogram", {"histogram": {split: histogram}}
 
-        out = rows | "Encode" >> beam.ParDo(
-            _Encode(), beam.pvalue.AsSingleton(self.vocabulary)
-        ).with_outputs(*SPLITS, "histogram")
-        result = {s: out[s] for s in SPLITS}
-        result["histogram"] = out.histogram
-        return result
+        return (
+            rows
+            | "Encode" >> beam.ParDo(_Encode(), beam.pvalue.AsSingleton(self.vocabulary))
+            | "ByTag" >> ByTag(*SPLITS, "histogram")
+        )
 
 
 def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -404,8 +425,6 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         DbpediaFormatError: classes.txt or a CSV file is missing or empty.
         BadRecordsError: Too many rows were rejected (after writing them out).
     """
-    from distrain.preprocess.common import SumStatsFn
-
     classes = read_classes(config.input_dir)
     for source in ("train", "test"):
         path = Path(config.input_dir) / f"{source}.csv"
@@ -416,25 +435,27 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with_bigrams = config.max_bigrams > 0
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
-        parsed = (
+    with job_pipeline(beam_args) as pipeline:
+        planned = (
             pipeline
             | "Sources" >> beam.Create(["train", "test"])
             | "PlanRanges" >> beam.ParDo(PlanCsvRanges(config.input_dir, config.rows_per_range))
-            | "Spread" >> beam.Reshuffle()
-            | "ParseCsv"
-            >> beam.ParDo(ParseCsvRange(len(classes))).with_outputs(
-                "dead_letter", "stats", main="rows"
-            )
+            | "PlanByTag" >> ByTag("ranges", "stats")
         )
-        rows = parsed.rows | "AssignSplit" >> beam.FlatMap(
+        parsed = (
+            planned["ranges"]
+            | "Spread" >> beam.Reshuffle()
+            | "ParseCsv" >> beam.ParDo(ParseCsvRange(len(classes)))
+            | "ParseByTag" >> ByTag("rows", "dead_letter")
+        )
+        rows = parsed["rows"] | "AssignSplit" >> beam.FlatMap(
             _split_batch, config.seed, config.validation_fraction
         )
         vocabulary = (
             rows
             | "TrainOnly" >> beam.Filter(lambda item: item[0] == "train")
             | "Rows" >> beam.Map(lambda item: item[1])
-            | "CountNgrams" >> beam.CombineGlobally(_CountNgrams(with_bigrams))
+            | "CountNgrams" >> CombineAll(_CountNgrams(with_bigrams))
             | "Vocabulary"
             >> beam.Map(build_vocabulary, config.min_count, config.max_unigrams, config.max_bigrams)
             # One string, not a list: a side input is decoded (and sized) per bundle, and
@@ -444,36 +465,53 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         encoded = rows | "ToExamples" >> EncodeText(
             vocabulary, len(classes), config.max_tokens, with_bigrams
         )
-        for split in SPLITS:
-            _ = encoded[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
-                str(out / split / "part"), config.num_shards
+        written = [
+            encoded[split]
+            | f"Write{split.title()}"
+            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
+            for split in SPLITS
+        ]
+        written.append(vocabulary | "WriteVocab" >> beam.Map(write_text, str(out / "vocab.txt")))
+        written.append(
+            parsed["dead_letter"]
+            | "WriteDeadLetter"
+            >> WriteJsonLines(
+                str(out / "dead_letter" / "part"), key=lambda d: (d["file"], d["line"])
             )
-        _ = vocabulary | "WriteVocab" >> beam.Map(write_text, str(out / "vocab.txt"))
-        _ = parsed.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
-            str(out / "dead_letter" / "part")
         )
-        reasons = parsed.dead_letter | "Reasons" >> beam.Map(
-            lambda d: {"rejected": {d["reason"].split(" (")[0]: 1}}
+        reasons = parsed["dead_letter"] | "Reasons" >> beam.Map(
+            lambda d: {
+                "rejected": {d["reason"].split(" (")[0]: 1},
+                "rejected_by_source": {os.path.basename(d["file"]).removesuffix(".csv"): 1},
+            }
         )
-        _ = (
-            (parsed.stats, encoded["histogram"], reasons)
+        written.append(
+            (planned["stats"], encoded["histogram"], reasons)
             | "AllStats" >> beam.Flatten()
-            | "SumStats" >> beam.CombineGlobally(SumStatsFn())
+            | "SumStats" >> CombineAll(SumStatsFn())
             | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
+        _ = tuple(written) | "AllWritten" >> AllWritten()
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
     k = len(classes)
     histogram = {s: stats.get("histogram", {}).get(s, [0] * k) for s in SPLITS}
     counts = {s: int(sum(h)) for s, h in histogram.items()}
+    # Records as the planner counted them in each file, not as the parser got to them.
     input_rows = {s: int(stats.get("input", {}).get(s, 0)) for s in ("train", "test")}
+    rejected_by = stats.get("rejected_by_source", {})
+    for source, written_rows in (
+        ("train", counts["train"] + counts["validation"]),
+        ("test", counts["test"]),
+    ):
+        check_accounting(
+            str(Path(config.input_dir) / f"{source}.csv"),
+            input_rows[source],
+            written_rows,
+            int(rejected_by.get(source, 0)),
+        )
     rejected = int(sum(stats.get("rejected", {}).values()))
     total = sum(input_rows.values())
-    if total != sum(counts.values()) + rejected:
-        raise RuntimeError(
-            f"row accounting failed: {total} read, {sum(counts.values())} written, "
-            f"{rejected} rejected"
-        )
     vocab_size = sum(1 for _ in open(out / "vocab.txt", encoding="utf-8"))
     metadata = {
         "dataset": "dbpedia",

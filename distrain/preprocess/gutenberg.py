@@ -14,6 +14,7 @@ baselines and prompts; ``metadata.json`` has the counts, vocabulary and rejects.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -24,12 +25,16 @@ from pathlib import Path
 import apache_beam as beam
 
 from distrain.preprocess.common import (
+    AllWritten,
+    ByTag,
+    CombineAll,
     SumStatsFn,
     WriteJsonLines,
     WriteTFRecordBatches,
+    check_accounting,
     check_bad_ratio,
     check_fraction,
-    pipeline_options,
+    job_pipeline,
     read_single_json,
     run_job,
     write_metadata,
@@ -88,14 +93,34 @@ class GutenbergPreprocessConfig:
         check_fraction("max_bad_ratio", self.max_bad_ratio)
 
 
+_UNICODE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
 def decode_book(data: bytes) -> tuple[str | None, str]:
     """Text of a book file and its encoding, or ``(None, reason)`` for binary content.
 
-    UTF-8 first; a file that is not UTF-8 is Latin-1 (older Gutenberg files), unless it
+    A UTF-16 or UTF-32 byte-order mark names the encoding (such files are full of NUL
+    bytes, which otherwise mean binary content). Then UTF-8 (its byte-order mark
+    dropped); a file that is not UTF-8 is Latin-1 (older Gutenberg files), unless it
     also holds UTF-8 multi-byte sequences: then it has mixed encodings (pieces pasted
     together) and each line is decoded on its own, so that neither part turns into
-    mojibake. The encoding returned is ``utf-8``, ``latin-1`` or ``mixed``.
+    mojibake. The encoding returned is ``utf-16``, ``utf-32``, ``utf-8``, ``latin-1`` or
+    ``mixed``.
     """
+    for bom, encoding in _UNICODE_BOMS:
+        if data.startswith(bom):
+            try:
+                text = data.decode(encoding)  # the codec reads and drops the mark
+            except UnicodeDecodeError as err:
+                return None, f"not {encoding.upper()} despite its byte-order mark ({err.reason})"
+            if not text.strip():
+                return None, "empty file"
+            return text, encoding
     if not data.strip():
         return None, "empty file"
     if b"\x00" in data:
@@ -164,7 +189,11 @@ def build_char_vocabulary(counts: Counter, min_count: int) -> list[str]:
 
 
 class ReadBook(beam.DoFn):
-    """Reads one book; emits ``(book, {split: text})`` or a dead letter with the reason."""
+    """Reads one book into ``(tag, value)`` pairs (separated by :class:`ByTag`).
+
+    Tags: ``books`` (``(book, {split: text})``), ``dead_letter`` (the file and the reason
+    it was rejected) and ``stats``.
+    """
 
     def __init__(self, validation_fraction: float):
         self.validation_fraction = validation_fraction
@@ -176,17 +205,11 @@ class ReadBook(beam.DoFn):
         text, encoding = decode_book(data)
         body, reason = (None, encoding) if text is None else strip_gutenberg(text)
         if body is None:
-            yield beam.pvalue.TaggedOutput(
-                "dead_letter", {"file": path, "reason": reason, "bytes": len(data)}
-            )
-            yield beam.pvalue.TaggedOutput(
-                "stats", {"books": {"rejected": 1}, "rejected": {reason: 1}}
-            )
+            yield "dead_letter", {"file": path, "reason": reason, "bytes": len(data)}
+            yield "stats", {"books": {"rejected": 1}, "rejected": {reason: 1}}
             return
-        yield beam.pvalue.TaggedOutput(
-            "stats", {"books": {"accepted": 1}, "encodings": {encoding: 1}}
-        )
-        yield name, split_book(body, self.validation_fraction)
+        yield "stats", {"books": {"accepted": 1}, "encodings": {encoding: 1}}
+        yield "books", (name, split_book(body, self.validation_fraction))
 
 
 class _CountChars(beam.CombineFn):
@@ -224,7 +247,7 @@ class BooksToWindows(beam.PTransform):
         vocabulary = (
             books
             | "TrainText" >> beam.Map(lambda book: book[1]["train"])
-            | "CountChars" >> beam.CombineGlobally(_CountChars())
+            | "CountChars" >> CombineAll(_CountChars())
             | "Vocabulary" >> beam.Map(build_char_vocabulary, self.min_char_count)
         )
 
@@ -241,8 +264,8 @@ class BooksToWindows(beam.PTransform):
                     made = windows(ids, seq_len, stride)
                     records = [window_example(w) for w in made]
                     # One element per (book, split), not per window.
-                    yield beam.pvalue.TaggedOutput(split, ((book[0], split), records))
-                    yield beam.pvalue.TaggedOutput(
+                    yield split, ((book[0], split), records)
+                    yield (
                         "stats",
                         {
                             "windows": {split: len(made)},
@@ -251,14 +274,16 @@ class BooksToWindows(beam.PTransform):
                         },
                     )
 
-        out = books | "Encode" >> beam.ParDo(
-            _Encode(), beam.pvalue.AsSingleton(vocabulary)
-        ).with_outputs(*SPLITS, "stats")
+        out = (
+            books
+            | "Encode" >> beam.ParDo(_Encode(), beam.pvalue.AsSingleton(vocabulary))
+            | "ByTag" >> ByTag(*SPLITS, "stats")
+        )
         return {
-            "train": out.train,
-            "validation": out.validation,
+            "train": out["train"],
+            "validation": out["validation"],
             "vocabulary": vocabulary,
-            "stats": out.stats,
+            "stats": out["stats"],
         }
 
 
@@ -276,47 +301,55 @@ def preprocess_gutenberg(
         raise GutenbergFormatError(f"{config.input_dir}: no *.txt books")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+    with job_pipeline(beam_args) as pipeline:
         read = (
             pipeline
             | "Books" >> beam.Create(books)
-            | "ReadBooks"
-            >> beam.ParDo(ReadBook(config.validation_fraction)).with_outputs(
-                "dead_letter", "stats", main="books"
-            )
+            | "ReadBooks" >> beam.ParDo(ReadBook(config.validation_fraction))
+            | "ByTag" >> ByTag("books", "dead_letter", "stats")
         )
-        result = read.books | "ToWindows" >> BooksToWindows(
+        result = read["books"] | "ToWindows" >> BooksToWindows(
             config.seq_len, config.stride, config.min_char_count
         )
-        for split in SPLITS:
-            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
-                str(out / split / "part"), config.num_shards
-            )
-        _ = (
-            read.books
+        written = [
+            result[split]
+            | f"Write{split.title()}"
+            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
+            for split in SPLITS
+        ]
+        written.append(
+            read["books"]
             | "TextRecords"
             >> beam.FlatMap(
                 lambda b: [{"book": b[0], "split": s, "text": t} for s, t in b[1].items()]
             )
-            | "WriteText" >> WriteJsonLines(str(out / "text" / "part"))
+            | "WriteText"
+            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"]))
         )
-        _ = read.dead_letter | "WriteDeadLetter" >> WriteJsonLines(
-            str(out / "dead_letter" / "part")
+        written.append(
+            read["dead_letter"]
+            | "WriteDeadLetter"
+            >> WriteJsonLines(str(out / "dead_letter" / "part"), key=lambda d: d["file"])
         )
-        vocab = result["vocabulary"] | "VocabStats" >> beam.Map(lambda v: {"vocabulary": v})
-        _ = (
-            (read.stats, result["stats"])
+        written.append(
+            result["vocabulary"]
+            | "VocabJson" >> beam.Map(lambda v: {"vocabulary": v})
+            | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True)
+        )
+        written.append(
+            (read["stats"], result["stats"])
             | "AllStats" >> beam.Flatten()
-            | "SumStats" >> beam.CombineGlobally(SumStatsFn())
-            | "WithVocab" >> beam.Map(lambda s, v: {**s, **v}, beam.pvalue.AsSingleton(vocab))
+            | "SumStats" >> CombineAll(SumStatsFn())
             | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
+        _ = tuple(written) | "AllWritten" >> AllWritten()
     stats = read_single_json(str(out / "stats.json"))
+    stats.update(read_single_json(str(out / "vocabulary.json")))
     (out / "stats.json").unlink()
+    (out / "vocabulary.json").unlink()
     accepted = int(stats.get("books", {}).get("accepted", 0))
     rejected = int(stats.get("books", {}).get("rejected", 0))
-    if accepted + rejected != len(books):
-        raise RuntimeError(f"book accounting failed: {len(books)} read, {accepted} + {rejected}")
+    check_accounting(config.input_dir, len(books), accepted, rejected)
     vocabulary = stats.get("vocabulary", ["<oov>"])
     metadata = {
         "dataset": "gutenberg",

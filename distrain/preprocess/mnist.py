@@ -31,12 +31,16 @@ from distrain.data.idx import (
     unpack_idx,
 )
 from distrain.preprocess.common import (
+    AllWritten,
+    ByTag,
+    CombineAll,
     SumStatsFn,
     WriteJsonLines,
     WriteTFRecordBatches,
+    check_accounting,
     check_bad_ratio,
     check_fraction,
-    pipeline_options,
+    job_pipeline,
     read_single_json,
     run_job,
     validation_mask,
@@ -123,7 +127,10 @@ def mnist_example(image: bytes, label: int) -> bytes:
 
 
 class _EncodeBatchFn(beam.DoFn):
-    """Validates, splits and serialises one batch; one tagged output per split."""
+    """Validates, splits and serialises one batch into ``(tag, value)`` pairs.
+
+    Tags: each split, ``dead_letter`` and ``stats`` (separated by :class:`ByTag`).
+    """
 
     def __init__(self, seed: int, validation_fraction: float):
         self.seed = seed
@@ -140,10 +147,12 @@ class _EncodeBatchFn(beam.DoFn):
         else:
             targets = np.full(len(labels), source)
         stats: dict = {"input": {source: int(len(labels))}, "rejected": {}, "histogram": {}}
+        if not valid.all():
+            stats["rejected_by_split"] = {source: int((~valid).sum())}
         for i in np.flatnonzero(~valid):
             reason = f"label {labels[i]} outside 0..{NUM_CLASSES - 1}"
             stats["rejected"][reason] = stats["rejected"].get(reason, 0) + 1
-            yield beam.pvalue.TaggedOutput(
+            yield (
                 "dead_letter",
                 {
                     "split": source,
@@ -159,8 +168,8 @@ class _EncodeBatchFn(beam.DoFn):
             stats["histogram"][split] = np.bincount(labels[chosen], minlength=NUM_CLASSES).tolist()
             records = [mnist_example(images[i].tobytes(), int(labels[i])) for i in chosen.tolist()]
             # One element per batch, not per record: Beam's per-element cost is paid once.
-            yield beam.pvalue.TaggedOutput(split, ((source, start), records))
-        yield beam.pvalue.TaggedOutput("stats", stats)
+            yield split, ((source, start), records)
+        yield "stats", stats
 
 
 class MnistToExamples(beam.PTransform):
@@ -179,11 +188,13 @@ class MnistToExamples(beam.PTransform):
         self.validation_fraction = validation_fraction
 
     def expand(self, batches):
-        outputs = batches | "EncodeBatches" >> beam.ParDo(
-            _EncodeBatchFn(self.seed, self.validation_fraction)
-        ).with_outputs("train", "validation", "test", "dead_letter", "stats")
+        outputs = (
+            batches
+            | "EncodeBatches" >> beam.ParDo(_EncodeBatchFn(self.seed, self.validation_fraction))
+            | "ByTag" >> ByTag(*SPLITS, "dead_letter", "stats")
+        )
         result = {name: outputs[name] for name in (*SPLITS, "dead_letter")}
-        result["stats"] = outputs.stats | "SumStats" >> beam.CombineGlobally(SumStatsFn())
+        result["stats"] = outputs["stats"] | "SumStats" >> CombineAll(SumStatsFn())
         return result
 
 
@@ -205,7 +216,7 @@ def validate_inputs(input_dir: str | os.PathLike) -> dict[str, tuple[int, list[i
 
 def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_args) -> None:
     """The Beam job itself; gzipped inputs are unpacked under ``work``."""
-    with beam.Pipeline(options=pipeline_options(beam_args)) as pipeline:
+    with job_pipeline(beam_args) as pipeline:
         batches = (
             pipeline
             | "Sources" >> beam.Create(list(MNIST_FILES))
@@ -214,16 +225,24 @@ def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_arg
             | "ReadRows" >> beam.ParDo(ReadIdxRows())
         )
         result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
-        for split in SPLITS:
-            _ = result[split] | f"Write{split.title()}" >> WriteTFRecordBatches(
-                str(out / split / "part"), config.num_shards
+        written = [
+            result[split]
+            | f"Write{split.title()}"
+            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
+            for split in SPLITS
+        ]
+        written.append(
+            result["dead_letter"]
+            | "WriteDeadLetter"
+            >> WriteJsonLines(
+                str(out / "dead_letter" / "part"), key=lambda d: (d["split"], d["index"])
             )
-        _ = result["dead_letter"] | "WriteDeadLetter" >> WriteJsonLines(
-            str(out / "dead_letter" / "part")
         )
-        _ = result["stats"] | "WriteStats" >> WriteJsonLines(
-            str(out / "stats"), ".json", exact_name=True
+        written.append(
+            result["stats"]
+            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
+        _ = tuple(written) | "AllWritten" >> AllWritten()
 
 
 def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -255,14 +274,15 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
     (out / "stats.json").unlink()
     histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
     counts = {s: int(sum(h)) for s, h in histogram.items()}
-    input_records = {s: int(stats.get("input", {}).get(s, 0)) for s in MNIST_FILES}
+    # The input count is the IDX header's, not what the job got to read.
+    input_records = {s: count for s, (count, _) in inputs.items()}
+    rejected_by = stats.get("rejected_by_split", {})
+    for split, count in input_records.items():
+        written = counts[split] + (counts["validation"] if split == "train" else 0)
+        images = mnist_paths(config.input_dir, split)[0]
+        check_accounting(str(images), count, written, int(rejected_by.get(split, 0)))
     rejected = int(sum(stats.get("rejected", {}).values()))
     total_in = sum(input_records.values())
-    if total_in != sum(counts.values()) + rejected:
-        raise RuntimeError(
-            f"record accounting failed: {total_in} read, {sum(counts.values())} written, "
-            f"{rejected} rejected"
-        )
     metadata = {
         "dataset": "mnist",
         "image_shape": list(shapes.pop()),
