@@ -754,6 +754,8 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         ("async:2", 0),
         ("syncreplicas:2", 0),
         ("syncreplicas:3:aggregate=2", 0),
+        ("ssp:2:staleness=2", 0),
+        ("avg:2:period=8", 0),
     ]:
         history = _train(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
         rows.append(row(run, "all cores", history))
@@ -834,7 +836,19 @@ def _model_bytes(data: Path) -> int:
 
 PIPELINES = {
     # dataset: (sample size, run specs, epochs, target, metric)
-    "mnist": (8000, ["single:1", "sync:2", "async:2", "syncreplicas:3:aggregate=2"], 5, 0.97),
+    "mnist": (
+        8000,
+        [
+            "single:1",
+            "sync:2",
+            "async:2",
+            "syncreplicas:3:aggregate=2",
+            "ssp:2:staleness=2",
+            "avg:2:period=8",
+        ],
+        5,
+        0.97,
+    ),
     "dbpedia": (4200, ["single:1", "sync:2", "async:2", "syncreplicas:3:aggregate=2"], 5, 0.9),
     "gutenberg": (120000, ["single:1", "sync:2", "async:2"], 4, 3.0),
 }

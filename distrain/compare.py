@@ -39,6 +39,15 @@ COLUMNS = [
     ("staleness_mean", "staleness mean", "{:.2f}"),
     ("staleness_p95", "p95", "{:.1f}"),
     ("staleness_max", "max", "{}"),
+    # Stale-synchronous runs: the workers' summed seconds waiting for the slowest, and the
+    # widest lead (in clocks) any worker started a step with.
+    ("blocked_seconds", "blocked s", "{:.1f}"),
+    ("clock_gap_max", "clock gap", "{}"),
+    # Model averaging: exchanges, what each worker sent in them, and the replicas' mean
+    # distance to their average at the last one.
+    ("communication_rounds", "rounds", "{:,}"),
+    ("megabytes_per_worker", "MB/worker", "{:,.1f}"),
+    ("divergence", "divergence", "{:.3f}"),
 ]
 
 
@@ -345,6 +354,23 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
             ax.set(xlabel="wall-clock seconds", ylabel="steps", title=f"{n}: steps per worker")
             ax.legend(fontsize=8)
         figures.append(("Progress of each worker", _png(fig)))
+
+    # Model averaging: how far the replicas drift apart between exchanges.
+    drifting = [n for n in names if by_name[n]["history"].get("divergence")]
+    if drifting:
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+        for n in drifting:
+            pts = np.asarray(by_name[n]["history"]["divergence"])
+            ax.plot(pts[:, 0], pts[:, 1], marker=".", label=n)
+        ax.set(
+            xlabel="wall-clock seconds",
+            ylabel="mean distance to the average",
+            title="Divergence between replicas at each exchange",
+            yscale="log",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend()
+        figures.append(("Divergence between replicas", _png(fig)))
     return figures
 
 

@@ -150,3 +150,30 @@ def test_renderings(tmp_path):
     assert saved["rows"] == json.loads(json.dumps(out["rows"])) and len(saved["runs"]) == 4
     assert (tmp_path / "comparison.md").read_text() == md
     assert (tmp_path / "comparison.html").exists()
+
+
+def test_consistency_modes_bring_their_columns_and_the_divergence_plot():
+    ssp = report("ssp:2:staleness=2", "ssp", 2, 12.0, 0.96, staleness=[0, 1, 2], options={})
+    ssp["run"]["options"] = {"staleness": 2, "patience": 20, "ps": 1}
+    ssp["history"]["blocked_seconds_by_worker"] = {"0": 1.5, "1": 0.25}
+    ssp["history"]["clock_gap_by_worker"] = {"0": 2, "1": 1}
+    avg = report("avg:2:period=8", "avg", 2, 10.0, 0.97)
+    avg["history"].update(
+        communication_rounds=12,
+        bytes_per_worker=3_000_000,
+        divergence=[[1.0, 0.4], [2.0, 0.1]],
+        controller="mpi",
+    )
+    rs = [report("single:1", "single", 1, 20.0, 0.96), ssp, avg]
+    c = build_comparison(rs)
+    rows = {r["name"]: r for r in c["rows"]}
+    assert rows["ssp:2:staleness=2"]["blocked_seconds"] == 1.75
+    assert rows["ssp:2:staleness=2"]["clock_gap_max"] == 2
+    assert rows["ssp:2:staleness=2"]["aggregation"] == "S=2"
+    assert rows["avg:2:period=8"]["communication_rounds"] == 12
+    assert rows["avg:2:period=8"]["megabytes_per_worker"] == 3.0
+    assert rows["avg:2:period=8"]["divergence"] == 0.1  # at the last exchange
+    header = render_markdown(c).splitlines()
+    assert any("| blocked s |" in line and "| divergence |" in line for line in header)
+    page = render_html(c, rs)
+    assert "Divergence between replicas" in page

@@ -362,6 +362,48 @@ def test_syncreplicas_goes_on_without_a_stalled_or_dead_worker(
     assert_no_orphans(out)
 
 
+# ---- ssp --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.case("ssp/bound")
+def test_ssp_holds_its_bound_while_a_worker_is_slowed(mnist_examples, tmp_path):
+    # Worker 0 is stopped for 3 s (less than the patience): worker 1 may run one clock
+    # ahead of it, then waits for it; neither ever starts a step further ahead.
+    out = tmp_path / "slow"
+    cfg = config(mnist_examples, out, "ssp:2:staleness=1:patience=30", epochs=3)
+    hit = signal_after_first_checkpoint(out, "worker", 0, signal.SIGSTOP)
+
+    def resume():
+        time.sleep(3)
+        os.kill(hit[0], signal.SIGCONT)
+
+    when(lambda: bool(hit), resume)
+    history = run_training(cfg, timeout=300)
+    assert hit
+    assert history["steps"] == 3 * (1339 // 32)
+    assert history["retired_workers"] == []
+    assert max(history["clock_gap_by_worker"].values()) <= 1
+    assert history["blocked_seconds_by_worker"]["1"] >= 2.5
+    assert max(history["staleness"]) <= 3  # bounded by the clocks: S + 1 per other worker
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.case("ssp/worker-death", "train/no-orphans")
+def test_ssp_leaves_a_dead_worker_out_of_its_bound(mnist_examples, tmp_path):
+    out = tmp_path / "death"
+    cfg = config(mnist_examples, out, "ssp:2:staleness=1:patience=3", epochs=4)
+    hit = signal_after_first_checkpoint(out, "worker", 0, signal.SIGKILL)
+    history = run_training(cfg, timeout=300)
+    assert hit
+    assert history["steps"] == 4 * (1339 // 32)
+    assert history["retired_workers"] == [0]
+    assert history["blocked_seconds_by_worker"]["1"] >= 3
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert_no_orphans(out)
+
+
 # ---- sync: elastic Horovod ------------------------------------------------------------------
 
 
@@ -451,6 +493,33 @@ def test_a_killed_sync_rank_ends_the_run_with_an_error(
     assert killed, "rank 1 was not killed"
     ended_after = time.monotonic() - killed[0]
     assert ended_after < (10 if controller == "mpi" else 30), ended_after
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.case("avg/rank-death", "train/no-orphans")
+def test_a_killed_avg_rank_ends_the_run_and_the_rerun_resumes(mnist_examples, tmp_path):
+    # As sync's: the exchange's allreduce cannot complete without the rank, so the run
+    # ends with an error (mpirun at once); the rerun (a KFP retry) resumes from the last
+    # checkpoint, which holds the replicas' average, and ends at the same step count.
+    out = tmp_path / "run"
+    killed: list[float] = []
+
+    def kill_rank_1():
+        sync_rank(out, 1).kill()
+        killed.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, 1), kill_rank_1)
+    cfg = config(mnist_examples, out, "avg:2:period=4", epochs=30)
+    with pytest.raises(TrainingError, match="training failed"):
+        run_training(cfg, timeout=300)
+    assert killed, "rank 1 was not killed"
+    assert time.monotonic() - killed[0] < 10
+    assert_no_orphans(out)
+    rerun = config(mnist_examples, out, "avg:2:period=4", epochs=3)
+    history = run_training(rerun, timeout=300)
+    assert history["resumed_at_steps"] and history["steps"] == 3 * (1339 // 2 // 32)
     assert_no_orphans(out)
 
 

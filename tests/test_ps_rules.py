@@ -63,31 +63,46 @@ class Cluster:
         self.workers = []
         for i in range(3):
             g = ps.PSGraph(self.cfg, info, ps.Role(self.cluster, "worker", i), rule_for())
-            with g.graph.as_default():
-                grads = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in g.variables]
+            with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{i}"):
+                _, variables = g.rule.trained(g)  # the shared variables, or a copy (easgd)
+                grads = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in variables]
                 read = tf.compat.v1.placeholder(tf.int64, [])
+                g.step_loss = tf.compat.v1.placeholder_with_default(1.0, [])
 
                 def record(update, counted, recorded, delay, g=g, i=i):
                     return g.record(i, update, counted, recorded, delay, 1.5, 1.0)
 
-                go_on, done, _ = g.rule.push(g, g.staged(grads), read, record)
+                pushed = g.staged(grads) if variables is g.variables else grads
+                go_on, done, wait = g.rule.push(g, pushed, read, record)
+                if wait is None:
+                    wait = tf.constant(False)
             sess = g.session(self.servers["worker", i])
-            self.workers.append((g, sess, grads, read, go_on, done))
+            self.workers.append((g, sess, grads, read, go_on, done, wait))
         chief = ps.Chief(self.cfg, info, ps.Role(self.cluster, "chief", 0), rule_for())
         self.chief = chief
         chief.sess = chief.g.session(self.servers["chief", 0])
         chief.sess.run(chief.init)
         chief.sess.run(chief.init_lock)
         self.initial = chief.sess.run(chief.g.variables)
+        for g, sess, *_ in self.workers:
+            g.rule.worker_start(sess, g)
         chief.sess.run(chief.set_limit, {chief.new_limit: 10})
 
-    def push(self, worker: int, value: float, read: int) -> bool:
+    def push(self, worker: int, value: float, read: int, loss=1.0) -> bool:
         """Worker ``worker`` pushes a gradient of ``value`` everywhere, computed on ``read``."""
-        g, sess, grads, read_ph, go_on, done = self.workers[worker]
+        return self.pushed(worker, value, read, loss)[0]
+
+    def pushed(self, worker: int, value: float, read: int, loss=1.0) -> tuple[bool, bool]:
+        """As :meth:`push`; also whether the worker is to wait before its next step.
+
+        ``loss``: the step's mean loss the rule sees (easgd's adaptive period).
+        """
+        g, sess, grads, read_ph, go_on, done, wait = self.workers[worker]
         feed = {ph: np.full(ph.shape, value, np.float32) for ph in grads}
         feed[read_ph] = read
-        ok, _ = sess.run([go_on, done], feed)
-        return bool(ok)
+        feed[g.step_loss] = loss
+        ok, _, must_wait = sess.run([go_on, done, wait], feed)
+        return bool(ok), bool(must_wait)
 
     def values(self):
         c = self.chief
@@ -168,3 +183,88 @@ def test_async_applies_each_gradient_and_counts_its_delay(graph_rule):
     chief.sess.run(chief.set_limit, {chief.new_limit: 2})
     assert not c.push(2, 2.0, read=2)  # at the limit: not applied
     assert c.counters()["applied"] == 2
+
+
+# ---- ssp ------------------------------------------------------------------------------------
+
+
+def test_ssp_applies_as_async_and_holds_a_worker_past_the_bound(graph_rule):
+    import threading
+    import time
+
+    from distrain.train.modes.ssp import SSPRule
+
+    c = graph_rule(lambda: SSPRule(1))
+    rule = c.workers[0][0].rule
+    # Worker 0 runs ahead: one clock ahead of the others is within the bound...
+    assert c.pushed(0, 2.0, read=0) == (True, False)
+    # ...two is not: it is told to wait.
+    assert c.pushed(0, 2.0, read=1) == (True, True)
+    for before, now in zip(c.initial, c.values(), strict=True):
+        np.testing.assert_allclose(now, before + adam_steps(2.0, 2.0), rtol=1e-5, atol=1e-6)
+    g0, sess0 = c.workers[0][0], c.workers[0][1]
+    clocks, retired = sess0.run(rule.read_all)
+    assert list(clocks) == [2, 0, 0] and not retired.any()
+    # Its wait ends only once the slowest worker is one clock behind it.
+    waited = threading.Event()
+
+    def block():
+        rule.block(sess0, g0, None)
+        waited.set()
+
+    thread = threading.Thread(target=block)
+    thread.start()
+    time.sleep(0.3)
+    assert not waited.is_set()
+    assert c.pushed(1, 2.0, read=2) == (True, False)
+    time.sleep(0.3)
+    assert not waited.is_set()  # worker 2 is still at clock 0
+    assert c.pushed(2, 2.0, read=3) == (True, False)
+    thread.join(timeout=10)
+    assert waited.is_set()
+    history = rule.history(sess0, g0)
+    assert history["clocks"] == [2, 1, 1] and history["retired_workers"] == []
+    assert history["blocked_seconds_by_worker"]["0"] >= 0.5
+    # The widest lead any worker started a step with never passed the bound.
+    assert max(history["clock_gap_by_worker"].values()) == 1
+
+
+def test_ssp_with_bound_zero_is_lockstep(graph_rule):
+    from distrain.train.modes.ssp import SSPRule
+
+    c = graph_rule(lambda: SSPRule(0))
+    # Each worker that finishes clock 1 before the others waits for them...
+    assert c.pushed(0, 1.0, read=0) == (True, True)
+    assert c.pushed(1, 1.0, read=0) == (True, True)
+    # ...and the last one of the clock goes on at once: every update of the clock is in.
+    assert c.pushed(2, 1.0, read=0) == (True, False)
+    rule, sess = c.workers[0][0].rule, c.workers[0][1]
+    clocks, _ = sess.run(rule.read_all)
+    assert list(clocks) == [1, 1, 1]
+    assert c.counters()["applied"] == 3
+    assert rule.gap(clocks, [False] * 3, 0) == (0, 0)
+
+
+def test_ssp_leaves_a_worker_that_never_moves_out_of_the_bound(graph_rule):
+    from distrain.train.modes import ssp
+
+    c = graph_rule(lambda: ssp.SSPRule(0, patience=0.2))
+    assert c.pushed(0, 1.0, read=0) == (True, True)
+    assert c.pushed(1, 1.0, read=0) == (True, True)
+    g0, sess0 = c.workers[0][0], c.workers[0][1]
+    g0.rule.block(sess0, g0, None)  # worker 2 never pushes: retired, then worker 0 goes
+    assert g0.rule.history(sess0, g0)["retired_workers"] == [2]
+    # Worker 1 is at clock 1 as worker 0: within the bound now.
+    assert c.pushed(1, 1.0, read=2) == (True, True)  # clock 2, ahead of worker 0's 1
+
+
+def test_ssp_needs_its_bound():
+    from distrain.train.config import ConfigError, RunSpec
+
+    assert RunSpec.parse("ssp:2:staleness=3").option("staleness") == 3
+    assert RunSpec.parse("ssp:2:staleness=3").option("patience") == 20
+    assert RunSpec.parse("ssp:2:staleness=0:ps=2").parameter_servers == 2
+    with pytest.raises(ConfigError, match="staleness bound is required"):
+        RunSpec.parse("ssp:2")
+    with pytest.raises(ConfigError, match="staleness must be 0 or more"):
+        RunSpec.parse("ssp:2:staleness=-1")

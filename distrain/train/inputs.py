@@ -130,6 +130,8 @@ def make_dataset(
     seed: int = 0,
     repeat: bool = False,
     drop_remainder: bool = False,
+    common_every: int = 0,
+    held_out: tuple[int, bool] | None = None,
 ):
     """Builds the batched dataset of ``(features, labels)`` for one split.
 
@@ -143,6 +145,10 @@ def make_dataset(
         seed: Shuffle seed.
         repeat: Repeat forever (the caller counts steps).
         drop_remainder: Drop a last partial batch.
+        common_every: Every shard also reads each ``common_every``-th record of the split
+            (records every worker shares besides its own; 0: none).
+        held_out: ``(every, only)``: of this shard's records, every ``every``-th one is
+            held out: ``only=False`` leaves them out, ``only=True`` keeps just them.
 
     Returns:
         A ``tf.data.Dataset``.
@@ -153,8 +159,17 @@ def make_dataset(
         raise DataError(f"no input pipeline for data set {info.dataset!r}")
     num_shards, index = shard
     ds = tf.data.TFRecordDataset(info.split_files(split))
-    if num_shards > 1:
+    if common_every > 0 and num_shards > 1:
+        ds = ds.enumerate().filter(
+            lambda i, _: tf.logical_or(i % num_shards == index, i % common_every == 0)
+        )
+        ds = ds.map(lambda _, record: record)
+    elif num_shards > 1:
         ds = ds.shard(num_shards, index)
+    if held_out is not None:
+        every, only = held_out
+        ds = ds.enumerate().filter(lambda i, _: tf.equal(i % every == 0, only))
+        ds = ds.map(lambda _, record: record)
     ds = ds.cache()
     if shuffle:
         ds = ds.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)

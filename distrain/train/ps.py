@@ -135,12 +135,44 @@ class PushRule:
         """The rule's own shared variables, created on the parameter servers."""
         return []
 
+    def trained(self, graph: PSGraph):
+        """(model, variables) a worker's step differentiates: the shared ones by default.
+
+        Called in the worker's graph under its own device, before its step is built; a
+        rule whose workers train copies of their own (easgd) builds them here.
+        """
+        return graph.model, graph.variables
+
+    def worker_start(self, sess, graph: PSGraph) -> None:
+        """On a worker, once the parameter servers are initialised, before its first step."""
+
+    def sample(self, sess, graph: PSGraph, seconds: float) -> None:
+        """On the chief, whenever it looks at the counters (for the rule's plots over time)."""
+
     def push(self, graph: PSGraph, grads, read_version, record: Callable):
         raise NotImplementedError
 
     def waiter(self, graph: PSGraph):
         """The op a worker blocks on when its push says to wait (None: never)."""
         return None
+
+    def block(self, sess, graph: PSGraph, wait_op) -> None:
+        """Waits, when a push said to, before the worker's next step.
+
+        By default runs :meth:`waiter`'s op, giving up after ``WAIT_PATIENCE``: the update
+        it waits for may never come (the other workers gone); the next step then adds
+        to it itself.
+        """
+        tf = graph.tf
+        patience = tf.compat.v1.RunOptions(timeout_in_ms=int(WAIT_PATIENCE * 1000))
+        try:
+            sess.run(wait_op, options=patience)
+        except tf.errors.DeadlineExceededError:
+            pass
+
+    def history(self, sess, graph: PSGraph) -> dict:
+        """The rule's fields of ``history.json``, read by the chief at the end."""
+        return {}
 
     def dropped(self, staleness: list[int]) -> int:
         """Gradients dropped, from the recorded delays (none unless the rule drops)."""
@@ -213,6 +245,8 @@ class PSGraph:
                 # The mode's own shared variables (syncreplicas' accumulators).
                 rule.create_variables(self)
             self.state = [*self.model.variables, *self.optimizer.variables]
+        # A worker's step's mean loss per label (set by the worker before its push).
+        self.step_loss = None
 
     def session(self, server):
         """A session on this process's server that sees only the parameter servers and itself.
@@ -343,14 +377,19 @@ class Worker:
                 one = tf.IndexedSlices(tf.ones([1], tf.int64), [role.index])
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
+            model, variables = rule.trained(g)
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
-                loss_sum, correct, grads = batch_gradients(g.model, g.variables, x, y)
+                loss_sum, correct, grads = batch_gradients(model, variables, x, y)
+            g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
+            if variables is g.variables:
+                grads = g.staged(grads)  # [ps] onto the parameter servers before the push
 
             def record(update, counted, recorded, delay):
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
 
-            go_on, done, wait = rule.push(g, g.staged(grads), read, record)
+            go_on, done, wait = rule.push(g, grads, read, record)
             self.fetch_step = [go_on, done, begin.op]
+            self.wait = None
             if wait is not None:
                 self.fetch_step.append(wait)
                 self.wait = rule.waiter(g)
@@ -361,18 +400,13 @@ class Worker:
         server = start_server(self.role, self.cfg.threads)
         sess = self.g.session(server)
         wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
+        self.rule.worker_start(sess, self.g)
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
-        # A wait gives up after a while: the update it waits for may never come (the
-        # other workers gone); the next step then adds to it itself.
-        patience = self.g.tf.compat.v1.RunOptions(timeout_in_ms=int(WAIT_PATIENCE * 1000))
         while True:
             go_on, _, _, *wait = step()
             if wait and wait[0]:
-                try:
-                    sess.run(self.wait, options=patience)
-                except self.g.tf.errors.DeadlineExceededError:
-                    pass
+                self.rule.block(sess, self.g, self.wait)
             if go_on:
                 continue
             # [ps] at the chief's limit: wait for the next segment, or the end.
@@ -533,6 +567,7 @@ class Chief:
 
     def _sample(self, steps) -> None:
         t = round(time.time() - self.progress_start, 4)
+        self.rule.sample(self.sess, self.g, t)
         for w, count in enumerate(steps):
             if not count:
                 continue  # a worker appears once it has made a step (plots need a point)
@@ -651,6 +686,7 @@ class ChiefEngine:
     def history(self) -> dict:
         delays = self.delays
         return {
+            **self.chief.rule.history(self.chief.sess, self.chief.g),
             "staleness": delays,
             "staleness_summary": summarize(delays),
             "staleness_by_worker": {w: summarize(d) for w, d in sorted(self.staleness.items())},

@@ -159,10 +159,11 @@ class Replica:
 
     # ---- training ----------------------------------------------------------------------
 
-    def train_shard(self, seed: int):
+    def train_shard(self, seed: int, **selection):
         """This process's training batches: shuffled with ``seed``, repeated, full batches.
 
-        [sync] Each rank reads a disjoint 1/size of the split.
+        [sync] Each rank reads a disjoint 1/size of the split. ``selection``: more of
+        :func:`make_dataset`'s choice of records (``common_every``, ``held_out``).
         """
         return make_dataset(
             self.info,
@@ -173,6 +174,7 @@ class Replica:
             seed=seed,
             repeat=True,
             drop_remainder=True,
+            **selection,
         )
 
     def gradients(self, x, y, reduce=None):

@@ -37,9 +37,14 @@ class LocalSteps:
         # last step's allreduce would wait forever.
         return max(1, self.replica.info.splits["train"] // g.size // self.cfg.batch_size)
 
+    def dataset(self):
+        """This process's training batches, from the first (before a resumed run's skip)."""
+        r = self.replica
+        return r.train_shard(self.cfg.seed + r.rank)
+
     def start(self) -> None:
         r = self.replica
-        data = r.train_shard(self.cfg.seed + r.rank)
+        data = self.dataset()
         if r.step:
             # A resumed run reads on from where the checkpoint was: the same batches, in
             # the same order, as a run that was never stopped.
