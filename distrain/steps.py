@@ -110,6 +110,11 @@ def check_parameters(
             f"source {source!r}: no such data directory "
             "(expected 'sample', 'download' or a directory with the raw files)"
         )
+    elif not keyword and dataset in DATASETS:
+        try:
+            check_raw_files(dataset, source)
+        except (ValueError, OSError) as err:
+            problems.append(f"source: {err}")
     specs = []
     try:
         specs = parse_run_specs(runs)
@@ -144,8 +149,41 @@ def check_parameters(
     if launcher not in ("local", "kubernetes"):
         problems.append(f"launcher {launcher!r}: expected 'local' or 'kubernetes'")
     if problems:
-        raise StepError("invalid pipeline parameters:\n  " + "\n  ".join(problems))
+        raise StepError("invalid pipeline parameters: " + "; ".join(problems))
     return {"runs": [s.name for s in specs]}
+
+
+def check_raw_files(dataset: str, directory: str | os.PathLike) -> None:
+    """The file-level checks preprocessing makes first, on a directory of raw files.
+
+    Cheap (headers, lengths, names): a pipeline's parameter check runs them so that a bad
+    or missing file fails the run in its first step, which is never retried, rather than
+    in a retried one. MNIST: the four IDX files, their headers and lengths (a truncated
+    gzip stream is caught from its trailer); DBPedia: ``classes.txt`` and non-empty
+    ``train.csv`` and ``test.csv``; Gutenberg: at least one ``*.txt`` book.
+
+    Raises:
+        ValueError: A file is missing or malformed (the message names it); the data
+            sets' own errors (``IdxFormatError``, ``DbpediaFormatError``) are ValueErrors.
+    """
+    src = Path(directory)
+    if dataset == "mnist":
+        from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
+
+        for split in MNIST_FILES:
+            inspect_mnist_split(*mnist_paths(src, split))
+    elif dataset == "dbpedia":
+        from distrain.preprocess.dbpedia import read_classes
+
+        read_classes(src)
+        for name in ("train.csv", "test.csv"):
+            path = src / name
+            if not path.exists():
+                raise StepError(f"{path}: file not found (the dbpedia_csv layout needs it)")
+            if path.stat().st_size == 0:
+                raise StepError(f"{path}: empty file, expected CSV rows")
+    elif not sorted(src.glob("*.txt")):
+        raise StepError(f"{src}: no *.txt books")
 
 
 @_timed
