@@ -72,6 +72,9 @@ def classify(exc: BaseException) -> bool:
     from distrain.data.download import ChecksumError
     from distrain.gate import GateFailed
 
+    said = getattr(exc, "retryable", None)
+    if isinstance(said, bool):  # the failed process said so (launch.WorkerFailed)
+        return said
     status = _api_status(exc)
     if status is not None:  # a Kubernetes or KFP API answer
         return status == 0 or status >= 500 or status in (408, 429)

@@ -83,7 +83,8 @@ def check_parameters(
 
     Args:
         dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
-        source: ``sample``, ``download`` / ``download:IDS`` or an existing directory.
+        source: ``sample``, ``download`` / ``download:IDS`` or a directory of raw files
+            (which get the file-level checks of :func:`check_raw_files`).
         runs: Run specs (``MODE:WORKERS[:ps=P][:aggregate=A]``).
         model: Model name.
         epochs: Passes over the training split.
@@ -97,7 +98,7 @@ def check_parameters(
         The run names, in order.
 
     Raises:
-        StepError: Every problem found, one per line.
+        StepError: Every problem found, joined by ``; ``.
     """
     from distrain.train.config import ConfigError, parse_run_specs
 

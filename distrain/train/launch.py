@@ -9,6 +9,7 @@ modes use: ``distrain worker`` and ``distrain server``, and Horovod's ranks unde
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -23,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.worker import ERRORS_DIR
 
 # [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
 # binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
@@ -72,8 +74,8 @@ def venv_tool(name: str) -> str | None:
 
 def _horovodrun() -> str:
     found = venv_tool("horovodrun")
-    if not found:
-        raise TrainingError(
+    if not found:  # an installation to fix, not a failure to retry
+        raise ConfigError(
             "horovodrun not found: sync mode needs Horovod (run scripts/setup.sh, which builds it)"
         )
     return found
@@ -135,7 +137,7 @@ def sync_controller(cfg: TrainConfig) -> str:
     """[sync] ``mpi`` or ``gloo``: the run's :attr:`TrainConfig.controller`, resolved.
 
     Raises:
-        TrainingError: ``mpi`` was asked for and this Horovod or machine lacks it.
+        ConfigError: ``mpi`` was asked for and this Horovod or machine lacks it.
     """
     elastic = getattr(cfg.run.impl, "elastic", False)
     if cfg.controller == "gloo" or (cfg.controller == "auto" and elastic):
@@ -143,7 +145,7 @@ def sync_controller(cfg: TrainConfig) -> str:
     if mpi_controller_available():
         return "mpi"
     if cfg.controller == "mpi":
-        raise TrainingError(
+        raise ConfigError(
             f"[{cfg.run.name}] controller 'mpi' needs mpirun and a Horovod built with MPI "
             "(scripts/setup.sh installs Open MPI into .venv and builds it); use 'gloo' or 'auto'"
         )
@@ -364,6 +366,40 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+class WorkerFailed(TrainingError):
+    """A training process failed and said why (its record in ``<output>/errors/``).
+
+    Attributes:
+        retryable: Whether the process's error was transient (:mod:`distrain.failures`):
+            a process that failed on bad data or settings fails every attempt.
+    """
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def process_failure(out: Path, message: str) -> TrainingError:
+    """The error of a failed run: ``message``, with the first process's own words if any.
+
+    Each ``distrain worker`` that fails records its error (``worker.record_error``); the
+    earliest record is the cause (its peers fail after it, on the lost connection), and
+    it says whether the failure is transient. A process killed from outside records
+    nothing: that is a lost worker, transient.
+    """
+    records = []
+    for path in sorted((out / ERRORS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    if not records:
+        return TrainingError(message)
+    first = records[0]
+    return WorkerFailed(
+        f"{message}: {first.get('step', 'a process')} failed: {first.get('message', '')}",
+        retryable=bool(first.get("retryable", True)),
+    )
+
+
 def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     """Runs a training run to completion with local processes.
 
@@ -397,6 +433,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
     logs = out / "logs"
+    shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
     try:
         processes = cfg.run.impl.local_processes(cfg, config_path, logs)
         if any(p.log for p in processes):
@@ -412,8 +449,9 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
             for p in critical:
                 code = procs.procs[p.name].poll()
                 if code is not None:
-                    raise TrainingError(
-                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}"
+                    raise process_failure(
+                        out,
+                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
                     )
             if deadline and time.monotonic() > deadline:
                 if main_spec.stacks_on_timeout:  # `distrain worker` itself
@@ -422,9 +460,10 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                 raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
             time.sleep(0.2)
         if main.returncode != 0:
-            raise TrainingError(
+            raise process_failure(
+                out,
                 f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
-                f"{main.returncode}"
+                f"{main.returncode}",
             )
     finally:
         procs.stop_all()
