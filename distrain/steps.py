@@ -5,6 +5,7 @@ Components in ``components/`` are only interfaces: they call these and log metri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -295,10 +296,35 @@ def preprocess(
     seed: int = 0,
     beam_args: list[str] | None = None,
 ) -> dict:
-    """Runs the data set's Beam preprocessing; returns the metadata it wrote."""
+    """Runs the data set's Beam preprocessing; returns the metadata it wrote.
+
+    While it runs, a progress line (a terminal) or a line every half minute (a log) says
+    how long it has run and what it has written (:mod:`distrain.progress`).
+    """
+    from distrain.progress import Progress
+
     _check_dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
-    raw, out = str(raw_dir), str(output_dir)
+    runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
+    with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
+        return _preprocess(dataset, str(raw_dir), str(output_dir), validation_fraction, seed, args)
+
+
+def _written(directory: str | os.PathLike) -> str:
+    """What a job has written under ``directory`` so far: files and their size."""
+    files, size = 0, 0
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # the job's scratch space
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += os.path.getsize(os.path.join(root, name))
+                files += 1
+    return f"{files} files ({size / 1e6:.1f} MB) written" if files else ""
+
+
+def _preprocess(
+    dataset: str, raw: str, out: str, validation_fraction: float, seed: int, args: list[str]
+) -> dict:
     if dataset == "mnist":
         from distrain.preprocess import mnist
 

@@ -14,6 +14,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,9 +22,11 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from distrain.progress import Progress
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.worker import ERRORS_DIR
 
@@ -335,13 +338,17 @@ class _Processes:
     def __init__(self):
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, cmd: list[str], env: dict, log: Path | None = None):
+    def start(
+        self, name: str, cmd: list[str], env: dict, log: Path | None = None, pipe: bool = False
+    ):
         stdout = open(log, "wb") if log else None  # noqa: SIM115 (closed with the process)
-        stderr = subprocess.STDOUT if log else None
+        if pipe:
+            stdout = subprocess.PIPE
+        stderr = subprocess.STDOUT if log or pipe else None
         self.procs[name] = subprocess.Popen(
             guarded(cmd), env=env, start_new_session=True, stdout=stdout, stderr=stderr
         )
-        if stdout:
+        if stdout and not pipe:
             stdout.close()
         return self.procs[name]
 
@@ -364,6 +371,21 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+# The driver's line at each epoch's end: ``[run] epoch 2/5  loss ...``.
+EPOCH_LINE = re.compile(r"\] epoch (\d+)/(\d+)\b")
+
+
+def _forward(stream, bar: Progress) -> None:
+    """Prints the run's output above its progress line; epoch lines move the bar."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        found = EPOCH_LINE.search(line)
+        if found:
+            bar.update(completed=int(found[1]), total=int(found[2]))
+        bar.print(line)
+    stream.close()
 
 
 class WorkerFailed(TrainingError):
@@ -432,8 +454,14 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     env["TMPDIR"] = scratch
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
+    # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
+    bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)
+    bar = bar if bar.live else None
+    forward = None
     logs = out / "logs"
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
+    if bar is not None:
+        bar.__enter__()
     try:
         processes = cfg.run.impl.local_processes(cfg, config_path, logs)
         if any(p.log for p in processes):
@@ -442,8 +470,12 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
         for p in processes:
             if p.main:
                 print(f"[{cfg.run.name}] $ {' '.join(p.command)}", flush=True)
-            procs.start(p.name, p.command, dict(env, **p.env), p.log)
+            live = p.main and bar is not None and not p.log
+            procs.start(p.name, p.command, dict(env, **p.env), p.log, pipe=live)
         main = procs.procs[main_spec.name]
+        if main.stdout is not None:  # a terminal: the run's lines above its progress line
+            forward = threading.Thread(target=_forward, args=(main.stdout, bar), daemon=True)
+            forward.start()
         critical = [p for p in processes if p.critical]
         while main.poll() is None:
             for p in critical:
@@ -467,6 +499,10 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
             )
     finally:
         procs.stop_all()
+        if forward is not None:
+            forward.join(timeout=5)
+        if bar is not None:
+            bar.__exit__(*sys.exc_info())
         shutil.rmtree(scratch, ignore_errors=True)
     history_path = out / "history.json"
     if not history_path.exists():
