@@ -264,3 +264,132 @@ def test_a_failed_command_ends_with_one_line_and_no_traceback(tmp_path, cli_env,
     debug = _distrain(["--debug", *args], cli_env)
     assert "Traceback (most recent call last)" in debug.stdout
     assert _last_line(debug) == _last_line(proc)
+
+
+# ---- whole runs (kfp.local) ------------------------------------------------------------------
+
+
+def _run(args, cli_env, timeout=600):
+    start = time.monotonic()
+    proc = _distrain(["run", *args], cli_env, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def _attempts(proc, task: str) -> int:
+    return proc.stdout.count(f"Executing task \x1b[96m'{task}'") or proc.stdout.count(
+        f"Executing task '{task}'"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.case("kfp/permanent", "mnist/truncated-gzip")
+def test_a_run_on_a_truncated_mnist_file_fails_in_seconds_naming_it(tmp_path, cli_env):
+    from distrain.steps import fetch
+
+    raw = tmp_path / "raw"
+    fetch("mnist", "sample", raw, sample_size=600, seed=1)
+    images = raw / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[: images.stat().st_size // 2])
+    proc, seconds = _run(["mnist", "--data", str(raw), "--output", str(tmp_path / "o")], cli_env)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    # Before: 94 s, retried twice, a KFP traceback at the end. Now the first step refuses
+    # the file (a parameter check is never retried), well within 10 s.
+    assert seconds < 10, seconds
+    last = _last_line(proc)
+    assert last.startswith("distrain: check parameters failed: "), last
+    assert f"{images}: corrupt or truncated gzip stream" in last
+    assert "Traceback" not in proc.stdout
+    assert _attempts(proc, "check-parameters") == 1 and _attempts(proc, "preprocess") == 0
+    (error_file,) = (tmp_path / "o" / "kfp").rglob(ERROR_FILE)
+    assert read_error(error_file).line() == last and not read_error(error_file).retryable
+
+
+@pytest.mark.slow
+@pytest.mark.case("kfp/permanent", "dbpedia/classes-missing")
+def test_a_run_on_dbpedia_without_classes_txt_fails_in_seconds_naming_it(tmp_path, cli_env):
+    from distrain.steps import fetch
+
+    raw = tmp_path / "raw"
+    fetch("dbpedia", "sample", raw, sample_size=280)
+    (raw / "classes.txt").unlink()
+    proc, seconds = _run(["dbpedia", "--data", str(raw), "--output", str(tmp_path / "o")], cli_env)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert seconds < 10, seconds
+    assert _last_line(proc) == (
+        "distrain: check parameters failed: invalid pipeline parameters: source: "
+        f"{raw}/classes.txt: file not found (the dbpedia_csv layout needs it)"
+    )
+    assert "Traceback" not in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.case("kfp/permanent", "dbpedia/dead-letter")
+def test_bad_input_found_by_a_retried_step_is_not_retried(tmp_path, cli_env):
+    # Too many bad rows: only the Beam job finds it, in a step that has a retry policy
+    # (30 s, then 60 s). A permanent error ends the run at its first attempt.
+    from distrain.steps import fetch
+
+    raw = tmp_path / "raw"
+    fetch("dbpedia", "sample", raw, sample_size=700)
+    rows = (raw / "train.csv").read_text().splitlines()
+    rows = [f'"99",{row.split(",", 1)[1]}' if i % 10 == 0 else row for i, row in enumerate(rows)]
+    (raw / "train.csv").write_text("\n".join(rows) + "\n")
+    args = ["dbpedia", "--data", str(raw), "--output", str(tmp_path / "o"), "--runs", "single:1"]
+    proc, seconds = _run(args, cli_env)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    last = _last_line(proc)
+    assert last.startswith("distrain: preprocess (Beam) failed: "), last
+    assert "records rejected" in last and "above the allowed 1.00%" in last
+    assert _attempts(proc, "preprocess") == 1, "a permanent error was retried"
+    assert "Retrying in" not in proc.stdout and seconds < 120
+    assert "Traceback" not in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.case("kfp/transient", "kfp/retries", "train/no-orphans")
+def test_a_worker_killed_during_a_run_is_retried_and_the_run_succeeds(tmp_path, cli_env):
+    import signal
+    import threading
+
+    import psutil
+
+    out = tmp_path / "o"
+    killed = []
+
+    def rank_1():
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                env = proc.environ()
+            except psutil.Error:
+                continue
+            rank = env.get("OMPI_COMM_WORLD_RANK", env.get("HOROVOD_RANK"))
+            if env.get("DISTRAIN_RUN_DIR", "").startswith(str(out)) and rank == "1":
+                if "worker" in (proc.info["cmdline"] or []):
+                    return proc
+        return None
+
+    def kill_after_the_first_checkpoint():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not killed:
+            if any(out.rglob("checkpoints/checkpoint")):
+                victim = rank_1()
+                if victim is not None:
+                    victim.send_signal(signal.SIGKILL)
+                    killed.append(victim.pid)
+                    return
+            time.sleep(0.05)
+
+    threading.Thread(target=kill_after_the_first_checkpoint, daemon=True).start()
+    args = ["mnist", "--output", str(out), "--runs", "sync:2", "--epochs", "6"]
+    proc, _ = _run([*args, "--sample-size", "8000"], cli_env, timeout=900)
+    assert killed, "rank 1 was not killed"
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "distrain: train sync:2 failed: " in proc.stdout
+    assert "(transient: retried as the step's retry policy says)" in proc.stdout
+    assert _attempts(proc, "train") == 2
+    (history,) = [json.loads(p.read_text()) for p in out.rglob("history.json")]
+    assert history["resumed_at_steps"], "the retry did not resume from the checkpoint"
+    assert [e["epoch"] for e in history["epochs"]][-1] == 6
+    rows = {row["name"]: row for row in json.loads((out / "comparison.json").read_text())["rows"]}
+    assert rows["sync:2"]["accuracy"] > 0.5
