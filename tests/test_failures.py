@@ -1,5 +1,6 @@
 """Failures: one line that says where and what, permanent or transient, an error file per step."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -331,9 +332,12 @@ def test_bad_input_found_by_a_retried_step_is_not_retried(tmp_path, cli_env):
 
     raw = tmp_path / "raw"
     fetch("dbpedia", "sample", raw, sample_size=700)
-    rows = (raw / "train.csv").read_text().splitlines()
-    rows = [f'"99",{row.split(",", 1)[1]}' if i % 10 == 0 else row for i, row in enumerate(rows)]
-    (raw / "train.csv").write_text("\n".join(rows) + "\n")
+    with open(raw / "train.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    for row in rows[::10]:
+        row[0] = "99"  # a class index out of range: a dead letter
+    with open(raw / "train.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
     args = ["dbpedia", "--data", str(raw), "--output", str(tmp_path / "o"), "--runs", "single:1"]
     proc, seconds = _run(args, cli_env)
     assert proc.returncode == 2, proc.stdout[-3000:]
