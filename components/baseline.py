@@ -11,9 +11,11 @@ def baseline(examples: Input[Dataset], report: Output[Artifact], metrics: Output
     """Majority class (classifiers) or a character 5-gram (language models)."""
     import json
 
+    from distrain.failures import step_errors
     from distrain.steps import baseline as step
 
-    result = step(examples.path)
+    with step_errors("baseline"):
+        result = step(examples.path)
     for key in ("accuracy", "macro_f1", "bits_per_char", "perplexity"):
         if result["evaluation"].get(key) is not None:
             metrics.log_metric(key, round(float(result["evaluation"][key]), 6))

@@ -32,7 +32,10 @@ def compare(
             runs.append(json.load(f))
     with open(baseline.path) as f:
         runs.append(json.load(f))
-    result = step(runs, comparison.path, target_accuracy=target_accuracy)
+    from distrain.failures import step_errors
+
+    with step_errors("compare"):
+        result = step(runs, comparison.path, target_accuracy=target_accuracy)
     shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
     shutil.copyfile(f"{comparison.path}/comparison.html", page.path)
     comparison.metadata["best"] = result["best"]

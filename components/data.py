@@ -15,9 +15,11 @@ def fetch_data(
     seed: int = 0,
 ):
     """Raw files of ``dataset`` in ``raw``: the generated sample, a download or a directory."""
+    from distrain.failures import step_errors
     from distrain.steps import fetch
 
-    raw.metadata.update(fetch(dataset, source, raw.path, sample_size=sample_size, seed=seed))
+    with step_errors("fetch data"):
+        raw.metadata.update(fetch(dataset, source, raw.path, sample_size=sample_size, seed=seed))
 
 
 @dsl.component(base_image=BEAM_IMAGE, install_kfp_package=False)
@@ -35,16 +37,18 @@ def preprocess(
     ``beam_args`` are Beam pipeline options (``--runner=DataflowRunner --project ...``);
     none: the local runner, in the step's container.
     """
+    from distrain.failures import step_errors
     from distrain.steps import preprocess as step
 
-    meta = step(
-        dataset,
-        raw.path,
-        examples.path,
-        validation_fraction=validation_fraction,
-        seed=seed,
-        beam_args=[str(arg) for arg in beam_args],
-    )
+    with step_errors("preprocess (Beam)"):
+        meta = step(
+            dataset,
+            raw.path,
+            examples.path,
+            validation_fraction=validation_fraction,
+            seed=seed,
+            beam_args=[str(arg) for arg in beam_args],
+        )
     for split, count in meta["splits"].items():
         stats.log_metric(f"{split}_examples", count)
     stats.log_metric("rejected_records", meta["rejected"]["count"])
@@ -65,17 +69,19 @@ def check_parameters(
     controller: str = "auto",
 ):
     """Every pipeline parameter, checked before any step does work; all problems at once."""
+    from distrain.failures import step_errors
     from distrain.steps import check_parameters as step
 
-    step(
-        dataset,
-        source,
-        runs,
-        model=model,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        validation_fraction=validation_fraction,
-        launcher=launcher,
-        controller=controller,
-    )
+    with step_errors("check parameters"):
+        step(
+            dataset,
+            source,
+            runs,
+            model=model,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            validation_fraction=validation_fraction,
+            launcher=launcher,
+            controller=controller,
+        )

@@ -33,9 +33,11 @@ def evaluate(
     import json
 
     from distrain.evaluate import metrics_markdown
+    from distrain.failures import step_errors
     from distrain.steps import evaluate as step
 
-    result = step(examples.path, trained.path)
+    with step_errors("evaluate"):
+        result = step(examples.path, trained.path)
     ev = result["evaluation"]
     keys = (
         "accuracy",

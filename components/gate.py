@@ -17,15 +17,17 @@ def quality_gate(
     """
     import json
 
+    from distrain.failures import step_errors
     from distrain.gate import GateFailed, check_gate
 
-    with open(f"{comparison.path}/comparison.json") as f:
-        data = json.load(f)
-    try:
-        results = check_gate(data, gate)
-        failure = ""
-    except GateFailed as err:
-        results, failure = [], str(err)
+    with step_errors("quality gate"):
+        with open(f"{comparison.path}/comparison.json") as f:
+            data = json.load(f)
+        try:
+            results = check_gate(data, gate)
+            failure = ""
+        except GateFailed as err:
+            results, failure = [], str(err)
     lines = [f"# Quality gate: `{gate or 'none'}`", ""]
     if failure:
         lines.append(f"**FAILED**: {failure}")
@@ -39,4 +41,5 @@ def quality_gate(
     checks.log_metric("passed", 0 if failure else 1)
     print("\n".join(lines), flush=True)
     if failure:
-        raise GateFailed(failure)
+        with step_errors("quality gate"):
+            raise GateFailed(failure)

@@ -46,31 +46,33 @@ def train(
     attempt before it. No run or task id placeholder is an input, so that the step's cache
     key stays its inputs.
     """
+    from distrain.failures import step_errors
     from distrain.steps import train as step
 
-    history = step(
-        examples.path,
-        trained.path,
-        run_spec,
-        launcher=launcher,
-        kubernetes={
-            "namespace": namespace,
-            "image": worker_image,
-            "gpus_per_worker": gpus_per_worker,
-            "cpu_per_worker": cpu_per_worker,
-            "memory_per_worker": memory_per_worker,
-            "node_selector": node_selector,
-            "tolerations": tolerations,
-            "volume_claim": volume_claim,
-            "mount_path": mount_path,
-        },
-        model=model,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=seed,
-        controller=controller,
-    )
+    with step_errors(f"train {run_spec}"):
+        history = step(
+            examples.path,
+            trained.path,
+            run_spec,
+            launcher=launcher,
+            kubernetes={
+                "namespace": namespace,
+                "image": worker_image,
+                "gpus_per_worker": gpus_per_worker,
+                "cpu_per_worker": cpu_per_worker,
+                "memory_per_worker": memory_per_worker,
+                "node_selector": node_selector,
+                "tolerations": tolerations,
+                "volume_claim": volume_claim,
+                "mount_path": mount_path,
+            },
+            model=model,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=seed,
+            controller=controller,
+        )
     trained.metadata.update(
         {
             "run": history["run"]["name"],

@@ -31,13 +31,12 @@ def _defaults(name: str):
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``distrain data``: write the sample or download the real data."""
-    from distrain.steps import fetch
+    from distrain.steps import StepError, fetch
 
     source = "sample" if args.sample else "download"
     if args.download and args.dataset == "gutenberg":
         if not args.ids:
-            print("distrain: Gutenberg downloads need --ids (e.g. --ids 1342,11)", file=sys.stderr)
-            return 2
+            raise StepError("Gutenberg downloads need --ids (e.g. --ids 1342,11)")
         source = f"download:{args.ids}"
     summary = fetch(args.dataset, source, args.output, sample_size=args.sample_size, seed=args.seed)
     print(f"{args.dataset} ({source}) in {args.output}: {', '.join(summary['files'])}")
@@ -100,21 +99,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``distrain run``: run a whole pipeline locally with kfp.local."""
+    """``distrain run``: run a whole pipeline locally with kfp.local.
+
+    A step that fails permanently (bad input or parameters) ends the run at once; a
+    transient failure is retried as the step's retry policy says. Either way the run ends
+    with the failed step's one line (:mod:`distrain.failures`).
+    """
     from kfp import local
 
     from distrain.compare import render_text_table
+    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
     from distrain.train.config import ConfigError, parse_run_specs
 
     # Refuse bad parameters before any work starts.
-    try:
-        specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
-    except ConfigError as err:
-        print(f"distrain: {err}", file=sys.stderr)
-        return 2
+    specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     if args.data is not None and not Path(args.data).is_dir():
-        print(f"distrain: data directory {args.data} does not exist", file=sys.stderr)
-        return 2
+        raise ConfigError(f"data directory {args.data} does not exist")
+    if args.gate:
+        from distrain.gate import parse_gate
+
+        parse_gate(args.gate)
 
     from distrain.pipelines.common import build_pipeline
 
@@ -138,23 +142,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:
-        from distrain.gate import GateError, parse_gate
-
-        try:
-            parse_gate(args.gate)
-        except GateError as err:
-            print(f"distrain: {err}", file=sys.stderr)
-            return 2
         params["gate"] = args.gate
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
-    try:
-        task = build_pipeline(defaults, parallelism=1, cluster=False)(**params)
-    except RuntimeError as err:
-        if "quality-gate" in str(err):
-            print(f"distrain: the quality gate {args.gate!r} failed (its log is above)")
-            return 1
-        raise
+    with local_retries_stop_on_permanent_errors() as failures:
+        try:
+            task = build_pipeline(defaults, parallelism=1, cluster=False)(**params)
+        except (RuntimeError, StepFailed) as err:
+            if failures:  # the step's own words, not kfp.local's "inner task failed"
+                raise StepFailed(failures[-1]) from err
+            raise
     comparison_dir = Path(task.output.path)
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
@@ -163,13 +160,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_text_table(comparison))
     print(f"\npipeline finished in {time.perf_counter() - start:.0f} s; ", end="")
     print(f"wrote {out}/comparison.json, comparison.md, comparison.html")
+    page = out / "comparison.html"
+    print(f"comparison (table and plots): {page.as_uri()}")
+    if args.open:
+        import webbrowser
+
+        if not webbrowser.open(page.as_uri()):
+            print("distrain: no web browser to open it with here", file=sys.stderr)
     return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``distrain train``: one training run with local processes, no pipeline."""
     from distrain.steps import train
+    from distrain.train.config import RunSpec
 
+    RunSpec.parse(args.run)  # a bad spec is refused before anything starts
     history = train(
         args.data,
         args.output,
@@ -207,27 +213,23 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     from distrain.k8s.config import KubernetesConfig
     from distrain.k8s.objects import build_objects, run_name
     from distrain.k8s.validate import validate_all
-    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.train.config import TrainConfig
 
-    try:
-        k = KubernetesConfig.from_params(
-            namespace=args.namespace,
-            image=args.image,
-            gpus_per_worker=args.gpus_per_worker,
-            node_selector=args.node_selector,
-            tolerations=args.tolerations,
-            volume_claim=args.volume_claim,
-        )
-        base = f"{k.mount_path}/runs/{args.name or 'RUN'}"
-        cfg = TrainConfig(
-            data_dir=f"{base}/data", output_dir=f"{base}/output", run=args.run, model=args.model
-        )
-        name = args.name or run_name(cfg)
-        objects = build_objects(cfg, k, name, f"{base}/output/train_config.json")
-        validate_all(objects)
-    except ConfigError as err:
-        print(f"distrain: {err}", file=sys.stderr)
-        return 2
+    k = KubernetesConfig.from_params(
+        namespace=args.namespace,
+        image=args.image,
+        gpus_per_worker=args.gpus_per_worker,
+        node_selector=args.node_selector,
+        tolerations=args.tolerations,
+        volume_claim=args.volume_claim,
+    )
+    base = f"{k.mount_path}/runs/{args.name or 'RUN'}"
+    cfg = TrainConfig(
+        data_dir=f"{base}/data", output_dir=f"{base}/output", run=args.run, model=args.model
+    )
+    name = args.name or run_name(cfg)
+    objects = build_objects(cfg, k, name, f"{base}/output/train_config.json")
+    validate_all(objects)
     header = (
         f"# Generated by: distrain {' '.join(args.argv)}\n"
         f"# What the kubernetes launcher creates for {cfg.run.name}; it expects\n"
@@ -249,27 +251,23 @@ def cmd_faults(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """``distrain submit``: compile, upload, run on a KFP server; wait; apply the gate."""
-    from distrain.submit import SubmitConfig, SubmitError, parse_params, submit
+    from distrain.submit import SubmitConfig, parse_params, submit
 
-    try:
-        cfg = SubmitConfig(
-            pipeline=args.pipeline,
-            host=args.host,
-            experiment=args.experiment,
-            params=parse_params(args.param or []),
-            gate=args.gate or "",
-            wait=args.wait,
-            timeout=args.timeout,
-            poll_seconds=args.poll_seconds,
-            namespace=args.namespace,
-            service_account=args.service_account,
-            gpu=args.gpu,
-            run_name=args.run_name or "",
-        )
-        return submit(cfg)
-    except SubmitError as err:
-        print(f"distrain submit: {err}", file=sys.stderr)
-        return 2
+    cfg = SubmitConfig(
+        pipeline=args.pipeline,
+        host=args.host,
+        experiment=args.experiment,
+        params=parse_params(args.param or []),
+        gate=args.gate or "",
+        wait=args.wait,
+        timeout=args.timeout,
+        poll_seconds=args.poll_seconds,
+        namespace=args.namespace,
+        service_account=args.service_account,
+        gpu=args.gpu,
+        run_name=args.run_name or "",
+    )
+    return submit(cfg)
 
 
 SAMPLE_HELP = (
@@ -291,9 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="distrain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=distrain.__version__)
+    # --debug before or after the subcommand: a failure prints its traceback too.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the traceback of a failure (steps and training processes too)",
+    )
+    parser.add_argument("--debug", action="store_true", help=debug._actions[0].help)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    data = sub.add_parser("data", help="write sample data or download a data set")
+    def add(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[debug], **kwargs)
+
+    data = add("data", help="write sample data or download a data set")
     data.add_argument("dataset", choices=PIPELINES)
     how = data.add_mutually_exclusive_group(required=True)
     how.add_argument("--sample", action="store_true", help="generate the sample")
@@ -304,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--seed", type=int, default=0)
     data.set_defaults(func=cmd_data)
 
-    pre = sub.add_parser(
+    pre = add(
         "preprocess",
         help="run a data set's Beam preprocessing alone, on any Beam runner",
         usage="distrain preprocess {mnist,dbpedia,gutenberg} --data RAW --output EXAMPLES "
@@ -323,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
     pre.set_defaults(func=cmd_preprocess)
 
-    comp = sub.add_parser("compile", help="compile a pipeline to KFP YAML")
+    comp = add("compile", help="compile a pipeline to KFP YAML")
     comp.add_argument("pipeline", choices=PIPELINES)
     comp.add_argument("--output", required=True)
     comp.add_argument(
@@ -333,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.set_defaults(func=cmd_compile)
 
-    run = sub.add_parser("run", help="run a pipeline locally (kfp.local)")
+    run = add("run", help="run a pipeline locally (kfp.local)")
     run.add_argument("pipeline", choices=PIPELINES)
     run.add_argument("--data", help="raw data directory (default: generate the sample)")
     run.add_argument("--output", required=True)
@@ -348,10 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
+    run.add_argument(
+        "--open", action="store_true", help="open the HTML comparison in a web browser at the end"
+    )
     _add_controller(run)
     run.set_defaults(func=cmd_run)
 
-    tr = sub.add_parser("train", help="one training run on preprocessed data")
+    tr = add("train", help="one training run on preprocessed data")
     tr.add_argument("--data", required=True, help="preprocessed data directory")
     tr.add_argument("--output", required=True)
     tr.add_argument("--run", default="single:1", help="MODE:WORKERS[:ps=P][:aggregate=A]")
@@ -375,9 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_controller(tr)
     tr.set_defaults(func=cmd_train)
 
-    man = sub.add_parser(
-        "manifests", help="print the Kubernetes objects the launcher would create for a run"
-    )
+    man = add("manifests", help="print the Kubernetes objects the launcher would create for a run")
     man.add_argument("--run", required=True, help="MODE:WORKERS[:ps=P][:aggregate=A]")
     man.add_argument("--name", default="", help="object name prefix (default: generated)")
     man.add_argument("--model", default="mlp")
@@ -389,9 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     man.add_argument("--volume-claim", default="distrain-data")
     man.set_defaults(func=cmd_manifests)
 
-    sb = sub.add_parser(
-        "submit", help="compile, upload and run a pipeline on a KFP server (CI); wait; gate"
-    )
+    sb = add("submit", help="compile, upload and run a pipeline on a KFP server (CI); wait; gate")
     sb.add_argument("pipeline", choices=PIPELINES)
     sb.add_argument("--host", required=True, help="KFP API endpoint, e.g. http://localhost:8080")
     sb.add_argument("--experiment", default="distrain")
@@ -416,14 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_submit)
 
     # Process roles: the launchers start these, locally and in the images' pods.
-    wk = sub.add_parser("worker", help="(launchers) one training process from a config file")
+    wk = add("worker", help="(launchers) one training process from a config file")
     wk.add_argument("--config", required=True, help="train_config.json written by a launcher")
     wk.set_defaults(func=cmd_worker)
-    sv = sub.add_parser("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
+    sv = add("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
     sv.set_defaults(func=cmd_server)
 
-    fl = sub.add_parser(
+    fl = add(
         "faults",
         help="run the bad-input and fault tests; print the reliability matrix, a line per case",
     )
@@ -433,11 +442,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _step_name(args: argparse.Namespace) -> str:
+    """What a failure of the command is called in its one line."""
+    if args.command == "train":
+        return f"train {args.run}"
+    if args.command in ("data", "run", "compile", "submit"):
+        return f"{args.command} {getattr(args, 'dataset', None) or args.pipeline}"
+    return args.command
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``distrain`` console script."""
+    """Entry point of the ``distrain`` console script.
+
+    A failure ends with one line, ``distrain: STEP failed: MESSAGE`` (the traceback
+    before it with ``--debug``), and exit code 2 for bad input or parameters, 1 otherwise
+    (:mod:`distrain.failures`).
+    """
+    import os
+
+    from distrain.failures import DEBUG_ENV, Failure, StepFailed, report
+
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    return args.func(args)
+    if getattr(args, "debug", False):
+        os.environ[DEBUG_ENV] = "1"  # the steps and training processes inherit it
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("distrain: interrupted", file=sys.stderr)
+        return 130
+    except StepFailed as err:
+        report(err.failure, err)
+        return err.failure.exit_code
+    except Exception as err:  # noqa: BLE001 (every failure ends with its one line)
+        failure = Failure.of(_step_name(args), err)
+        report(failure, err)
+        return failure.exit_code
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ CASES: list[tuple[str, str]] = [
     ("avg/rank-death", "avg: a killed rank ends the run with an error; the rerun resumes"),
     ("train/no-orphans", "No orphaned processes after any fault, or a killed launcher"),
     ("kfp/retries", "KFP: data and training steps retry with backoff"),
+    ("kfp/permanent", "KFP: bad input fails its step once, unretried, in one line"),
+    ("kfp/transient", "KFP: a worker killed mid-run: the step is retried, the run succeeds"),
     ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
 ]
 CASE_IDS = {case for case, _ in CASES}

@@ -5,6 +5,7 @@ Components in ``components/`` are only interfaces: they call these and log metri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,7 +84,8 @@ def check_parameters(
 
     Args:
         dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
-        source: ``sample``, ``download`` / ``download:IDS`` or an existing directory.
+        source: ``sample``, ``download`` / ``download:IDS`` or a directory of raw files
+            (which get the file-level checks of :func:`check_raw_files`).
         runs: Run specs (``MODE:WORKERS[:ps=P][:aggregate=A]``).
         model: Model name.
         epochs: Passes over the training split.
@@ -97,7 +99,7 @@ def check_parameters(
         The run names, in order.
 
     Raises:
-        StepError: Every problem found, one per line.
+        StepError: Every problem found, joined by ``; ``.
     """
     from distrain.train.config import ConfigError, parse_run_specs
 
@@ -110,6 +112,11 @@ def check_parameters(
             f"source {source!r}: no such data directory "
             "(expected 'sample', 'download' or a directory with the raw files)"
         )
+    elif not keyword and dataset in DATASETS:
+        try:
+            check_raw_files(dataset, source)
+        except (ValueError, OSError) as err:
+            problems.append(f"source: {err}")
     specs = []
     try:
         specs = parse_run_specs(runs)
@@ -144,8 +151,41 @@ def check_parameters(
     if launcher not in ("local", "kubernetes"):
         problems.append(f"launcher {launcher!r}: expected 'local' or 'kubernetes'")
     if problems:
-        raise StepError("invalid pipeline parameters:\n  " + "\n  ".join(problems))
+        raise StepError("invalid pipeline parameters: " + "; ".join(problems))
     return {"runs": [s.name for s in specs]}
+
+
+def check_raw_files(dataset: str, directory: str | os.PathLike) -> None:
+    """The file-level checks preprocessing makes first, on a directory of raw files.
+
+    Cheap (headers, lengths, names): a pipeline's parameter check runs them so that a bad
+    or missing file fails the run in its first step, which is never retried, rather than
+    in a retried one. MNIST: the four IDX files, their headers and lengths (a truncated
+    gzip stream is caught from its trailer); DBPedia: ``classes.txt`` and non-empty
+    ``train.csv`` and ``test.csv``; Gutenberg: at least one ``*.txt`` book.
+
+    Raises:
+        ValueError: A file is missing or malformed (the message names it); the data
+            sets' own errors (``IdxFormatError``, ``DbpediaFormatError``) are ValueErrors.
+    """
+    src = Path(directory)
+    if dataset == "mnist":
+        from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
+
+        for split in MNIST_FILES:
+            inspect_mnist_split(*mnist_paths(src, split))
+    elif dataset == "dbpedia":
+        from distrain.preprocess.dbpedia import read_classes
+
+        read_classes(src)
+        for name in ("train.csv", "test.csv"):
+            path = src / name
+            if not path.exists():
+                raise StepError(f"{path}: file not found (the dbpedia_csv layout needs it)")
+            if path.stat().st_size == 0:
+                raise StepError(f"{path}: empty file, expected CSV rows")
+    elif not sorted(src.glob("*.txt")):
+        raise StepError(f"{src}: no *.txt books")
 
 
 @_timed
@@ -256,10 +296,35 @@ def preprocess(
     seed: int = 0,
     beam_args: list[str] | None = None,
 ) -> dict:
-    """Runs the data set's Beam preprocessing; returns the metadata it wrote."""
+    """Runs the data set's Beam preprocessing; returns the metadata it wrote.
+
+    While it runs, a progress line (a terminal) or a line every half minute (a log) says
+    how long it has run and what it has written (:mod:`distrain.progress`).
+    """
+    from distrain.progress import Progress
+
     _check_dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
-    raw, out = str(raw_dir), str(output_dir)
+    runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
+    with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
+        return _preprocess(dataset, str(raw_dir), str(output_dir), validation_fraction, seed, args)
+
+
+def _written(directory: str | os.PathLike) -> str:
+    """What a job has written under ``directory`` so far: files and their size."""
+    files, size = 0, 0
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # the job's scratch space
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += os.path.getsize(os.path.join(root, name))
+                files += 1
+    return f"{files} files ({size / 1e6:.1f} MB) written" if files else ""
+
+
+def _preprocess(
+    dataset: str, raw: str, out: str, validation_fraction: float, seed: int, args: list[str]
+) -> dict:
     if dataset == "mnist":
         from distrain.preprocess import mnist
 

@@ -118,6 +118,21 @@ def _gate_failure(run) -> str:
     return ""
 
 
+def _failed_step(run) -> tuple[str, str]:
+    """The display name and error message of the run's first failed step, if any.
+
+    A failed step's message is what the step wrote as its termination message, its one
+    line (:mod:`distrain.failures`), when the server passes it on.
+    """
+    details = getattr(run, "run_details", None)
+    for task in getattr(details, "task_details", None) or []:
+        name = task.display_name or ""
+        if _state(task) != "FAILED" or name in ("root", "") or name.startswith("for-loop"):
+            continue
+        return name, (task.error.message if task.error else "") or ""
+    return "", ""
+
+
 def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     """Runs one submission; returns the exit code (see the module's docstring).
 
@@ -199,11 +214,16 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     if state == "SUCCEEDED":
         say(f"run succeeded{' and met the gate ' + repr(cfg.gate) if cfg.gate else ''}: {link}")
         return 0
+    say(f"see {link}")
     gate = _gate_failure(run)
     if gate:
         say(f"GATE FAILED ({cfg.gate}): {gate}")
+        return 1
+    step, message = _failed_step(run)
+    if step:  # the last line: which step, and its own words
+        message = message.removeprefix(f"distrain: {step} failed: ")
+        say(f"run {state.lower()}: step {step!r} failed{': ' + message if message else ''}")
     else:
         message = run.error.message if getattr(run, "error", None) else ""
         say(f"run {state.lower()}{': ' + message if message else ''}")
-    say(f"see {link}")
     return 1

@@ -123,7 +123,7 @@ def config(data, out, run, **settings) -> TrainConfig:
 
 
 @pytest.mark.case("params/mode", "params/workers", "params/aggregate", "params/data-dir")
-def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path):
+def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path, mnist_raw):
     with pytest.raises(StepError) as err:
         check_parameters(
             "mnist",
@@ -141,9 +141,13 @@ def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path):
         check_parameters("mnist", "sample", ["syncreplicas:2:aggregate=3"])
     with pytest.raises(StepError, match="epochs must be at least 1"):
         check_parameters("mnist", "sample", ["single:1"], epochs=0)
-    assert check_parameters("mnist", str(tmp_path), "single:1,sync:2") == {
+    assert check_parameters("mnist", str(mnist_raw), "single:1,sync:2") == {
         "runs": ["single:1", "sync:2"]
     }
+    # A data directory's files get preprocessing's file-level checks in this first step,
+    # which is never retried.
+    with pytest.raises(StepError, match="train-images-idx3-ubyte.gz: file not found"):
+        check_parameters("mnist", str(tmp_path), "single:1")
 
 
 def test_cluster_settings_an_mpijob_cannot_honour_are_refused_up_front():

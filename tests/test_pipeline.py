@@ -130,6 +130,10 @@ def test_run_refuses_bad_parameters_before_any_work(tmp_path, cli_env, args, mes
 @pytest.mark.horovod
 def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     out = tmp_path / "out"
+    # --open hands the comparison's page to the web browser ($BROWSER: a script noting it).
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {tmp_path}/opened\n')
+    browser.chmod(0o755)
     proc = subprocess.run(
         [
             str(VENV_BIN / "distrain"),
@@ -143,10 +147,11 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
             "2",
             "--gate",
             "accuracy>=0.5",
+            "--open",
         ],
         capture_output=True,
         text=True,
-        env=cli_env,
+        env=dict(cli_env, BROWSER=str(browser)),
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -175,6 +180,9 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     assert "epoch 2/2" in proc.stdout + proc.stderr
     tail = proc.stdout[proc.stdout.rindex("pipeline finished") - 2000 :]
     assert all(name in tail for name in rows)
+    page = (out / "comparison.html").resolve().as_uri()
+    assert proc.stdout.strip().splitlines()[-1] == f"comparison (table and plots): {page}"
+    assert (tmp_path / "opened").read_text().strip() == page
 
 
 @pytest.mark.slow

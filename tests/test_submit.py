@@ -69,6 +69,30 @@ def test_a_failed_run_fails_without_blaming_the_gate():
         code, out = _submit(fake, gate="accuracy>=0.5")
     assert code == 1
     assert "GATE FAILED" not in out and "run failed" in out
+    # It ends with the step that failed and its own words.
+    assert out.strip().splitlines()[-1] == (
+        "distrain submit: run failed: step 'train' failed: pod train-xyz: OOMKilled"
+    )
+
+
+def test_an_unreachable_server_ends_with_one_line(cli_env):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run(
+        [str(VENV_BIN / "distrain"), "submit", "mnist", "--host", f"http://127.0.0.1:{port}"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("distrain: submit mnist failed: ") and "Connection refused" in last
+    assert "Traceback" not in proc.stdout
 
 
 def test_second_submit_adds_a_version_to_the_same_pipeline():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from distrain.train import launch
-from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
 from distrain.train.launch import (
     MPIRUN_OPTIONS,
@@ -89,7 +89,7 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
         assert sync_controller(_sync(tmp_path, controller="mpi")) == "mpi"
     else:
         assert horovod_env(auto) == {}
-        with pytest.raises(TrainingError, match="controller 'mpi' needs mpirun"):
+        with pytest.raises(ConfigError, match="controller 'mpi' needs mpirun"):
             sync_controller(_sync(tmp_path, controller="mpi"))
     assert launch_env(auto) == horovod_env(auto)  # what the main process (mpirun) gets
 

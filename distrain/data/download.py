@@ -8,11 +8,11 @@ restarts from zero when it does not.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
 import shutil
-import sys
 import tarfile
 import time
 import urllib.error
@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
+
+from distrain.progress import Progress
 
 CHUNK = 1 << 16
 
@@ -138,18 +140,14 @@ def _transfer(remote: RemoteFile, part: Path, timeout: float, progress: bool) ->
         expected = int(length) + offset if length is not None else None
         total = remote.size or expected
         mode = "ab" if offset else "wb"
-        done, shown = offset, -1
-        with open(part, mode) as out:
+        done = offset
+        bar = Progress(f"download {remote.filename}", total, "bytes", completed=offset, interval=10)
+        with open(part, mode) as out, bar if progress else contextlib.nullcontext():
             while block := response.read(CHUNK):
                 out.write(block)
                 done += len(block)
-                if progress and total:
-                    pct = int(100 * done / total) // 5 * 5
-                    if pct != shown:
-                        shown = pct
-                        print(f"\r{remote.filename}: {pct:3d}%", end="", file=sys.stderr)
-        if progress and total:
-            print(file=sys.stderr)
+                if progress:
+                    bar.update(len(block))
         if expected is not None and done < expected:
             raise ConnectionError(f"{remote.url}: connection closed at {done} of {expected} bytes")
 
@@ -170,7 +168,7 @@ def fetch(
         dest_dir: Destination directory.
         retries: Attempts after a connection error (each resumes the partial file).
         timeout: Socket timeout in seconds.
-        progress: Show a percentage line on stderr.
+        progress: Show the download's progress on stderr (:mod:`distrain.progress`).
         allow_unverified: Accept a RemoteFile without a pinned sha256.
 
     Returns:

@@ -261,8 +261,12 @@ def _write_json_lines(group, path: str) -> str:
     return write_text("".join(text + "\n" for _, text in ordered), path)
 
 
-class RecordAccountingError(RuntimeError):
-    """Records read from a file and records written or rejected do not add up."""
+class RecordAccountingError(ValueError):
+    """Records read from a file and records written or rejected do not add up.
+
+    A ``ValueError``: the same input gives the same count again, so the step's failure is
+    permanent (never retried, see :mod:`distrain.failures`).
+    """
 
 
 def check_accounting(name: str, input_records: int, written: int, rejected: int) -> None:

@@ -108,6 +108,8 @@ class RunSpec:
                 raise ConfigError(
                     f"run spec {text!r}: expected key=value after the worker count, got {extra!r}"
                 )
+            if key in options:  # the last would win without a word
+                raise ConfigError(f"run spec {text!r}: option {key!r} given twice")
             options[key] = value
         try:
             return cls(mode=mode, workers=workers, options=tuple(options.items()))

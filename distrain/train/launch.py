@@ -9,10 +9,12 @@ modes use: ``distrain worker`` and ``distrain server``, and Horovod's ranks unde
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -20,10 +22,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.progress import Progress
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.worker import ERRORS_DIR
 
 # [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
 # binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
@@ -72,8 +77,8 @@ def venv_tool(name: str) -> str | None:
 
 def _horovodrun() -> str:
     found = venv_tool("horovodrun")
-    if not found:
-        raise TrainingError(
+    if not found:  # an installation to fix, not a failure to retry
+        raise ConfigError(
             "horovodrun not found: sync mode needs Horovod (run scripts/setup.sh, which builds it)"
         )
     return found
@@ -135,7 +140,7 @@ def sync_controller(cfg: TrainConfig) -> str:
     """[sync] ``mpi`` or ``gloo``: the run's :attr:`TrainConfig.controller`, resolved.
 
     Raises:
-        TrainingError: ``mpi`` was asked for and this Horovod or machine lacks it.
+        ConfigError: ``mpi`` was asked for and this Horovod or machine lacks it.
     """
     elastic = getattr(cfg.run.impl, "elastic", False)
     if cfg.controller == "gloo" or (cfg.controller == "auto" and elastic):
@@ -143,7 +148,7 @@ def sync_controller(cfg: TrainConfig) -> str:
     if mpi_controller_available():
         return "mpi"
     if cfg.controller == "mpi":
-        raise TrainingError(
+        raise ConfigError(
             f"[{cfg.run.name}] controller 'mpi' needs mpirun and a Horovod built with MPI "
             "(scripts/setup.sh installs Open MPI into .venv and builds it); use 'gloo' or 'auto'"
         )
@@ -333,13 +338,17 @@ class _Processes:
     def __init__(self):
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, cmd: list[str], env: dict, log: Path | None = None):
+    def start(
+        self, name: str, cmd: list[str], env: dict, log: Path | None = None, pipe: bool = False
+    ):
         stdout = open(log, "wb") if log else None  # noqa: SIM115 (closed with the process)
-        stderr = subprocess.STDOUT if log else None
+        if pipe:
+            stdout = subprocess.PIPE
+        stderr = subprocess.STDOUT if log or pipe else None
         self.procs[name] = subprocess.Popen(
             guarded(cmd), env=env, start_new_session=True, stdout=stdout, stderr=stderr
         )
-        if stdout:
+        if stdout and not pipe:
             stdout.close()
         return self.procs[name]
 
@@ -362,6 +371,55 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+# The driver's line at each epoch's end: ``[run] epoch 2/5  loss ...``.
+EPOCH_LINE = re.compile(r"\] epoch (\d+)/(\d+)\b")
+
+
+def _forward(stream, bar: Progress) -> None:
+    """Prints the run's output above its progress line; epoch lines move the bar."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        found = EPOCH_LINE.search(line)
+        if found:
+            bar.update(completed=int(found[1]), total=int(found[2]))
+        bar.print(line)
+    stream.close()
+
+
+class WorkerFailed(TrainingError):
+    """A training process failed and said why (its record in ``<output>/errors/``).
+
+    Attributes:
+        retryable: Whether the process's error was transient (:mod:`distrain.failures`):
+            a process that failed on bad data or settings fails every attempt.
+    """
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def process_failure(out: Path, message: str) -> TrainingError:
+    """The error of a failed run: ``message``, with the first process's own words if any.
+
+    Each ``distrain worker`` that fails records its error (``worker.record_error``); the
+    earliest record is the cause (its peers fail after it, on the lost connection), and
+    it says whether the failure is transient. A process killed from outside records
+    nothing: that is a lost worker, transient.
+    """
+    records = []
+    for path in sorted((out / ERRORS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    if not records:
+        return TrainingError(message)
+    first = records[0]
+    return WorkerFailed(
+        f"{message}: {first.get('step', 'a process')} failed: {first.get('message', '')}",
+        retryable=bool(first.get("retryable", True)),
+    )
 
 
 def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
@@ -396,7 +454,14 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     env["TMPDIR"] = scratch
     procs = _Processes()
     deadline = time.monotonic() + timeout if timeout else None
+    # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
+    bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)
+    bar = bar if bar.live else None
+    forward = None
     logs = out / "logs"
+    shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
+    if bar is not None:
+        bar.__enter__()
     try:
         processes = cfg.run.impl.local_processes(cfg, config_path, logs)
         if any(p.log for p in processes):
@@ -405,15 +470,20 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
         for p in processes:
             if p.main:
                 print(f"[{cfg.run.name}] $ {' '.join(p.command)}", flush=True)
-            procs.start(p.name, p.command, dict(env, **p.env), p.log)
+            live = p.main and bar is not None and not p.log
+            procs.start(p.name, p.command, dict(env, **p.env), p.log, pipe=live)
         main = procs.procs[main_spec.name]
+        if main.stdout is not None:  # a terminal: the run's lines above its progress line
+            forward = threading.Thread(target=_forward, args=(main.stdout, bar), daemon=True)
+            forward.start()
         critical = [p for p in processes if p.critical]
         while main.poll() is None:
             for p in critical:
                 code = procs.procs[p.name].poll()
                 if code is not None:
-                    raise TrainingError(
-                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}"
+                    raise process_failure(
+                        out,
+                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
                     )
             if deadline and time.monotonic() > deadline:
                 if main_spec.stacks_on_timeout:  # `distrain worker` itself
@@ -422,12 +492,17 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                 raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
             time.sleep(0.2)
         if main.returncode != 0:
-            raise TrainingError(
+            raise process_failure(
+                out,
                 f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
-                f"{main.returncode}"
+                f"{main.returncode}",
             )
     finally:
         procs.stop_all()
+        if forward is not None:
+            forward.join(timeout=5)
+        if bar is not None:
+            bar.__exit__(*sys.exc_info())
         shutil.rmtree(scratch, ignore_errors=True)
     history_path = out / "history.json"
     if not history_path.exists():

@@ -7,22 +7,78 @@ mode says what the process does (:meth:`distrain.train.modes.Mode.train`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from distrain.train.config import TrainConfig
 from distrain.train.runtime import bind_rank_to_cores, configure_tensorflow, die_with_launcher
 
+ERRORS_DIR = "errors"
+
+
+def role() -> str:
+    """This process's role in its run: ``rank 1`` (sync), ``worker:0``, ``chief`` or ``worker``."""
+    rank = os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+    if rank is not None:
+        return f"rank {rank}"
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task") or {}
+    except ValueError:
+        task = {}
+    if task.get("type"):
+        return task["type"] if task["type"] == "chief" else f"{task['type']}:{task.get('index', 0)}"
+    return "worker"
+
+
+def record_error(output_dir: str | os.PathLike, exc: BaseException) -> dict:
+    """Writes this process's failure to ``<output>/errors/<role>.json`` for its launcher.
+
+    The record has the one-line message, whether the error is transient, and the
+    traceback (which the console shows only with ``--debug``).
+    """
+    from distrain.failures import Failure
+
+    who = role()
+    record = Failure.of(who, exc).to_json()
+    record["traceback"] = "".join(traceback.format_exception(exc))
+    errors = Path(output_dir) / ERRORS_DIR
+    with contextlib.suppress(OSError):
+        errors.mkdir(parents=True, exist_ok=True)
+        (errors / f"{who.replace(' ', '-').replace(':', '-')}.json").write_text(
+            json.dumps(record, indent=2)
+        )
+    return record
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs one training process from a config file written by the launcher."""
+    """Runs one training process from a config file written by the launcher.
+
+    A failure is recorded for the launcher (:func:`record_error`) and printed as one
+    line; the exit code is 2 for bad input or settings, 1 otherwise.
+    """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train_config.json")
     args = parser.parse_args(argv)
+    cfg = TrainConfig.from_json(Path(args.config).read_text())
+    try:
+        return _train(cfg)
+    except Exception as exc:  # noqa: BLE001 (recorded for the launcher, then one line)
+        from distrain.failures import Failure, report
+
+        record_error(cfg.output_dir, exc)
+        failure = Failure.of(f"[{cfg.run.name}] {role()}", exc)
+        report(failure, exc)
+        return failure.exit_code
+
+
+def _train(cfg: TrainConfig) -> int:
     # SIGUSR1 prints every thread's Python stack to stderr: the launcher sends it to a run
     # that timed out, so a hang says where it was.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -31,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     if bound:
         rank = os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK"))
         print(f"local rank {rank}: cores {sorted(bound)}")
-    cfg = TrainConfig.from_json(Path(args.config).read_text())
     configure_tensorflow(cfg)
     cfg.run.impl.train(cfg)
     return 0
