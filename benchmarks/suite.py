@@ -755,6 +755,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         ("syncreplicas:2", 0),
         ("syncreplicas:3:aggregate=2", 0),
         ("ssp:2:staleness=2", 0),
+        ("easgd:2:tau=4", 0),
         ("avg:2:period=8", 0),
     ]:
         history = _train(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
@@ -844,6 +845,7 @@ PIPELINES = {
             "async:2",
             "syncreplicas:3:aggregate=2",
             "ssp:2:staleness=2",
+            "easgd:2:tau=4",
             "avg:2:period=8",
         ],
         5,

@@ -58,6 +58,7 @@ CASES: list[tuple[str, str]] = [
     ("syncreplicas/worker-death", "syncreplicas: a dead worker does not stall training"),
     ("ssp/bound", "ssp: a slowed worker holds the others within the staleness bound"),
     ("ssp/worker-death", "ssp: a dead worker is left out of the bound; training completes"),
+    ("easgd/worker-death", "easgd: a dead worker, the others go on exchanging; completes"),
     ("avg/rank-death", "avg: a killed rank ends the run with an error; the rerun resumes"),
     ("train/no-orphans", "No orphaned processes after any fault, or a killed launcher"),
     ("kfp/retries", "KFP: data and training steps retry with backoff"),

@@ -527,6 +527,20 @@ def test_a_killed_avg_rank_ends_the_run_and_the_rerun_resumes(mnist_examples, tm
     assert_no_orphans(out)
 
 
+@pytest.mark.slow
+@pytest.mark.case("easgd/worker-death", "train/no-orphans")
+def test_easgd_goes_on_without_a_dead_worker(mnist_examples, tmp_path):
+    out = tmp_path / "death"
+    cfg = config(mnist_examples, out, "easgd:2:tau=4", epochs=4)
+    hit = signal_after_first_checkpoint(out, "worker", 0, signal.SIGKILL)
+    history = run_training(cfg, timeout=300)
+    assert hit
+    assert history["steps"] == 4 * (1339 // 32)
+    assert history["rounds_by_worker"]["1"] > 2 * history["rounds_by_worker"]["0"]
+    assert history["epochs"][-1]["val_accuracy"] > 0.8
+    assert_no_orphans(out)
+
+
 def test_every_matrix_case_has_a_test_and_ids_are_unique():
     import re
 

@@ -268,3 +268,80 @@ def test_ssp_needs_its_bound():
         RunSpec.parse("ssp:2")
     with pytest.raises(ConfigError, match="staleness must be 0 or more"):
         RunSpec.parse("ssp:2:staleness=-1")
+
+
+# ---- easgd ------------------------------------------------------------------------------------
+
+
+def test_easgd_trains_a_copy_and_exchanges_the_elastic_difference_every_tau(graph_rule):
+    from distrain.train.modes.easgd import EASGDRule
+
+    c = graph_rule(lambda: EASGDRule(alpha=0.5, tau=2))
+    g0, sess0 = c.workers[0][0], c.workers[0][1]
+    rule = g0.rule
+
+    def copy():
+        return sess0.run(rule.model.trainable_variables)
+
+    # Every copy starts at the centre.
+    for start, centre in zip(copy(), c.initial, strict=True):
+        np.testing.assert_array_equal(start, centre)
+    # One step: the copy moves by Adam's step, the centre does not (no exchange yet).
+    assert c.push(0, 2.0, read=0)
+    for mine, centre, now in zip(copy(), c.initial, c.values(), strict=True):
+        np.testing.assert_allclose(mine, centre + adam_steps(2.0), rtol=1e-5, atol=1e-7)
+        np.testing.assert_array_equal(now, centre)
+    # The second step ends the period: copy and centre meet halfway (alpha 0.5).
+    assert c.push(0, 2.0, read=1)
+    moved = adam_steps(2.0, 2.0)
+    for mine, centre, now in zip(copy(), c.initial, c.values(), strict=True):
+        np.testing.assert_allclose(now, centre + 0.5 * moved, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(mine, centre + 0.5 * moved, rtol=1e-5, atol=1e-7)
+    rounds, distance = sess0.run(rule.read)
+    assert list(rounds) == [1, 0, 0]
+    size = sum(v.size for v in c.initial)
+    assert distance[0] == pytest.approx(abs(moved) * np.sqrt(size), rel=1e-4)
+    # The other workers' copies are their own: still at the (old) centre.
+    g1, sess1 = c.workers[1][0], c.workers[1][1]
+    for theirs, centre in zip(sess1.run(g1.rule.model.trainable_variables), c.initial, strict=True):
+        np.testing.assert_array_equal(theirs, centre)
+    counters = c.counters()
+    assert counters["version"] == counters["applied"] == 2
+    assert counters["delays"].sum() == 2 and counters["delays"][0][0] == 2  # never stale
+
+
+def test_easgd_adaptive_period_grows_as_the_loss_falls(graph_rule):
+    from distrain.train.modes.easgd import EASGDRule
+
+    c = graph_rule(lambda: EASGDRule(alpha=0.5, tau=None, threshold=2.5))
+    rule, sess = c.workers[0][0].rule, c.workers[0][1]
+
+    def rounds():
+        return int(sess.run(rule.read)[0][0])
+
+    # A loss of 1 a step: the summed loss reaches 2.5 at the third step.
+    for step in range(1, 4):
+        assert c.push(0, 1.0, read=step - 1, loss=1.0)
+        assert rounds() == (1 if step == 3 else 0)
+    # At 0.5 a step the period is five steps.
+    for step in range(4, 9):
+        assert c.push(0, 1.0, read=step - 1, loss=0.5)
+        assert rounds() == (2 if step == 8 else 1)
+
+
+def test_easgd_spec():
+    from distrain.train.config import ConfigError, RunSpec
+
+    spec = RunSpec.parse("easgd:3:tau=4")
+    assert spec.option("alpha") == pytest.approx(0.3) and spec.name == "easgd:3:tau=4"
+    adaptive = RunSpec.parse("easgd:2:tau=adaptive:threshold=5")
+    assert adaptive.option("tau") == "adaptive" and adaptive.option("threshold") == 5.0
+    for bad, message in [
+        ("easgd:2", "tau is required"),
+        ("easgd:2:tau=0", "tau must be at least 1"),
+        ("easgd:2:tau=4:threshold=3", "threshold goes with tau=adaptive"),
+        ("easgd:2:tau=adaptive:threshold=-1", "threshold must be positive"),
+        ("easgd:2:tau=4:alpha=1.5", "alpha must be between 0 and 1"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            RunSpec.parse(bad)

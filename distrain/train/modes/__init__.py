@@ -20,7 +20,7 @@ from typing import ClassVar
 from distrain.train.config import ConfigError
 
 # The modules of the built-in modes, in the order the comparison lists them.
-BUILT_IN = ("single", "sync", "elastic", "asynchronous", "syncreplicas", "ssp", "avg")
+BUILT_IN = ("single", "sync", "elastic", "asynchronous", "syncreplicas", "ssp", "easgd", "avg")
 
 _REGISTRY: dict[str, type[Mode]] = {}
 _LOADED = False

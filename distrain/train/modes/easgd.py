@@ -1,0 +1,243 @@
+"""``easgd``: asynchronous elastic averaging SGD: workers' own copies pulled toward a centre."""
+
+from __future__ import annotations
+
+import math
+
+from distrain.train.config import ConfigError
+from distrain.train.modes import register
+from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+
+
+class EASGDRule(PushRule):
+    """[easgd] Each worker trains its own copy; every period it exchanges with the centre.
+
+    Asynchronous EASGD (Zhang, Choromanska and LeCun 2015): a worker's step updates its
+    own copy ``x_i`` of the model (on the worker, with its own Adam). After every ``tau``
+    of its steps (or, adaptive, once its summed training loss since the last exchange
+    reaches ``threshold``: seed 001's rule, the period grows as the loss falls) it pulls
+    its copy toward the centre ``c`` on the parameter servers and the centre toward it,
+    by the same elastic difference: ``d = alpha (x_i - c)``, ``x_i -= d``, ``c += d``. No
+    lock, as the seed's parameter exchanger: concurrent exchanges add their differences.
+    The centre is the model the chief evaluates, checkpoints and saves.
+
+    A step is counted (and refused at the chief's limit) as async's is: an epoch is a
+    pass's worth of steps over all workers.
+
+    Args:
+        alpha: The moving rate, in (0, 1).
+        tau: Steps between exchanges, or None for the adaptive period.
+        threshold: The adaptive period's summed loss.
+    """
+
+    def __init__(self, alpha: float, tau: int | None, threshold: float | None = None):
+        self.alpha, self.tau, self.threshold = alpha, tau, threshold
+
+    def create_variables(self, g: PSGraph) -> list:
+        tf = g.tf
+        workers = g.role.workers
+        with tf.compat.v1.device("/job:ps/task:0"):
+            # Per worker: its exchanges, and its copy's distance to the centre at the last.
+            self.rounds = tf.Variable(tf.zeros([workers], tf.int64), name="easgd_rounds")
+            self.distance = tf.Variable(tf.zeros([workers], tf.float32), name="easgd_distance")
+            self.read = [self.rounds.read_value(), self.distance.read_value()]
+        self.divergence: list[list[float]] = []  # the chief's samples: [seconds, mean]
+        self._last_rounds = 0
+        return [self.rounds, self.distance]
+
+    def trained(self, g: PSGraph):
+        if g.role.job != "worker":
+            return g.model, g.variables
+        tf = g.tf
+        from distrain.train.models import build_model
+        from distrain.train.optim import Adam
+
+        # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
+        self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
+        if not self.tau and self.threshold is None:
+            # Four steps' worth of a first guess's loss (ln of the classes) at the start.
+            self.threshold = 4 * math.log(max(g.info.num_classes, 2))
+        self.optimizer = Adam(g.cfg.effective_learning_rate)
+        self.optimizer.build(self.model.trainable_variables)
+        # Steps, or summed loss, since the last exchange.
+        self.since = tf.Variable(0.0, trainable=False, name="easgd_since")
+        own = [*self.model.variables, *self.optimizer.variables, self.since]
+        self.init_own = tf.compat.v1.variables_initializer(own)
+        pairs = zip(self.model.variables, g.model.variables, strict=True)
+        self.from_centre = tf.group([mine.assign(centre) for mine, centre in pairs])
+        return self.model, self.model.trainable_variables
+
+    def worker_start(self, sess, g: PSGraph) -> None:
+        sess.run(self.init_own)
+        sess.run(self.from_centre)  # [easgd] every copy starts at the centre
+
+    def push(self, g: PSGraph, grads, read_version, record):
+        tf = g.tf
+        me = g.role.index
+        pairs = list(zip(self.model.variables, g.model.variables, strict=True))
+        # [easgd] the step updates the worker's own copy first: nothing of it is shared.
+        update = self.optimizer.apply_gradients(
+            zip(grads, self.model.trainable_variables, strict=True)
+        )
+        with tf.control_dependencies([update]):
+            # The period: steps, or (adaptive) the summed loss.
+            grown = self.since.read_value() + (1.0 if self.tau else g.step_loss)
+            due = grown >= (float(self.tau) if self.tau else self.threshold)
+
+        def claim(after):
+            """The step's update number, taken once ``after`` is on the parameter servers."""
+            with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(after):
+                number = g.version.assign_add(1)
+                return number, number <= g.limit.read_value()
+
+        def exchange():
+            # The copy goes to the parameter servers first, then the step claims its number:
+            # a worker that dies after that holds nothing the servers wait for.
+            staged = []
+            for mine, centre in pairs:
+                with tf.compat.v1.device(centre.device):
+                    staged.append(tf.identity(mine.read_value()))
+            number, ok = claim(staged)
+
+            def move():
+                diffs, writes, squares = [], [], []
+                for value, (_, centre) in zip(staged, pairs, strict=True):
+                    with tf.compat.v1.device(centre.device):
+                        gap = value - centre.read_value()
+                        squares.append(tf.reduce_sum(tf.square(gap)))
+                        diffs.append(self.alpha * gap)
+                        writes.append(centre.assign_add(diffs[-1]))
+                with tf.compat.v1.device("/job:ps/task:0"):
+                    one = tf.IndexedSlices(tf.constant([1], tf.int64), [me])
+                    distance = tf.sqrt(tf.add_n(squares))
+                    writes.append(self.rounds.scatter_add(one))
+                    writes.append(
+                        self.distance.scatter_update(tf.IndexedSlices(distance[None], [me]))
+                    )
+                    with tf.control_dependencies(writes):
+                        writes.append(g.count_applied())
+                with tf.control_dependencies(writes):
+                    return [tf.identity(d) for d in diffs]
+
+            def refuse():
+                with tf.compat.v1.device("/job:ps/task:0"):
+                    back = g.version.assign_sub(1)
+                with tf.control_dependencies([back]):
+                    return [tf.zeros_like(value) for value in staged]
+
+            # [easgd] the decision runs on the parameter servers: once the copy is there, a
+            # claimed number is applied (or given back) even if the worker dies meanwhile.
+            with tf.compat.v1.device("/job:ps/task:0"):
+                diffs = tf.cond(ok, move, refuse)
+            # The copy takes its share (nothing when refused: it goes again after the limit).
+            moved = [mine.assign_sub(d) for (mine, _), d in zip(pairs, diffs, strict=True)]
+            with tf.control_dependencies(moved):
+                since = self.since.assign(tf.where(ok, 0.0, grown))
+            return number, ok, since
+
+        def count():
+            number, ok = claim([update])
+
+            def counted():
+                with tf.compat.v1.device("/job:ps/task:0"):
+                    return tf.cast(g.count_applied(), tf.float32)
+
+            def refuse():
+                with tf.compat.v1.device("/job:ps/task:0"):
+                    return tf.cast(g.version.assign_sub(1), tf.float32)
+
+            with tf.compat.v1.device("/job:ps/task:0"):  # as above: not on the worker
+                done = tf.cond(ok, counted, refuse)
+            with tf.control_dependencies([done]):
+                since = self.since.assign(grown)
+            return number, ok, since
+
+        number, ok, since = tf.cond(due, exchange, count)
+        with tf.compat.v1.device("/job:ps/task:0"):
+            granted = tf.cast(ok, tf.int64)
+            # No stale gradients: each worker's go to its own copy (delay 0).
+            stats = record(number - 1, granted, granted, tf.constant(0, tf.int64))
+            done = tf.group(since, *stats)
+        return ok, done, None
+
+    def sample(self, sess, g: PSGraph, seconds: float) -> None:
+        rounds, distance = sess.run(self.read)
+        total = int(rounds.sum())
+        if total != self._last_rounds and (rounds > 0).any():
+            self._last_rounds = total
+            self.divergence.append([seconds, float(distance[rounds > 0].mean())])
+
+    def history(self, sess, g: PSGraph) -> dict:
+        rounds, _ = sess.run(self.read)
+        size = sum(v.shape.num_elements() * v.dtype.size for v in g.model.variables)
+        per_worker = 2 * size * float(rounds.mean()) if len(rounds) else 0.0
+        return {
+            "communication_rounds": int(rounds.sum()),
+            "rounds_by_worker": {str(w): int(n) for w, n in enumerate(rounds)},
+            # Each exchange reads the centre and sends the difference: twice the model.
+            "bytes_per_worker": int(per_worker),
+            "divergence": self.divergence,
+            "moving_rate": self.alpha,
+        }
+
+
+@register
+class EASGD(ParameterServerMode):
+    """Asynchronous elastic averaging: workers' copies exchange with a centre every tau steps."""
+
+    name = "easgd"
+    options = {
+        **ParameterServerMode.options,
+        "tau": "steps between a worker's exchanges, or adaptive (required)",
+        "alpha": "moving rate (default 0.9 / workers)",
+        "threshold": "adaptive period: summed training loss between exchanges "
+        "(default 4 ln(classes): about 4 steps at the start, more as the loss falls)",
+    }
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        if options.get("tau") is None:
+            raise ConfigError("easgd: tau is required (e.g. easgd:2:tau=4 or tau=adaptive)")
+        adaptive = str(options["tau"]) == "adaptive"
+        tau = "adaptive" if adaptive else cls.integer(options, "tau")
+        if not adaptive and tau < 1:
+            raise ConfigError(f"easgd: tau must be at least 1 step, got {tau}")
+        if "threshold" in options:
+            if not adaptive:
+                raise ConfigError("easgd: threshold goes with tau=adaptive")
+            checked["threshold"] = _number(options, "threshold")
+            if checked["threshold"] <= 0:
+                raise ConfigError(f"easgd: threshold must be positive, got {options['threshold']}")
+        alpha = _number(options, "alpha") if "alpha" in options else 0.9 / workers
+        if not 0 < alpha < 1:
+            raise ConfigError(f"easgd: alpha must be between 0 and 1, got {alpha}")
+        return {**checked, "tau": tau, "alpha": alpha}
+
+    def short_name(self) -> str:
+        return f"{self.spec.mode}:{self.spec.workers}:tau={self.spec.option('tau')}"
+
+    def rule(self) -> PushRule:
+        spec = self.spec
+        tau = spec.option("tau")
+        if tau == "adaptive":
+            return EASGDRule(spec.option("alpha"), None, spec.option("threshold"))
+        return EASGDRule(spec.option("alpha"), int(tau))
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        divergence = history.get("divergence") or []
+        return {
+            **super().columns(run, history),
+            "aggregation": f"alpha={history.get('moving_rate', 0):.2g}",
+            "communication_rounds": history.get("communication_rounds"),
+            "megabytes_per_worker": (history.get("bytes_per_worker") or 0) / 1e6 or None,
+            "divergence": divergence[-1][1] if divergence else None,
+        }
+
+
+def _number(options: dict, key: str) -> float:
+    try:
+        return float(options[key])
+    except ValueError:
+        raise ConfigError(f"easgd: {key} must be a number, got {options[key]!r}") from None
