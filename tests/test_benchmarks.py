@@ -351,9 +351,9 @@ def test_peer_targets_take_the_median_ratio_and_its_floor():
     }
     by = {t["target"]: t for t in targets(results)}
     met = by["async:2:ps=1 >= 1x its plain-TensorFlow peer (async; mlp, batch 64)"]
-    assert met["met"] and met["measured"] == "1.10x (0.90-1.20)"
+    assert met["met"] and met["measured"] == "1.100x (0.90-1.20)"
     missed = by["single:1 >= 0.97x its plain-TensorFlow peer (single; mlp, batch 64)"]
-    assert not missed["met"] and missed["miss"] == "0.07 short"
+    assert not missed["met"] and missed["miss"] == "0.070 short"
     results["targets"] = list(by.values())
     assert "| mlp | 64 | 3 | async:2:ps=1 | 9-12 | async | 10-10 | 1.10 (0.90-1.20) |" in (
         render_markdown(results)
