@@ -92,7 +92,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     from distrain.pipelines.common import build_pipeline
 
-    pipeline = build_pipeline(_defaults(args.pipeline), gpu=args.gpu)
+    pipeline = build_pipeline(
+        _defaults(args.pipeline),
+        gpu=args.gpu,
+        launcher=args.launcher,
+        workspace_size=args.workspace_size,
+    )
     compiler.Compiler().compile(pipeline, args.output)
     print(f"compiled {args.pipeline} pipeline to {args.output}")
     return 0
@@ -340,6 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu",
         action="store_true",
         help="default to the GPU trainer image and one GPU per training step and worker",
+    )
+    comp.add_argument(
+        "--launcher",
+        choices=("local", "kubernetes", "trainjob"),
+        default="local",
+        help="default of the pipeline's launcher parameter",
+    )
+    comp.add_argument(
+        "--workspace-size",
+        default="",
+        help="give the pipeline a KFP workspace of this size (e.g. 100Gi) for the training "
+        "data and checkpoints, instead of the volume_claim parameter's claim",
     )
     comp.set_defaults(func=cmd_compile)
 

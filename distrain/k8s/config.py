@@ -142,9 +142,14 @@ class KubernetesConfig:
         *,
         node_selector: str | dict = "",
         tolerations: str | list = "",
+        task_config: dict | None = None,
         **fields,
     ) -> KubernetesConfig:
-        """Builds the config from pipeline parameters (selector and tolerations as JSON)."""
+        """Builds the config from pipeline parameters and the task's passed-through settings.
+
+        ``node_selector`` and ``tolerations`` may be JSON; ``task_config`` is merged in as
+        :meth:`with_task_config` does.
+        """
 
         def parse(value, name, empty):
             if isinstance(value, str):
@@ -156,11 +161,9 @@ class KubernetesConfig:
                     raise ConfigError(f"{name} is not valid JSON: {value!r} ({err})") from err
             return value
 
-        return cls(
-            node_selector=parse(node_selector, "node_selector", {}),
-            tolerations=parse(tolerations, "tolerations", []),
-            **fields,
-        )
+        fields["node_selector"] = parse(node_selector, "node_selector", {})
+        fields["tolerations"] = parse(tolerations, "tolerations", [])
+        return cls(**_merge_task_config(fields, task_config))
 
     def with_task_config(self, task_config: dict | None) -> KubernetesConfig:
         """This config with a KFP ``TaskConfig``'s settings (a dict of its fields) added.
@@ -174,30 +177,7 @@ class KubernetesConfig:
         Raises:
             ConfigError: A field is not what Kubernetes takes.
         """
-        tc = {k: v for k, v in (task_config or {}).items() if v}
-        unknown = set(tc) - {
-            "resources",
-            "node_selector",
-            "tolerations",
-            "affinity",
-            "volumes",
-            "volume_mounts",
-        }
-        if unknown:
-            raise ConfigError(f"task config: unknown fields {sorted(unknown)}")
-        tolerations = list(self.tolerations)
-        for tol in tc.get("tolerations") or []:
-            if tol not in tolerations:
-                tolerations.append(tol)
-        return replace(
-            self,
-            resources=tc.get("resources") or self.resources,
-            node_selector={**self.node_selector, **(tc.get("node_selector") or {})},
-            tolerations=tolerations,
-            affinity=tc.get("affinity") or self.affinity,
-            volumes=[*self.volumes, *(tc.get("volumes") or [])],
-            volume_mounts=[*self.volume_mounts, *(tc.get("volume_mounts") or [])],
-        )
+        return replace(self, **_merge_task_config(asdict(self), task_config))
 
     def data_mount(self) -> dict | None:
         """The passed-through volume mount that holds ``mount_path`` (a KFP workspace)."""
@@ -276,3 +256,37 @@ class KubernetesConfig:
     def to_dict(self) -> dict:
         """A JSON-able form (for logs and the run's history)."""
         return asdict(self)
+
+
+_TASK_CONFIG_FIELDS = (
+    "resources",
+    "node_selector",
+    "tolerations",
+    "affinity",
+    "volumes",
+    "volume_mounts",
+)
+
+
+def _merge_task_config(fields: dict, task_config: dict | None) -> dict:
+    """``fields`` (of a :class:`KubernetesConfig`) with a task config's settings merged in."""
+    tc = {k: v for k, v in (task_config or {}).items() if v}
+    unknown = set(tc) - set(_TASK_CONFIG_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"task config: fields {sorted(unknown)} are not passed to the pods "
+            f"(expected among {', '.join(_TASK_CONFIG_FIELDS)})"
+        )
+    out = dict(fields)
+    tolerations = list(out.get("tolerations") or [])
+    for tol in tc.get("tolerations") or []:
+        if tol not in tolerations:
+            tolerations.append(tol)
+    out["tolerations"] = tolerations
+    out["node_selector"] = {**(out.get("node_selector") or {}), **(tc.get("node_selector") or {})}
+    for name in ("resources", "affinity"):
+        if tc.get(name):
+            out[name] = tc[name]
+    for name in ("volumes", "volume_mounts"):
+        out[name] = [*(out.get(name) or []), *(tc.get(name) or [])]
+    return out

@@ -94,16 +94,24 @@ def placement(k: KubernetesConfig, computes: bool) -> dict:
 def data_volumes(k: KubernetesConfig) -> tuple[list[dict], list[dict]]:
     """The volumes and mounts of a pod that reads the data: the claim and the task's volumes."""
     volumes, mounts = [], []
-    if k.volume_claim:
+    # The claim, unless a volume of the task's holds the mount path already (the pipeline
+    # mounts the same claim on the task, or a KFP workspace replaces it).
+    if k.volume_claim and not k.data_mount():
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": k.volume_claim}})
         mounts.append({"name": "data", "mountPath": k.mount_path})
     names = {v["name"] for v in volumes}
     for volume in k.volumes:
         if volume["name"] in names:
-            raise ConfigError(f"the task's volume {volume['name']!r} clashes with distrain's")
+            if volume in volumes:
+                continue  # the same volume, passed twice
+            raise ConfigError(f"the task's volume {volume['name']!r} clashes with another")
         names.add(volume["name"])
         volumes.append(json.loads(json.dumps(volume)))
-    mounts += [json.loads(json.dumps(m)) for m in k.volume_mounts]
+    paths = set()
+    for mount in k.volume_mounts:
+        if mount["mountPath"] not in paths:
+            paths.add(mount["mountPath"])
+            mounts.append(json.loads(json.dumps(mount)))
     return volumes, mounts
 
 
@@ -256,9 +264,7 @@ def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str)
             {
                 "name": job,
                 "template": {
-                    "spec": {
-                        "template": {"metadata": {"labels": _labels(name, role)}, "spec": pod}
-                    }
+                    "spec": {"template": {"metadata": {"labels": _labels(name, role)}, "spec": pod}}
                 },
             }
         )
