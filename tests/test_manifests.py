@@ -132,8 +132,9 @@ def test_templates_are_what_the_launcher_creates(tmp_path):
         ("async:2:ps=1", "distrain-async", "ps.yaml"),
         ("sync:2 --launcher trainjob", "distrain-sync", "trainjob.yaml"),
     ):
+        spec, *extra = run.split()
         out = subprocess.run(
-            [sys.executable, "-m", "distrain", "manifests", "--run", *run.split(), "--name", name],
+            [sys.executable, "-m", "distrain", "manifests", "--run", spec, "--name", name, *extra],
             check=True,
             capture_output=True,
             text=True,
@@ -314,7 +315,7 @@ def test_the_shipped_runtimes_validate_against_trainer_v2_3s_crds():
     bad["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"][
         "containers"
     ][0]["resources"] = {"limits": {"cpu": "two"}}
-    with pytest.raises(ManifestError, match="node"):
+    with pytest.raises(ManifestError, match=r"replicatedJobs\.1\..*limits\.cpu"):
         validate_object(bad)
 
 
@@ -432,7 +433,7 @@ def test_task_config_passthrough_reaches_the_pod_templates(run, launcher, tmp_pa
             assert pod["volumes"] == TASK_CONFIG["volumes"]  # the workspace, no claim
             (container,) = pod["containers"]
             assert container["volumeMounts"] == TASK_CONFIG["volume_mounts"]
-    assert computing >= 2
+    assert computing >= 1  # one template per role: the MPIJob's workers share one
 
 
 def test_the_training_component_hands_its_task_config_to_the_step(tmp_path, monkeypatch):

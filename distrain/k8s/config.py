@@ -214,9 +214,14 @@ class KubernetesConfig:
         for name in GPU_RESOURCES:
             if name in limits:
                 try:
-                    return int(str(limits[name]))
+                    count = float(str(limits[name]))
                 except ValueError:
-                    raise ConfigError(f"resources.limits.{name}: {limits[name]!r}") from None
+                    count = -1.0
+                if count < 0 or count != int(count):
+                    raise ConfigError(
+                        f"resources.limits.{name}: {limits[name]!r} is not a whole number"
+                    )
+                return int(count)
         return self.gpus_per_worker
 
     def resolved_trainjob_runtime(self) -> str:
