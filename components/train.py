@@ -5,8 +5,24 @@ from kfp.dsl import Dataset, Input, Model, Output
 
 from distrain.images import TRAINER_IMAGE
 
+# What the task's settings pass through to the pods a cluster run launches. Each is also
+# applied to this step's own pod (apply_to_task): it trains one-worker runs itself, stages
+# the data on the volumes, and keeps the placement it had before passthrough existed.
+PASSTHROUGHS = [
+    dsl.TaskConfigPassthrough(field=field, apply_to_task=True)
+    for field in (
+        dsl.TaskConfigField.RESOURCES,
+        dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+        dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+        dsl.TaskConfigField.KUBERNETES_AFFINITY,
+        dsl.TaskConfigField.KUBERNETES_VOLUMES,
+    )
+]
 
-@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+
+@dsl.component(
+    base_image=TRAINER_IMAGE, install_kfp_package=False, task_config_passthroughs=PASSTHROUGHS
+)
 def train(
     examples: Input[Dataset],
     trained: Output[Model],
@@ -29,12 +45,26 @@ def train(
     mount_path: str = "/mnt/distrain",
     accelerator_type: str = "",
     accelerator_count: int = 0,
+    workspace_path: str = "",
+    schedule_timeout_seconds: int = 600,
+    task_config: dsl.TaskConfig = None,
 ):
     """Trains ``run_spec`` (``MODE:WORKERS[:ps=P][:aggregate=A]``) on the examples.
 
     With ``launcher="kubernetes"``, runs of more than one worker run as an MPIJob (sync)
     or parameter-server Jobs (async, syncreplicas) of ``worker_image`` with the given
     resources, node selector and tolerations; the volume claim is shared with this step.
+    With ``launcher="trainjob"``, sync and avg runs are a Kubeflow Trainer v2 TrainJob on
+    distrain's Horovod ClusterTrainingRuntime (the parameter-server modes stay Jobs).
+
+    What is set on the task the usual way (``set_cpu_limit``, ``set_accelerator_limit``,
+    ``kubernetes.add_toleration``, ``add_node_selector``, ``mount_pvc`` ...) reaches the
+    launched pods through ``task_config`` (KFP's TaskConfig passthrough), beside the
+    shorthand parameters. ``workspace_path`` (``dsl.WORKSPACE_PATH_PLACEHOLDER``) puts the
+    run's data and checkpoints on the pipeline's KFP workspace instead of
+    ``volume_claim``; the workspace volume reaches the pods the same way. A pod that cannot
+    be scheduled for ``schedule_timeout_seconds`` fails the step with the scheduler's
+    message.
     ``accelerator_type`` / ``accelerator_count`` are this step's own GPUs (set on the
     task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
     Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
@@ -46,8 +76,13 @@ def train(
     attempt before it. No run or task id placeholder is an input, so that the step's cache
     key stays its inputs.
     """
+    import dataclasses
+
     from distrain.failures import step_errors
     from distrain.steps import train as step
+
+    passed = dataclasses.asdict(task_config) if task_config else {}
+    passed.pop("env", None)  # not a passthrough of this component
 
     with step_errors(f"train {run_spec}"):
         history = step(
@@ -63,9 +98,12 @@ def train(
                 "memory_per_worker": memory_per_worker,
                 "node_selector": node_selector,
                 "tolerations": tolerations,
-                "volume_claim": volume_claim,
-                "mount_path": mount_path,
+                # A workspace replaces the hand-named claim: its volume comes with the task.
+                "volume_claim": "" if workspace_path else volume_claim,
+                "mount_path": workspace_path or mount_path,
+                "schedule_timeout_seconds": schedule_timeout_seconds,
             },
+            task_config=passed,
             model=model,
             epochs=epochs,
             batch_size=batch_size,

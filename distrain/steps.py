@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS
 from distrain.train.config import RunSpec, TrainConfig
 
 STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
@@ -92,7 +93,7 @@ def check_parameters(
         batch_size: Examples per step per worker.
         learning_rate: Base learning rate.
         validation_fraction: Share of the training files held out.
-        launcher: ``local`` or ``kubernetes``.
+        launcher: ``local``, ``kubernetes`` or ``trainjob``.
         controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
 
     Returns:
@@ -137,7 +138,7 @@ def check_parameters(
         except ConfigError as err:
             problems.append(f"run {spec.name}: {err}")
             break  # the same settings for every run: once is enough
-        if launcher == "kubernetes":
+        if launcher in CLUSTER_LAUNCHERS:
             from distrain.k8s.objects import check_cluster_run
             from distrain.k8s.train import needs_cluster
 
@@ -148,8 +149,8 @@ def check_parameters(
                 problems.append(f"run {err}")
     if not 0 < validation_fraction < 1:
         problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
-    if launcher not in ("local", "kubernetes"):
-        problems.append(f"launcher {launcher!r}: expected 'local' or 'kubernetes'")
+    if launcher not in LAUNCHERS:
+        problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     if problems:
         raise StepError("invalid pipeline parameters: " + "; ".join(problems))
     return {"runs": [s.name for s in specs]}
@@ -349,6 +350,7 @@ def train(
     *,
     launcher: str = "local",
     kubernetes: dict | None = None,
+    task_config: dict | None = None,
     **settings,
 ) -> dict:
     """Trains one run; returns its history.
@@ -357,11 +359,15 @@ def train(
         data_dir: Preprocessed data.
         output_dir: Where the model, checkpoints and history go.
         run_spec: ``MODE:WORKERS[:ps=P][:aggregate=A]``.
-        launcher: ``local`` (processes in this container or machine) or ``kubernetes``
+        launcher: ``local`` (processes in this container or machine), ``kubernetes``
             (runs of more than one worker become an MPIJob or PS jobs on the cluster;
-            one-worker runs still train here).
+            one-worker runs still train here) or ``trainjob`` (sync runs become a Kubeflow
+            Trainer v2 TrainJob; PS modes stay Jobs).
         kubernetes: :class:`distrain.k8s.config.KubernetesConfig` fields, with
             ``node_selector`` and ``tolerations`` as JSON strings or objects.
+        task_config: The KFP task's passed-through settings (``dsl.TaskConfig``'s fields:
+            resources, node_selector, tolerations, affinity, volumes, volume_mounts); they
+            reach the launched pods (:meth:`KubernetesConfig.with_task_config`).
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
 
     Raises:
@@ -369,17 +375,19 @@ def train(
     """
     from distrain.train.config import ConfigError
 
-    if launcher not in ("local", "kubernetes"):
-        raise StepError(f"unknown launcher {launcher!r}; expected 'local' or 'kubernetes'")
+    if launcher not in LAUNCHERS:
+        raise StepError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
     cfg = TrainConfig(
         data_dir=str(data_dir), output_dir=str(output_dir), run=RunSpec.parse(run_spec), **settings
     )
-    if launcher == "kubernetes":
+    if launcher in CLUSTER_LAUNCHERS:
         from distrain.k8s.config import KubernetesConfig
         from distrain.k8s.train import needs_cluster, train_on_cluster
 
         try:
-            k = KubernetesConfig.from_params(**(kubernetes or {}))
+            k = KubernetesConfig.from_params(
+                launcher=launcher, task_config=task_config, **(kubernetes or {})
+            )
         except (ConfigError, TypeError) as err:
             raise StepError(f"kubernetes settings: {err}") from err
         if needs_cluster(cfg):

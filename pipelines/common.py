@@ -39,7 +39,12 @@ class PipelineDefaults:
 
 
 def build_pipeline(
-    defaults: PipelineDefaults, parallelism: int = 0, gpu: bool = False, cluster: bool = True
+    defaults: PipelineDefaults,
+    parallelism: int = 0,
+    gpu: bool = False,
+    cluster: bool = True,
+    launcher: str = "local",
+    workspace_size: str = "",
 ):
     """Builds the ``@dsl.pipeline`` function of a data set.
 
@@ -61,12 +66,25 @@ def build_pipeline(
         cluster: Set the cluster placement of training steps (accelerators, node selector,
             tolerations, volume). ``kfp.local`` runs leave it out: its runner cannot
             resolve an accelerator count given as a parameter inside a ParallelFor.
+        launcher: The default of the ``launcher`` parameter (``local``, ``kubernetes`` or
+            ``trainjob``).
+        workspace_size: With a size (``100Gi``), the pipeline gets a KFP workspace
+            (``dsl.PipelineConfig(workspace=...)``, a PVC for the run's steps) and training
+            keeps its data and checkpoints there instead of on ``volume_claim``.
+
+    What a user sets on the training task (resources, accelerators, tolerations, node
+    selector, affinity, volumes) reaches the pods it launches through the component's
+    TaskConfig passthrough; the parameters above are the shorthand for the same.
     """
     d = defaults
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
     gpus_default = 1 if gpu else 0
 
-    @dsl.pipeline(name=f"distrain-{d.dataset}", description=d.description)
+    config = None
+    if workspace_size:
+        config = dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(size=workspace_size))
+
+    @dsl.pipeline(name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config)
     def pipeline(
         source: str = "sample",
         runs: list[str] = d.runs,
@@ -81,9 +99,10 @@ def build_pipeline(
         beam_args: list[str] = [],  # noqa: B006 (pipeline parameter default)
         beam_image: str = image("beam"),
         trainer_image: str = trainer_image_default,
-        launcher: str = "local",
+        launcher: str = launcher,
         controller: str = "auto",
         namespace: str = "",
+        schedule_timeout_seconds: int = 600,
         accelerator_type: str = "nvidia.com/gpu",
         accelerator_count: int = gpus_default,
         gpus_per_worker: int = gpus_default,
@@ -146,6 +165,8 @@ def build_pipeline(
                 # set_accelerator_* uses into a ParallelFor's inputs.
                 accelerator_type=accelerator_type,
                 accelerator_count=accelerator_count,
+                workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
+                schedule_timeout_seconds=schedule_timeout_seconds,
             ).set_display_name("train")
             _retry(trained)
             if cluster:
@@ -156,7 +177,7 @@ def build_pipeline(
                     accelerator_count,
                     node_selector,
                     tolerations,
-                    volume_claim,
+                    "" if workspace_size else volume_claim,
                 )
             scored = evaluate(
                 examples=prep.outputs["examples"], trained=trained.outputs["trained"]
@@ -196,10 +217,22 @@ def _retry(task):
 def _place_training(
     task, trainer_image, accelerator_type, accelerator_count, node_selector, tolerations, claim
 ):
-    """Image, GPUs, node pool and shared volume of a training step (ignored by kfp.local)."""
+    """Image, GPUs, node pool and shared volume of a training step (ignored by kfp.local).
+
+    Set the usual way, they pass through to the pods the step launches (TaskConfig). The
+    step also learns its own pod (downward API), which owns the objects it creates. No
+    claim when a KFP workspace holds the data.
+    """
     task.set_container_image(trainer_image)
     task.set_accelerator_type(accelerator_type)
     task.set_accelerator_limit(accelerator_count)
     kubernetes.add_node_selector_json(task, node_selector)
     kubernetes.add_toleration_json(task, tolerations)
-    kubernetes.mount_pvc(task, pvc_name=claim, mount_path=MOUNT_PATH)
+    if claim:
+        kubernetes.mount_pvc(task, pvc_name=claim, mount_path=MOUNT_PATH)
+    for env, path in (
+        ("POD_NAME", "metadata.name"),
+        ("POD_UID", "metadata.uid"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ):
+        kubernetes.use_field_path_as_env(task, env_name=env, field_path=path)

@@ -8,15 +8,18 @@ lack would reach the real client and fail), returning the client's own model obj
 import inspect
 import io
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from distrain.k8s.config import KubernetesConfig
-from distrain.k8s.launcher import ClusterRun, KubeApi
+from distrain.k8s.launcher import Cancelled, ClusterRun, KubeApi, add_owner, launcher_owner
 from distrain.k8s.objects import ROLE_LABEL, RUN_LABEL, build_objects
 from distrain.k8s.train import RUN_KEY_LABEL, run_key, train_on_cluster
+from distrain.k8s.validate import validate_all
 from distrain.train.config import TrainConfig, TrainingError
 
 
@@ -32,7 +35,9 @@ class FakeCluster:
         self.fail_create_at = fail_create_at
         self.creates = 0
         self.job_status = {}  # job name -> V1JobStatus
-        self.mpijob_conditions = []
+        self.mpijob_conditions = []  # conditions of the MPIJob or TrainJob
+        self.events = []  # CoreV1Event
+        self.failures = {}  # method name -> exceptions to raise, in order, before answering
 
     def add(self, kind, body):
         self.creates += 1
@@ -64,7 +69,13 @@ class FakeCluster:
             n for (k, n), body in self.objects.items() if k == kind and self.matches(body, selector)
         ]
 
-    def pod(self, name, role, phase, terminated=None, waiting=None, labels=None):
+    def fail(self, method):
+        """Raises the next scripted failure of ``method``, if any."""
+        queue = self.failures.get(method)
+        if queue:
+            raise queue.pop(0)
+
+    def pod(self, name, role, phase, terminated=None, waiting=None, labels=None, conditions=None):
         state = client.V1ContainerState(terminated=terminated, waiting=waiting)
         status = client.V1ContainerStatus(
             name="c", image="i", image_id="", ready=phase == "Running", restart_count=0, state=state
@@ -74,8 +85,37 @@ class FakeCluster:
                 name=name,
                 labels={RUN_LABEL: self.run_name, ROLE_LABEL: role, **(labels or {})},
             ),
-            status=client.V1PodStatus(phase=phase, container_statuses=[status]),
+            status=client.V1PodStatus(
+                phase=phase, container_statuses=[status], conditions=conditions
+            ),
         )
+
+    def event(self, kind, name, reason, message, type_="Warning"):
+        self.events.append(
+            client.CoreV1Event(
+                metadata=client.V1ObjectMeta(name=f"{name}.{len(self.events)}"),
+                involved_object=client.V1ObjectReference(kind=kind, name=name),
+                reason=reason,
+                message=message,
+                type=type_,
+            )
+        )
+
+
+class FakeLogStream:
+    """What ``read_namespaced_pod_log(follow=True, _preload_content=False)`` returns: a
+    urllib3 response whose ``stream`` yields bytes (here in chunks that split lines)."""
+
+    def __init__(self, text):
+        self.data = text.encode()
+        self.released = False
+
+    def stream(self, amt=None, decode_content=None):
+        for i in range(0, len(self.data), 7):
+            yield self.data[i : i + 7]
+
+    def release_conn(self):
+        self.released = True
 
 
 class FakeCore(client.CoreV1Api):
@@ -94,6 +134,7 @@ class FakeCore(client.CoreV1Api):
         if selector.startswith(f"{RUN_KEY_LABEL}="):  # an earlier attempt's pods
             return client.V1PodList(items=[p for p in c.pods.values() if c.matches(p, selector)])
         assert selector == f"{RUN_LABEL}={c.run_name}"
+        c.fail("list_namespaced_pod")
         c.polls += 1
         c.script(c, c.polls)
         return client.V1PodList(items=list(c.pods.values()))
@@ -105,7 +146,15 @@ class FakeCore(client.CoreV1Api):
         )
 
     def read_namespaced_pod_log(self, name, namespace, **kwargs):
-        return self.cluster.logs.get(name, "")
+        # The launcher follows logs as streams, never re-reading them whole.
+        assert kwargs.get("follow") is True and kwargs.get("_preload_content") is False
+        if name not in self.cluster.pods:
+            raise client.ApiException(status=404, reason="NotFound")
+        return FakeLogStream(self.cluster.logs.get(name, ""))
+
+    def list_namespaced_event(self, namespace, **kwargs):
+        self.cluster.fail("list_namespaced_event")
+        return client.CoreV1EventList(items=list(self.cluster.events))
 
 
 class FakeBatch(client.BatchV1Api):
@@ -130,25 +179,34 @@ class FakeBatch(client.BatchV1Api):
         return client.V1Job(metadata=client.V1ObjectMeta(name=name), status=status)
 
 
+CUSTOM = {
+    ("kubeflow.org", "v2beta1", "mpijobs"): "MPIJob",
+    ("trainer.kubeflow.org", "v1alpha1", "trainjobs"): "TrainJob",
+}
+
+
 class FakeCustom(client.CustomObjectsApi):
     def __init__(self, cluster):
         self.cluster = cluster
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
-        assert (group, version, plural) == ("kubeflow.org", "v2beta1", "mpijobs")
-        self.cluster.add("MPIJob", body)
+        kind = CUSTOM[(group, version, plural)]
+        assert body["kind"] == kind
+        self.cluster.fail("create_namespaced_custom_object")
+        self.cluster.add(kind, body)
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
-        body = self.cluster.objects[("MPIJob", name)]
+        body = self.cluster.objects[(CUSTOM[(group, version, plural)], name)]
         return {**body, "status": {"conditions": self.cluster.mpijob_conditions}}
 
     def list_namespaced_custom_object(self, group, version, namespace, plural, **kw):
-        assert (group, version, plural) == ("kubeflow.org", "v2beta1", "mpijobs")
-        found = self.cluster.listed("MPIJob", kw["label_selector"])
-        return {"items": [self.cluster.objects[("MPIJob", n)] for n in found]}
+        kind = CUSTOM[(group, version, plural)]
+        found = self.cluster.listed(kind, kw["label_selector"])
+        return {"items": [self.cluster.objects[(kind, n)] for n in found]}
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
-        self.cluster.remove("MPIJob", name)
+        assert kw.get("propagation_policy") == "Background"
+        self.cluster.remove(CUSTOM[(group, version, plural)], name)
 
 
 def _api(cluster):
@@ -170,14 +228,23 @@ def test_fakes_match_the_real_client_signatures():
             assert real_params[: len(positional)] == positional, name
 
 
-def _run(cfg_run, script, **kwargs):
+def _run(cfg_run, script, launcher="kubernetes", **kwargs):
     cfg = TrainConfig(data_dir="/d", output_dir="/o", run=cfg_run)
-    objects = build_objects(cfg, KubernetesConfig(namespace="ns"), "r1", "/o/c.json")
+    k = KubernetesConfig(namespace="ns", launcher=launcher)
+    objects = build_objects(cfg, k, "r1", "/o/c.json")
     cluster = FakeCluster(script, fail_create_at=kwargs.pop("fail_create_at", None))
     cluster.run_name = "r1"
     out = io.StringIO()
     run = ClusterRun(
-        _api(cluster), objects, "r1", "ns", poll_seconds=0, out=out, sleep=lambda s: None, **kwargs
+        _api(cluster),
+        objects,
+        "r1",
+        "ns",
+        poll_seconds=0,
+        out=out,
+        sleep=lambda s: None,
+        log_reconnect_seconds=0.01,
+        **kwargs,
     )
     return run, cluster, out, objects
 
@@ -392,3 +459,236 @@ def test_a_failed_deletion_does_not_hide_the_runs_own_error():
         run.run()
     assert "also: could not delete: Service/" in out.getvalue()
     assert not any(kind == "Job" for kind, _ in cluster.objects)  # the jobs did go
+
+
+# -- Kubeflow Trainer TrainJobs, events, deadlines, retries and every ending -------------
+
+
+def _unschedulable(c, name):
+    cond = client.V1PodCondition(
+        type="PodScheduled",
+        status="False",
+        reason="Unschedulable",
+        message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )
+    c.pod(name, "worker", "Pending", conditions=[cond])
+
+
+def test_trainjob_success_streams_logs_and_deletes_the_trainjob():
+    def script(c, poll):
+        c.pod("r1-launcher-0-0-x", "launcher", "Running")
+        c.logs["r1-launcher-0-0-x"] = "epoch 1/2 loss 0.5\nepoch 2/2"
+        if poll >= 3:
+            c.logs["r1-launcher-0-0-x"] += " loss 0.3\n"
+            c.mpijob_conditions = [{"type": "Complete", "status": "True"}]
+
+    run, cluster, out, objects = _run("sync:2", script, launcher="trainjob")
+    assert [o["kind"] for o in objects] == ["TrainJob"]
+    run.run()
+    text = out.getvalue()
+    # Lines split across stream chunks and re-opened streams come out whole, once each.
+    assert text.count("[r1-launcher-0-0-x] epoch 1/2 loss 0.5") == 1
+    assert text.count("[r1-launcher-0-0-x] epoch 2/2 loss 0.3") == 1
+    assert run.created == [("TrainJob", "r1")] and run.deleted == run.created
+    assert cluster.objects == {}
+
+
+def test_a_failed_trainjob_names_the_pod_and_cleans_up():
+    def script(c, poll):
+        c.pod("r1-node-0-0-x", "worker", "Failed", terminated=_terminated(137, "OOMKilled"))
+        c.mpijob_conditions = [{"type": "Failed", "status": "True", "message": "JobSet failed"}]
+
+    run, cluster, out, _ = _run("avg:2:period=4", script, launcher="trainjob")
+    with pytest.raises(TrainingError, match=r"TrainJob r1 failed: pod r1-node-0-0-x: OOMKilled"):
+        run.run()
+    # The OOM kill is reported in the step's log as it is seen.
+    assert "pod r1-node-0-0-x: container c OOMKilled (exit code 137)" in out.getvalue()
+    assert cluster.objects == {}
+
+
+@pytest.mark.parametrize("launcher", ["kubernetes", "trainjob"])
+def test_an_unschedulable_pod_fails_the_step_after_the_deadline_with_the_events_message(
+    launcher,
+):
+    ticks = iter(range(0, 10_000, 60))
+
+    def script(c, poll):
+        _unschedulable(c, "r1-worker-0")
+        if poll == 1:
+            c.event(
+                "Pod",
+                "r1-worker-0",
+                "FailedScheduling",
+                "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes",
+            )
+            c.event("Pod", "someone-elses-pod", "FailedScheduling", "not ours")
+
+    run, cluster, out, _ = _run(
+        "sync:2", script, launcher, schedule_timeout_seconds=300, clock=lambda: next(ticks)
+    )
+    with pytest.raises(
+        TrainingError,
+        match=r"pod r1-worker-0 could not be scheduled for 300 s: FailedScheduling: "
+        r"0/3 nodes are available: 3 Insufficient nvidia.com/gpu",
+    ):
+        run.run()
+    assert cluster.polls > 3  # it waited for the deadline, not failing at once
+    text = out.getvalue()
+    assert text.count("event: Pod/r1-worker-0: FailedScheduling: 0/3 nodes") == 1
+    assert "not ours" not in text
+    assert cluster.objects == {}
+
+
+def test_no_pod_at_all_fails_after_the_deadline_with_the_objects_event():
+    ticks = iter(range(0, 10_000, 60))
+
+    def script(c, poll):
+        if poll == 1:
+            c.event("TrainJob", "r1", "TrainJobResumed", "runtime distrain-horovod not found")
+
+    run, cluster, _, _ = _run(
+        "sync:2", script, "trainjob", schedule_timeout_seconds=120, clock=lambda: next(ticks)
+    )
+    with pytest.raises(TrainingError, match=r"no pod of the run after 120 s: .*not found"):
+        run.run()
+    assert cluster.objects == {}
+
+
+def _sigterm(c, poll):
+    c.pod("r1-chief-abc", "chief", "Running")
+    c.pod("r1-launcher-0-0-x", "launcher", "Running")
+    if poll == 2:
+        os.kill(os.getpid(), signal.SIGTERM)  # what KFP sends a cancelled step
+
+
+def _succeed(c, poll):
+    c.pod("r1-chief-abc", "chief", "Running")
+    if poll == 2:
+        c.job_status["r1-chief"] = client.V1JobStatus(succeeded=1)
+        c.mpijob_conditions = [
+            {"type": "Succeeded", "status": "True"},
+            {"type": "Complete", "status": "True"},
+        ]
+
+
+def _fail(c, poll):
+    c.pod("r1-chief-abc", "chief", "Failed", terminated=_terminated(1, "Error"))
+    c.pod("r1-worker-0", "worker", "Failed", terminated=_terminated(1, "Error"))
+    c.job_status["r1-chief"] = client.V1JobStatus(failed=1)
+    c.mpijob_conditions = [{"type": "Failed", "status": "True"}]
+
+
+def _run_forever(c, poll):
+    c.pod("r1-chief-abc", "chief", "Running")
+
+
+@pytest.mark.parametrize(
+    "run_spec, launcher",
+    [("sync:2", "kubernetes"), ("sync:2", "trainjob"), ("async:2:ps=1", "trainjob")],
+)
+@pytest.mark.parametrize("ending", ["success", "failure", "sigterm", "timeout"])
+def test_every_object_is_deleted_on_each_ending(run_spec, launcher, ending):
+    previous = signal.getsignal(signal.SIGTERM)
+    ticks = iter(range(0, 10_000, 60))
+    script = {"success": _succeed, "failure": _fail, "sigterm": _sigterm, "timeout": _run_forever}
+    run, cluster, _, objects = _run(
+        run_spec,
+        script[ending],
+        launcher,
+        timeout_seconds=300,
+        clock=lambda: next(ticks),
+    )
+    if ending == "success":
+        run.run()
+    else:
+        error = {"failure": "failed", "sigterm": "cancelled", "timeout": "timed out"}[ending]
+        with pytest.raises(TrainingError, match=error) as info:
+            run.run()
+        assert isinstance(info.value, Cancelled) == (ending == "sigterm")
+    assert len(run.created) == len(objects)
+    assert sorted(run.deleted) == sorted(run.created)
+    assert cluster.objects == {}  # parameter servers included
+    assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
+
+
+def test_transient_api_errors_are_retried_and_others_are_not():
+    def script(c, poll):
+        if poll == 2:
+            c.mpijob_conditions = [{"type": "Complete", "status": "True"}]
+
+    run, cluster, out, _ = _run("sync:2", script, "trainjob")
+    import urllib3
+
+    cluster.failures = {
+        # The create went through but its answer was lost: the retry's 409 is our object.
+        "create_namespaced_custom_object": [
+            urllib3.exceptions.ProtocolError("Connection reset by peer"),
+        ],
+        "list_namespaced_pod": [
+            client.ApiException(status=429, reason="Too Many Requests"),
+            client.ApiException(status=503, reason="Service Unavailable"),
+        ],
+    }
+    run.run()
+    text = out.getvalue()
+    assert "create TrainJob/r1: transient API error (ProtocolError)" in text
+    assert "list pods: transient API error (429)" in text
+    assert "list pods: transient API error (503)" in text
+    assert cluster.objects == {}
+
+    run, cluster, _, _ = _run("sync:2", script, "trainjob")
+    cluster.failures = {"list_namespaced_pod": [client.ApiException(status=403, reason="no")]}
+    with pytest.raises(client.ApiException, match="no"):
+        run.run()
+    assert cluster.objects == {}
+
+
+def test_a_create_answered_with_409_after_a_lost_reply_counts_as_created():
+    run, cluster, _, _ = _run("sync:2", _succeed, "trainjob")
+    real_add = cluster.add
+    calls = []
+
+    def add_then_lose_the_reply(kind, body):
+        calls.append(kind)
+        if len(calls) == 1:
+            real_add(kind, body)
+            raise client.ApiException(status=504, reason="Gateway Timeout")
+        raise client.ApiException(status=409, reason="AlreadyExists")
+
+    cluster.add = add_then_lose_the_reply
+    run.run()
+    assert calls == ["TrainJob", "TrainJob"] and run.created == [("TrainJob", "r1")]
+    assert cluster.objects == {}
+
+
+def test_objects_are_owned_by_the_launcher_pod_when_it_is_known(tmp_path, monkeypatch):
+    env = {"POD_NAME": "train-abc", "POD_UID": "1234-5678", "POD_NAMESPACE": "ns"}
+    owner = launcher_owner("ns", env)
+    assert owner == {"apiVersion": "v1", "kind": "Pod", "name": "train-abc", "uid": "1234-5678"}
+    assert launcher_owner("other-ns", env) is None  # owner references stay in a namespace
+    assert launcher_owner("ns", {}) is None
+
+    data = tmp_path / "examples"
+    data.mkdir()
+    cfg = TrainConfig(data_dir=str(data), output_dir=str(tmp_path / "t"), run="async:2:ps=1")
+    k = KubernetesConfig(namespace="ns", mount_path=str(tmp_path / "claim"), poll_seconds=0.01)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    seen = []
+
+    def script(c, poll):
+        seen.extend(o["metadata"].get("ownerReferences") for o in c.objects.values())
+        c.job_status["r7-chief"] = client.V1JobStatus(succeeded=1)
+
+    cluster = FakeCluster(script)
+    cluster.run_name = "r7"
+    with pytest.raises(TrainingError, match="wrote no"):
+        train_on_cluster(cfg, k, _api(cluster), name="r7", out=io.StringIO())
+    assert len(seen) == 8 and all(refs == [owner] for refs in seen)  # the ps Jobs too
+    objects = build_objects(_cfg_for_owner(), KubernetesConfig(launcher="trainjob"), "r", "/c")
+    add_owner(objects, owner)
+    assert validate_all(objects) == 1
+
+
+def _cfg_for_owner():
+    return TrainConfig(data_dir="/d", output_dir="/o", run="sync:2")

@@ -22,6 +22,9 @@ KUSTOMIZATIONS = sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
 ALLOWED_RESOURCES = {
     "mpijobs",
     "mpijobs/status",
+    "trainjobs",
+    "trainjobs/status",
+    "events",
     "jobs",
     "jobs/status",
     "pods",
@@ -57,6 +60,7 @@ def test_every_kustomization_is_found():
         "overlays/gke-gpu",
         "overlays/eks-gpu",
         "examples/gke-gpu",
+        "trainer",
     } <= names
 
 
@@ -73,6 +77,10 @@ def test_rbac_grants_nothing_cluster_wide(directory):
     for obj in objects:
         kind = obj["kind"]
         assert kind not in ("ClusterRole", "ClusterRoleBinding"), obj["metadata"]["name"]
+        if kind == "ClusterTrainingRuntime":
+            # Cluster-scoped, applied by an admin after Trainer; it grants no rights.
+            assert directory.name == "trainer", directory
+            continue
         if kind in CLUSTER_SCOPED:
             assert kind == "Namespace", f"{kind} is cluster-scoped"
             continue
@@ -122,9 +130,11 @@ def test_templates_are_what_the_launcher_creates(tmp_path):
     for run, name, file in (
         ("sync:2", "distrain-sync", "mpijob.yaml"),
         ("async:2:ps=1", "distrain-async", "ps.yaml"),
+        ("sync:2 --launcher trainjob", "distrain-sync", "trainjob.yaml"),
     ):
+        spec, *extra = run.split()
         out = subprocess.run(
-            [sys.executable, "-m", "distrain", "manifests", "--run", run, "--name", name],
+            [sys.executable, "-m", "distrain", "manifests", "--run", spec, "--name", name, *extra],
             check=True,
             capture_output=True,
             text=True,
@@ -271,3 +281,262 @@ def test_kubernetes_settings_are_checked():
     assert KubernetesConfig(cpu_per_worker="1500m").cpu_threads() == 1
     assert KubernetesConfig(cpu_per_worker="8").cpu_threads() == 8
     assert KubernetesConfig(cpu_per_worker="250m").cpu_threads() == 1
+
+
+# -- Kubeflow Trainer v2.3: runtimes, TrainJobs, TaskConfig passthrough ------------------
+
+TRAINER = MANIFESTS / "trainer"
+
+
+def test_the_shipped_runtimes_validate_against_trainer_v2_3s_crds():
+    runtimes = _render(TRAINER)
+    assert {r["metadata"]["name"] for r in runtimes} == {"distrain-horovod", "distrain-horovod-gpu"}
+    for runtime in runtimes:
+        assert runtime["kind"] == "ClusterTrainingRuntime"
+        validate_object(runtime)
+        mpi = runtime["spec"]["mlPolicy"]["mpi"]
+        # Horovod over Open MPI, where the trainer image's sshd expects the keys.
+        assert mpi["mpiImplementation"] == "OpenMPI" and mpi["runLauncherAsNode"] is True
+        assert mpi["sshAuthMountPath"] == "/home/distrain/.ssh"
+        jobs = {j["name"]: j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+        assert set(jobs) == {"launcher", "node"}
+        labels = jobs["launcher"]["template"]["metadata"]["labels"]
+        assert labels["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
+        for job in jobs.values():
+            (container,) = job["template"]["spec"]["template"]["spec"]["containers"]
+            assert container["name"] == "node"
+            gpu = runtime["metadata"]["name"].endswith("-gpu")
+            assert container["image"].split(":")[0].endswith("trainer-gpu" if gpu else "trainer")
+    bad = json.loads(json.dumps(runtimes[0]))
+    bad["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "MPICH"
+    with pytest.raises(ManifestError, match="mpiImplementation"):
+        validate_object(bad)
+    bad = json.loads(json.dumps(runtimes[0]))
+    bad["spec"]["template"]["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["resources"] = {"limits": {"cpu": "two"}}
+    with pytest.raises(ManifestError, match=r"replicatedJobs\.1\..*limits\.cpu"):
+        validate_object(bad)
+
+
+def test_trainjobs_refer_to_a_shipped_runtime_and_reject_what_the_api_would():
+    names = {r["metadata"]["name"] for r in _render(TRAINER)}
+    for k in (KubernetesConfig(launcher="trainjob"), GPU_POOL_TRAINJOB):
+        (job,) = build_objects(_cfg("sync:4"), k, "r1", "/c.json")
+        validate_object(job)
+        assert job["spec"]["runtimeRef"]["name"] in names
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["trainer"]["gpus"] = 1
+    with pytest.raises(ManifestError, match="gpus"):
+        validate_object(bad)
+    bad = json.loads(json.dumps(job))
+    bad["metadata"]["name"] = "9-starts-with-a-digit"
+    with pytest.raises(ManifestError, match="RFC 1035"):
+        validate_object(bad)
+    with pytest.raises(ConfigError, match="fits one pod"):
+        build_objects(_cfg("sync:2"), GPU_POOL_TRAINJOB, "r1", "/c.json")
+
+
+GPU_POOL_TRAINJOB = KubernetesConfig.from_params(
+    namespace="team-a",
+    gpus_per_worker=2,
+    launcher="trainjob",
+    node_selector='{"cloud.google.com/gke-accelerator": "nvidia-l4"}',
+)
+
+# What KFP's driver hands the training step when the task was given resources, an
+# accelerator, a toleration, a node selector, an affinity and a KFP workspace.
+TASK_CONFIG = {
+    "resources": {
+        "requests": {"cpu": "6", "memory": "24Gi"},
+        "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+    },
+    "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    },
+    "volumes": [{"name": "kfp-workspace", "persistentVolumeClaim": {"claimName": "run-ws"}}],
+    "volume_mounts": [{"name": "kfp-workspace", "mountPath": "/kfp-workspace"}],
+}
+
+
+def _pod_templates(obj: dict) -> list[tuple[str, dict, dict]]:
+    """``(role, pod spec, container resources)`` of each pod an object makes."""
+    if obj["kind"] == "TrainJob":
+        patch = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+        return [
+            (
+                j["template"]["spec"]["template"]["metadata"]["labels"]["distrain.dev/role"],
+                j["template"]["spec"]["template"]["spec"],
+                obj["spec"]["trainer"]["resourcesPerNode"],
+            )
+            for j in patch["replicatedJobs"]
+        ]
+    return [(role, pod, c["resources"]) for role, pod, c in _containers(obj)]
+
+
+@pytest.mark.parametrize(
+    "run, launcher",
+    [
+        ("sync:4", "kubernetes"),
+        ("sync:4", "trainjob"),
+        ("avg:2:period=4", "trainjob"),
+        ("async:2:ps=1", "kubernetes"),
+        ("syncreplicas:3:aggregate=2", "trainjob"),
+    ],
+)
+def test_task_config_passthrough_reaches_the_pod_templates(run, launcher, tmp_path):
+    from distrain import steps
+    from distrain.k8s import train as k8s_train
+
+    captured = {}
+
+    def fake_train_on_cluster(cfg, k):
+        captured["objects"] = build_objects(cfg, k, "r1", "/kfp-workspace/runs/x/c.json")
+        return {}
+
+    # Through the training step, as the component calls it: the pods of a workspace run.
+    import pytest as _pytest
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setattr(k8s_train, "train_on_cluster", fake_train_on_cluster)
+        steps.train(
+            tmp_path,
+            tmp_path / "o",
+            run,
+            launcher=launcher,
+            kubernetes={"namespace": "ns", "volume_claim": "", "mount_path": "/kfp-workspace"},
+            task_config=TASK_CONFIG,
+        )
+    objects = captured["objects"]
+    assert validate_all(objects) == len(objects)
+    computing = 0
+    for obj in objects:
+        for role, pod, resources in _pod_templates(obj):
+            if role not in ("worker", "launcher") or obj["kind"] == "Job" and role != "worker":
+                continue
+            if obj["kind"] == "MPIJob" and role == "launcher":
+                continue  # mpirun only: no GPU, ordinary nodes
+            computing += 1
+            assert resources["limits"]["nvidia.com/gpu"] == "1"
+            assert resources["limits"]["cpu"] == "8" and resources["requests"]["memory"] == "24Gi"
+            assert pod["nodeSelector"] == TASK_CONFIG["node_selector"]
+            assert pod["tolerations"] == TASK_CONFIG["tolerations"]
+            assert pod["affinity"] == TASK_CONFIG["affinity"]
+            assert pod["volumes"] == TASK_CONFIG["volumes"]  # the workspace, no claim
+            (container,) = pod["containers"]
+            assert container["volumeMounts"] == TASK_CONFIG["volume_mounts"]
+    assert computing >= 1  # one template per role: the MPIJob's workers share one
+
+
+def test_the_training_component_hands_its_task_config_to_the_step(tmp_path, monkeypatch):
+    from kfp import dsl
+
+    from distrain import steps
+    from distrain.components.train import train
+
+    calls = []
+
+    def fake_step(*args, **kwargs):
+        calls.append(kwargs)
+        return {"run": {"name": "sync:2"}, "train_seconds": 1, "examples_per_second": 1}
+
+    monkeypatch.setattr(steps, "train", fake_step)
+    examples, trained = dsl.Dataset(uri="x"), dsl.Model(uri="y")
+    examples.path, trained.path = str(tmp_path / "e"), str(tmp_path / "m")
+    train.python_func(
+        examples=examples,
+        trained=trained,
+        run_spec="sync:2",
+        launcher="trainjob",
+        workspace_path="/kfp-workspace",
+        task_config=dsl.TaskConfig(
+            resources=TASK_CONFIG["resources"], volumes=TASK_CONFIG["volumes"]
+        ),
+    )
+    (kwargs,) = calls
+    assert kwargs["task_config"]["resources"] == TASK_CONFIG["resources"]
+    assert kwargs["task_config"]["volumes"] == TASK_CONFIG["volumes"]
+    assert kwargs["kubernetes"]["volume_claim"] == ""  # the workspace replaces the claim
+    assert kwargs["kubernetes"]["mount_path"] == "/kfp-workspace"
+
+
+@pytest.mark.parametrize("workspace", ["", "50Gi"])
+def test_compiled_trainjob_pipeline_validates_for_every_run_mode(tmp_path, workspace):
+    """``distrain compile --launcher trainjob``: the training step passes its task config
+    through, and what it creates for a run of every mode validates."""
+    from kfp import compiler
+
+    from distrain.pipelines.common import build_pipeline
+    from distrain.pipelines.mnist import DEFAULTS
+    from distrain.train.modes import mode_names
+
+    out = tmp_path / "mnist.yaml"
+    compiler.Compiler().compile(
+        build_pipeline(DEFAULTS, gpu=True, launcher="trainjob", workspace_size=workspace), str(out)
+    )
+    spec, platform = list(yaml.safe_load_all(out.read_text()))
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["launcher"]["defaultValue"] == "trainjob"
+    comp = spec["components"]["comp-train"]
+    assert {p["field"] for p in comp["taskConfigPassthroughs"]} == {
+        "RESOURCES",
+        "KUBERNETES_NODE_SELECTOR",
+        "KUBERNETES_TOLERATIONS",
+        "KUBERNETES_AFFINITY",
+        "KUBERNETES_VOLUMES",
+    }
+    assert comp["inputDefinitions"]["parameters"]["task_config"]["parameterType"] == "TASK_CONFIG"
+    kube = platform["platforms"]["kubernetes"]
+    executor = kube["deploymentSpec"]["executors"]["exec-train"]
+    assert {e["name"] for e in executor["fieldPathAsEnv"]} == {
+        "POD_NAME",
+        "POD_UID",
+        "POD_NAMESPACE",
+    }
+    if workspace:
+        assert kube["pipelineConfig"]["workspace"]["size"] == workspace
+        assert "pvcMount" not in executor  # no hand-named claim
+        volume_claim, mount_path = "", "/kfp-workspace"
+        task_config = {k: TASK_CONFIG[k] for k in ("volumes", "volume_mounts")}
+    else:
+        assert executor["pvcMount"][0]["mountPath"] == "/mnt/distrain"
+        volume_claim, mount_path, task_config = (
+            params["volume_claim"]["defaultValue"],
+            "/mnt/distrain",
+            {},
+        )
+    # What the driver would pass from the compiled defaults: one GPU per worker.
+    task_config["resources"] = {
+        "limits": {"nvidia.com/gpu": str(params["accelerator_count"]["defaultValue"])}
+    }
+    k = KubernetesConfig.from_params(
+        launcher=params["launcher"]["defaultValue"],
+        namespace="ns",
+        volume_claim=volume_claim,
+        mount_path=mount_path,
+        task_config=task_config,
+    )
+    examples = {
+        "single": "single:1",
+        "ssp": "ssp:2:staleness=2",
+        "easgd": "easgd:2:tau=4",
+        "avg": "avg:2:period=4",
+    }
+    kinds = set()
+    for mode in mode_names():
+        run = examples.get(mode, f"{mode}:2")
+        cfg = _cfg(run)
+        if not cfg.run.impl.needs_cluster():
+            continue
+        objects = build_objects(cfg, k, "r1", f"{mount_path}/runs/x/c.json")
+        assert validate_all(objects) == len(objects), run
+        kinds |= {o["kind"] for o in objects}
+    assert kinds == {"TrainJob", "Job", "Service"}

@@ -5,7 +5,11 @@ Which shape a run takes is its mode's choice (:meth:`distrain.train.modes.Mode.k
 * ``sync`` with N ranks: one MPI Operator ``MPIJob`` (kubeflow.org/v2beta1). Its workers
   run sshd; its launcher, created once every worker is ready, runs ``mpirun`` with one rank
   per worker slot (one per GPU), each rank ``distrain worker --config FILE``.
-* ``async`` / ``syncreplicas``: one ``Job`` and one headless ``Service`` per parameter
+* the same sync run with ``launcher=trainjob``: one Kubeflow Trainer v2 ``TrainJob``
+  (trainer.kubeflow.org/v1alpha1) on distrain's Horovod ClusterTrainingRuntime
+  (:func:`trainjob`).
+* ``async`` / ``syncreplicas`` (and the other parameter-server modes, with either
+  launcher): one ``Job`` and one headless ``Service`` per parameter
   server, per worker and for the chief. The parameter servers run ``distrain server``;
   the chief and the workers run ``distrain worker`` (each worker drives its own steps,
   between-graph). Each gets its role in ``TF_CONFIG`` with the Services' DNS names,
@@ -18,6 +22,7 @@ processes (:func:`distrain.train.launch.worker_args` / ``server_args``).
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
@@ -34,6 +39,11 @@ from distrain.train.launch import (
 )
 
 MPIJOB_API = ("kubeflow.org", "v2beta1", "mpijobs")
+TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+# The JobSet's replicated jobs of distrain's Horovod runtimes (manifests/trainer/), and the
+# name of their training container, as Trainer's MPI plugin requires.
+TRAINJOB_LAUNCHER, TRAINJOB_NODE, TRAINJOB_CONTAINER = "launcher", "node", "node"
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000}
 RUN_LABEL = "distrain.dev/run"
 ROLE_LABEL = "distrain.dev/role"
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/distrain/.sshd_config"]
@@ -55,12 +65,54 @@ def _labels(name: str, role: str) -> dict[str, str]:
     }
 
 
-def _resources(k: KubernetesConfig, gpus: int) -> dict:
+def _resources(k: KubernetesConfig, computes: bool) -> dict:
+    """A container's resources: a computing pod's (shorthand and task), else CPU and memory."""
+    if computes:
+        return k.worker_resources()
     amounts = {"cpu": k.cpu_per_worker, "memory": k.memory_per_worker}
-    limits = dict(amounts)
-    if gpus:
-        limits["nvidia.com/gpu"] = str(gpus)
-    return {"requests": amounts, "limits": limits}
+    return {"requests": amounts, "limits": dict(amounts)}
+
+
+def placement(k: KubernetesConfig, computes: bool) -> dict:
+    """Node selector, tolerations and affinity of a pod (the fields it sets).
+
+    With GPUs, the placement (a GPU pool) applies to the pods that compute; the MPI
+    launcher, the chief and parameter servers stay on ordinary nodes. Without GPUs it
+    places every pod (a CPU pool of the user's choice).
+    """
+    spec: dict = {}
+    if computes or not k.worker_gpus():
+        if k.node_selector:
+            spec["nodeSelector"] = dict(k.node_selector)
+        if k.tolerations:
+            spec["tolerations"] = [dict(t) for t in k.tolerations]
+        if k.affinity:
+            spec["affinity"] = json.loads(json.dumps(k.affinity))
+    return spec
+
+
+def data_volumes(k: KubernetesConfig) -> tuple[list[dict], list[dict]]:
+    """The volumes and mounts of a pod that reads the data: the claim and the task's volumes."""
+    volumes, mounts = [], []
+    # The claim, unless a volume of the task's holds the mount path already (the pipeline
+    # mounts the same claim on the task, or a KFP workspace replaces it).
+    if k.volume_claim and not k.data_mount():
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": k.volume_claim}})
+        mounts.append({"name": "data", "mountPath": k.mount_path})
+    names = {v["name"] for v in volumes}
+    for volume in k.volumes:
+        if volume["name"] in names:
+            if volume in volumes:
+                continue  # the same volume, passed twice
+            raise ConfigError(f"the task's volume {volume['name']!r} clashes with another")
+        names.add(volume["name"])
+        volumes.append(json.loads(json.dumps(volume)))
+    paths = set()
+    for mount in k.volume_mounts:
+        if mount["mountPath"] not in paths:
+            paths.add(mount["mountPath"])
+            mounts.append(json.loads(json.dumps(mount)))
+    return volumes, mounts
 
 
 def _pod_spec(
@@ -74,20 +126,12 @@ def _pod_spec(
     spec: dict = {
         "restartPolicy": restart_policy,
         "serviceAccountName": k.service_account,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+        "securityContext": dict(POD_SECURITY),
         "containers": [container],
+        **placement(k, computes),
     }
-    # With GPUs, the node selector and tolerations (a GPU pool) apply to the pods that
-    # compute; the MPI launcher, the chief and parameter servers stay on ordinary nodes.
-    # Without GPUs they place every pod (a CPU pool of the user's choice).
-    if computes or not k.gpus_per_worker:
-        if k.node_selector:
-            spec["nodeSelector"] = dict(k.node_selector)
-        if k.tolerations:
-            spec["tolerations"] = [dict(t) for t in k.tolerations]
     if data_volume:
-        spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": k.volume_claim}}]
-        container["volumeMounts"] = [{"name": "data", "mountPath": k.mount_path}]
+        spec["volumes"], container["volumeMounts"] = data_volumes(k)
     return spec
 
 
@@ -96,32 +140,41 @@ def _env(extra: dict[str, str] | None = None) -> list[dict]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
-    """The MPIJob of a sync run: ``cfg.run.workers`` ranks, one per worker slot."""
+def _ranks_and_slots(cfg: TrainConfig, k: KubernetesConfig) -> tuple[int, int]:
     ranks = cfg.run.workers
-    slots = max(1, k.gpus_per_worker)
+    slots = max(1, k.worker_gpus())
     if ranks % slots:
         raise ConfigError(
             f"sync:{ranks} with {slots} GPUs per worker pod: the ranks must fill whole pods"
         )
-    image = k.resolved_image()
+    return ranks, slots
+
+
+def _mpirun_args(k: KubernetesConfig, ranks: int, config_path: str) -> list[str]:
     # [sync, MPI] CPU ranks share their cores with TensorFlow's compute threads: their MPI
     # waits yield the core, as local runs' do (MPI_ENV). As options of mpirun, which hands
     # them to the ranks it starts over ssh in the worker pods. GPU ranks keep busy-polling.
-    yield_idle = [] if k.gpus_per_worker else mca_options(MPI_ENV)
+    yield_idle = [] if k.worker_gpus() else mca_options(MPI_ENV)
+    return [
+        "-np",
+        str(ranks),
+        *MPIRUN_OPTIONS,
+        *yield_idle,
+        *[arg for name in MPIRUN_EXPORTS for arg in ("-x", name)],
+        "distrain",
+        *worker_args(config_path),
+    ]
+
+
+def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
+    """The MPIJob of a sync run: ``cfg.run.workers`` ranks, one per worker slot."""
+    ranks, slots = _ranks_and_slots(cfg, k)
+    image = k.resolved_image()
     launcher = {
         "name": "launcher",
         "image": image,
         "command": ["mpirun"],
-        "args": [
-            "-np",
-            str(ranks),
-            *MPIRUN_OPTIONS,
-            *yield_idle,
-            *[arg for name in MPIRUN_EXPORTS for arg in ("-x", name)],
-            "distrain",
-            *worker_args(config_path),
-        ],
+        "args": _mpirun_args(k, ranks, config_path),
         "env": _env(),
         "resources": {
             "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -133,7 +186,7 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
         "image": image,
         "command": list(SSHD_COMMAND),
         "env": _env(),
-        "resources": _resources(k, k.gpus_per_worker),
+        "resources": _resources(k, computes=True),
     }
     run_policy: dict = {"cleanPodPolicy": "Running", "backoffLimit": 0}
     if k.timeout_seconds:
@@ -174,6 +227,82 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
     }
 
 
+def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
+    """The Kubeflow Trainer v2 TrainJob of a sync run (``launcher=trainjob``).
+
+    It refers to distrain's Horovod ClusterTrainingRuntime (``manifests/trainer/``):
+    ``mlPolicy.mpi`` with Open MPI and ``runLauncherAsNode``, as Trainer's own DeepSpeed
+    runtime. Trainer makes one pod per node, ``numProcPerNode`` ranks each (one per GPU):
+    the ``launcher`` pod runs ``mpirun`` and ranks of its own, the ``node`` pods run sshd,
+    and Trainer's MPI plugin writes the hostfile and the SSH keys. The TrainJob gives the
+    trainer's command, node count, slots and resources; everything else a pod needs
+    (labels, volumes, service account, placement) goes in a ``runtimePatches`` entry,
+    which Trainer v2.3 limits to those fields. The image is the runtime's: Trainer sets a
+    TrainJob's image on the launcher only, and a launcher and nodes of different images
+    would not run one job.
+    """
+    ranks, slots = _ranks_and_slots(cfg, k)
+    nodes = ranks // slots
+    if nodes < 2:
+        # With runLauncherAsNode, Trainer v2.3 starts max(numNodes - 1, 1) node pods: a
+        # one-pod run would hold a second pod's accelerators and never use them.
+        raise ConfigError(
+            f"{cfg.run.name} with {slots} ranks per pod fits one pod: a TrainJob on the MPI "
+            "runtime needs at least 2 (use launcher=kubernetes, or fewer GPUs per worker)"
+        )
+    volumes, mounts = data_volumes(k)
+    patches = []
+    for job, role in ((TRAINJOB_LAUNCHER, "launcher"), (TRAINJOB_NODE, "worker")):
+        pod: dict = {
+            "serviceAccountName": k.service_account,
+            # Every pod of this runtime computes (the launcher is a node too).
+            **placement(k, computes=True),
+            "volumes": volumes,
+            "containers": [{"name": TRAINJOB_CONTAINER, "volumeMounts": mounts}],
+        }
+        patches.append(
+            {
+                "name": job,
+                "template": {
+                    "spec": {"template": {"metadata": {"labels": _labels(name, role)}, "spec": pod}}
+                },
+            }
+        )
+    spec: dict = {
+        "runtimeRef": {
+            "apiGroup": TRAINJOB_API[0],
+            "kind": "ClusterTrainingRuntime",
+            "name": k.resolved_trainjob_runtime(),
+        },
+        "trainer": {
+            "command": ["mpirun"],
+            "args": _mpirun_args(k, ranks, config_path),
+            "env": _env(),
+            "numNodes": nodes,
+            "numProcPerNode": slots,
+            "resourcesPerNode": k.worker_resources(),
+        },
+        "runtimePatches": [
+            {
+                "manager": "distrain.dev/launcher",
+                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": patches}}},
+            }
+        ],
+    }
+    if k.timeout_seconds:
+        spec["activeDeadlineSeconds"] = k.timeout_seconds
+    return {
+        "apiVersion": f"{TRAINJOB_API[0]}/{TRAINJOB_API[1]}",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": k.resolved_namespace(),
+            "labels": _labels(name, "trainjob"),
+        },
+        "spec": spec,
+    }
+
+
 def ps_cluster(cfg: TrainConfig, k: KubernetesConfig, name: str) -> dict[str, list[str]]:
     """TF's cluster spec of a PS-mode run: the Services' names (same namespace)."""
 
@@ -202,19 +331,18 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
         labels = _labels(name, job)
         labels["distrain.dev/task"] = task
         if job == "ps":
-            args, gpus = server_args(k.cpu_threads()), 0  # holds the variables
+            args = server_args(k.cpu_threads())  # holds the variables
         else:
             # The chief and the workers train (each worker its own steps, between-graph);
             # their role comes from TF_CONFIG.
             args = worker_args(config_path)
-            gpus = k.gpus_per_worker if job == "worker" else 0
         container = {
             "name": "tensorflow",
             "image": image,
             "args": args,
             "env": _env({"TF_CONFIG": tf_config(cluster, job, index)}),
             "ports": [{"name": "grpc", "containerPort": k.port}],
-            "resources": _resources(k, gpus),
+            "resources": _resources(k, computes=job == "worker"),
         }
         services.append(
             {
@@ -266,6 +394,10 @@ def check_cluster_run(cfg: TrainConfig) -> None:
 def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> list[dict]:
     """Every object the launcher creates for a run, in creation order (the mode's choice).
 
+    With ``k.launcher == "trainjob"`` the mode's :meth:`~distrain.train.modes.Mode.trainjob_objects`
+    (a TrainJob for sync and avg; the parameter-server modes keep their Jobs), else its
+    :meth:`~distrain.train.modes.Mode.kubernetes_objects` (an MPIJob, or Jobs).
+
     Raises:
         ConfigError: The run does not need a cluster job (one worker) or does not fit the
             pods (sync ranks not a multiple of the GPUs per pod).
@@ -274,4 +406,6 @@ def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path:
     if not mode.needs_cluster():
         raise ConfigError(f"{cfg.run.name} runs in the step's own pod, not as a cluster job")
     check_cluster_run(cfg)
+    if k.launcher == "trainjob":
+        return mode.trainjob_objects(cfg, k, name, config_path)
     return mode.kubernetes_objects(cfg, k, name, config_path)

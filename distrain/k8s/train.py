@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TextIO
 
 from distrain.k8s.config import KubernetesConfig
-from distrain.k8s.launcher import ClusterRun, KubeApi
-from distrain.k8s.objects import MPIJOB_API, build_objects, run_name
+from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, KubeApi, add_owner, launcher_owner
+from distrain.k8s.objects import build_objects, run_name
 from distrain.k8s.validate import validate_all
 from distrain.train.config import TrainConfig, TrainingError
 
@@ -108,7 +108,8 @@ def remove_earlier_attempts(
         api: The Kubernetes APIs.
         namespace: Where the objects live.
         key: The run key (:func:`run_key`).
-        kinds: The kinds of objects the run creates (``MPIJob``, ``Job``, ``Service``).
+        kinds: The kinds of objects the run creates (``MPIJob``, ``TrainJob``, ``Job``,
+            ``Service``).
         poll_seconds: Seconds between checks for remaining pods.
         wait_seconds: How long to wait for them.
         out: Where progress goes.
@@ -132,17 +133,17 @@ def remove_earlier_attempts(
     if "Job" in kinds:
         jobs = api.batch.list_namespaced_job(namespace, label_selector=selector)
         found += [("Job", j.metadata.name) for j in jobs.items]
-    if "MPIJob" in kinds:
-        group, version, plural = MPIJOB_API
+    for kind in sorted(kinds & set(CUSTOM_KINDS)):
+        group, version, plural = CUSTOM_KINDS[kind]
         try:
-            mpijobs = api.custom.list_namespaced_custom_object(
+            listed = api.custom.list_namespaced_custom_object(
                 group, version, namespace, plural, label_selector=selector
             )
-        except Exception as err:  # noqa: BLE001 (no MPI Operator: no MPIJob to delete)
+        except Exception as err:  # noqa: BLE001 (no operator installed: nothing to delete)
             if not _not_found(err):
                 raise
-            mpijobs = {}
-        found += [("MPIJob", m["metadata"]["name"]) for m in mpijobs.get("items") or []]
+            listed = {}
+        found += [(kind, m["metadata"]["name"]) for m in listed.get("items") or []]
     if found:
         print(
             f"[{key}] an earlier attempt left {len(found)} objects: deleting them",
@@ -176,7 +177,7 @@ def train_on_cluster(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict:
-    """Runs ``cfg`` as an MPIJob or PS jobs and puts its outputs in ``cfg.output_dir``.
+    """Runs ``cfg`` as an MPIJob, a TrainJob or PS jobs; puts its outputs in ``cfg.output_dir``.
 
     The data are copied to ``<mount_path>/runs/<key>/data`` on the shared claim (mounted
     in this step's pod at the same path), the pods write to ``.../output``, and what they
@@ -205,13 +206,15 @@ def train_on_cluster(
     data, output = run_dir / "data", run_dir / "output"
     # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
     # the ranks of a sync pod (one per GPU).
-    threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.gpus_per_worker))
+    threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.worker_gpus()))
     pod_cfg = replace(cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads)
     config_path = output / "train_config.json"
     objects = build_objects(pod_cfg, k, name, str(config_path))
     _label(objects, key)
-    validate_all(objects)
     namespace = k.resolved_namespace()
+    # Kubernetes deletes the objects with this step's pod, should it die before its clean-up.
+    add_owner(objects, launcher_owner(namespace))
+    validate_all(objects)
     api = api or KubeApi.from_environment()
     # Nothing of an earlier attempt may still run when this one touches the directory.
     remove_earlier_attempts(
@@ -246,6 +249,9 @@ def train_on_cluster(
             namespace,
             poll_seconds=k.poll_seconds,
             timeout_seconds=k.timeout_seconds,
+            schedule_timeout_seconds=k.schedule_timeout_seconds,
+            api_retries=k.api_retries,
+            log_reconnect_seconds=min(2.0, k.poll_seconds),
             out=out,
             clock=clock,
             sleep=sleep,

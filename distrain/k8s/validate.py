@@ -3,15 +3,31 @@
 Built-in kinds are checked against the Kubernetes OpenAPI schemas (``kubernetes-validate``,
 strict: unknown fields are errors). MPIJobs are checked against the MPI Operator's
 v2beta1 API (``schemas/mpijob-v2beta1.json``) and each of their pod templates against
-Kubernetes' ``PodTemplateSpec``.
+Kubernetes' ``PodTemplateSpec``. Kubeflow Trainer's ``TrainJob``, ``ClusterTrainingRuntime``
+and ``TrainingRuntime`` (``trainer.kubeflow.org/v1alpha1``) are checked against the
+``openAPIV3Schema`` of Trainer v2.3.0's CRDs (``schemas/*-v1alpha1.json``), made strict the
+way the API server's ``fieldValidation=Strict`` is (an unknown field is an error, where the
+schema does not keep unknown fields), plus the CEL rules on names that JSON Schema cannot
+express; a runtime's pod templates are also checked as Kubernetes ``PodTemplateSpec``s.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from importlib import resources
 
 KUBERNETES_VERSION = "1.33"
+TRAINER_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
+# Trainer v2.3's kinds and their vendored schema files.
+TRAINER_SCHEMAS = {
+    "TrainJob": "trainjob-v1alpha1.json",
+    "ClusterTrainingRuntime": "clustertrainingruntime-v1alpha1.json",
+    "TrainingRuntime": "trainingruntime-v1alpha1.json",
+}
+# The TrainJob CRD's CEL rules on metadata.name (x-kubernetes-validations).
+_RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class ManifestError(ValueError):
@@ -40,12 +56,95 @@ def mpijob_schema() -> dict:
     return json.loads(text)
 
 
+def _strict(node):
+    """The schema with ``additionalProperties: false`` wherever the API server would prune."""
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _strict(sub) for name, sub in value.items()}
+        else:
+            out[key] = _strict(value)
+    if (
+        "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def trainer_schema(kind: str) -> dict:
+    """The strict JSON schema of a Kubeflow Trainer v2.3 kind (vendored from its CRD).
+
+    Raises:
+        KeyError: Not a Trainer kind.
+    """
+    path = f"schemas/{TRAINER_SCHEMAS[kind]}"
+    return _strict(json.loads(resources.files("distrain.k8s").joinpath(path).read_text()))
+
+
+def _jsonschema(obj: dict, schema: dict) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    if error is not None:
+        path = ".".join(str(p) for p in error.absolute_path)
+        raise ManifestError(f"{_name(obj)}: {path}: {error.message}")
+
+
+def _pod_templates(node, where: str):
+    """``(path, template)`` of every pod template (a Job's ``spec.template``) under ``node``."""
+    if isinstance(node, dict):
+        template = node.get("template")
+        if isinstance(template, dict) and "containers" in (template.get("spec") or {}):
+            yield f"{where}.template", template
+        for key, value in node.items():
+            yield from _pod_templates(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            label = value.get("name", i) if isinstance(value, dict) else i
+            yield from _pod_templates(value, f"{where}[{label}]")
+
+
+def _trainer_object(obj: dict, version: str) -> None:
+    kind = obj["kind"]
+    if obj.get("apiVersion") != TRAINER_GROUP_VERSION:
+        raise ManifestError(f"{_name(obj)}: apiVersion must be {TRAINER_GROUP_VERSION}")
+    _jsonschema(obj, trainer_schema(kind))
+    name = (obj.get("metadata") or {}).get("name", "")
+    if kind == "TrainJob" and (not _RFC1035_LABEL.match(name) or len(name) > 63):
+        raise ManifestError(
+            f"{_name(obj)}: metadata.name must be an RFC 1035 DNS label of at most 63 characters"
+        )
+    if kind != "TrainJob":
+        for path, template in _pod_templates(obj.get("spec"), "spec"):
+            wrapper = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": name or "runtime"},
+                "template": template,
+            }
+            try:
+                _kubernetes(wrapper, version)
+            except ManifestError as err:
+                raise ManifestError(f"{_name(obj)} {path}: {err}") from err
+
+
 def validate_object(obj: dict, version: str = KUBERNETES_VERSION) -> None:
     """Checks one object against its kind's schema.
 
     Raises:
         ManifestError: The object is invalid; the message names it and the field.
     """
+    if obj.get("kind") in TRAINER_SCHEMAS:
+        _trainer_object(obj, version)
+        return
     if obj.get("kind") == "MPIJob":
         import jsonschema
 

@@ -190,6 +190,17 @@ class Mode:
         """
         raise ConfigError(f"{self.spec.name} runs in the step's own pod, not as a cluster job")
 
+    def trainjob_objects(self, cfg, k, name: str, config_path: str) -> list[dict]:
+        """The objects the run becomes with ``launcher=trainjob`` (Kubeflow Trainer v2).
+
+        By default the same as :meth:`kubernetes_objects`: a mode that Trainer v2.3 has no
+        runtime for (the parameter-server modes: Trainer dropped TFJob) keeps its Jobs.
+
+        Raises:
+            ConfigError: The mode cannot run as a cluster job, or not with these settings.
+        """
+        return self.kubernetes_objects(cfg, k, name, config_path)
+
     def check_kubernetes(self, cfg) -> None:
         """Refuses, before any work, settings this mode cannot honour on Kubernetes."""
 

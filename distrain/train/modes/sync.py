@@ -75,7 +75,7 @@ class Sync(Mode):
         if cfg.controller == "gloo":
             raise ConfigError(
                 f"{cfg.run.name}: controller 'gloo' is for local runs; on Kubernetes sync runs "
-                "are an MPIJob whose ranks mpirun starts (use 'auto' or 'mpi')"
+                "are an MPIJob or TrainJob whose ranks mpirun starts (use 'auto' or 'mpi')"
             )
 
     def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
@@ -83,6 +83,13 @@ class Sync(Mode):
 
         self.check_kubernetes(cfg)
         return [mpijob(cfg, k, name, config_path)]
+
+    def trainjob_objects(self, cfg, k, name, config_path) -> list[dict]:
+        from distrain.k8s.objects import trainjob
+
+        # [sync] the same mpirun over Horovod ranks, on Trainer v2's MPI runtime.
+        self.check_kubernetes(cfg)
+        return [trainjob(cfg, k, name, config_path)]
 
     def train(self, cfg) -> dict:
         from distrain.train.replica import Group, Replica
