@@ -97,8 +97,8 @@ def _env(extra: dict[str, str] | None = None) -> list[dict]:
 
 
 def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
-    """The MPIJob of a sync run: ``cfg.run.workers`` ranks, one per worker slot."""
-    ranks = cfg.run.workers
+    """The MPIJob of a Horovod run: ``cfg.run.processes`` ranks, one per worker slot."""
+    ranks = cfg.run.processes
     slots = max(1, k.gpus_per_worker)
     if ranks % slots:
         raise ConfigError(
