@@ -77,6 +77,16 @@ for name in ("mlp", "cnn"):
     for want, got in zip(mine, grads_s):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
         worst = max(worst, float(np.abs(got.numpy() - want.numpy()).max()))
+    # Validation through the stages: both stages report the unsplit model's numbers.
+    val_loss, val_acc = replica.evaluate()
+    loss_sum = hits = count = 0.0
+    for vx, vy in replica.val_ds:
+        logits = whole(vx, training=False)
+        losses = tf.keras.losses.sparse_categorical_crossentropy(vy, logits, from_logits=True)
+        loss_sum += float(tf.reduce_sum(losses))
+        right = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), vy)
+        hits += float(tf.reduce_sum(tf.cast(right, tf.float32)))
+        count += int(vy.shape[0])
     gathered = replica.whole_weights()
     same = all(np.array_equal(a, w.numpy()) for a, w in zip(gathered, whole.weights, strict=True))
     result[name] = {
@@ -86,6 +96,7 @@ for name in ("mlp", "cnn"):
         "worst": worst,
         "gradients": len(grads_s),
         "gathered_equal": same,
+        "evaluate": [val_loss, val_acc, loss_sum / count, hits / count],
     }
 open(f"{sys.argv[1]}/result-{hvd.rank()}.json", "w").write(json.dumps(result))
 """
@@ -109,5 +120,7 @@ def test_stages_gradients_over_micro_batches_equal_the_unsplit_models(mnist_exam
             r = result[name]
             assert r["worst"] <= 1e-5 and r["gradients"] > 0
             assert r["gathered_equal"], name
+            val_loss, val_acc, want_loss, want_acc = r["evaluate"]
+            assert val_loss == pytest.approx(want_loss, rel=1e-5) and val_acc == want_acc
         (a, b), (c, d) = first[name]["bounds"]
         assert a == 0 and b == c and d > c

@@ -220,10 +220,13 @@ class PipelineReplica(SplitReplica):
             def eval_step(x, y):
                 self._chain = []
                 rows = tf.shape(x)[0]
-                inp = x if s == 0 else self._take(self._in_shape(rows), "pipe_eval_in", True)
+                if s == 0:
+                    inp = x
+                else:
+                    inp = self._take(self._in_shape(rows), f"pipe_eval_{s - 1}", True)
                 out = self.model(inp, training=False)
                 if not last:
-                    with tf.control_dependencies([self._pass(out, "pipe_eval_out", True)]):
+                    with tf.control_dependencies([self._pass(out, f"pipe_eval_{s}", True)]):
                         return tf.constant(0.0), tf.constant(0.0)
                 loss = keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True)
                 hits = tf.equal(tf.argmax(out, -1, output_type=tf.int32), y)
