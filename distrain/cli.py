@@ -370,7 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
         f"(default: {','.join(DEFAULT_RUNS)})",
     )
-    run.add_argument("--model", help="default: the data set's (mlp, fasttext, lstm)")
+    run.add_argument(
+        "--model",
+        help="default: the data set's (mlp, fasttext, lstm); also cnn, fc, cnn-seed, vgg11 "
+        "(MNIST), logreg, nbow (DBPedia), rnn (Gutenberg)",
+    )
     run.add_argument("--epochs", type=int, help="default: the data set's")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)

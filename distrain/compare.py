@@ -32,6 +32,7 @@ COLUMNS = [
     ("macro_f1", "macro F1", "{:.4f}"),
     ("bits_per_char", "bits/char", "{:.3f}"),
     ("train_seconds", "train s", "{:.1f}"),
+    ("epoch_seconds", "s/epoch", "{:.2f}"),
     ("examples_per_second", "examples/s", "{:,.0f}"),
     ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"),
@@ -48,7 +49,18 @@ COLUMNS = [
     ("communication_rounds", "rounds", "{:,}"),
     ("megabytes_per_worker", "MB/worker", "{:,.1f}"),
     ("divergence", "divergence", "{:.3f}"),
+    # Model parallelism: how the model is split, and what the fullest rank held.
+    ("parallelism", "split", "{}"),
+    ("parameters_per_rank", "params/rank", "{:,}"),
+    ("rank_memory_mb", "MB/rank", "{:,.0f}"),
 ]
+
+
+def _epoch_seconds(history: dict) -> float | None:
+    """Training seconds per epoch, over the epochs after the first (tracing) if there are more."""
+    epochs = history.get("epochs") or []
+    steady = epochs[1:] or epochs
+    return sum(e["step_seconds"] for e in steady) / len(steady) if steady else None
 
 
 @dataclass(frozen=True)
@@ -172,13 +184,17 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
             {
                 "name": run["name"],
                 "mode": run["mode"],
-                "workers": int(run["workers"]),
+                # Every training process: hybrid:D:M has D x M.
+                "workers": int(run.get("processes", run["workers"])),
                 **mode_cells,
                 **quality,
                 "train_seconds": seconds,
                 "examples_per_second": float(hist.get("examples_per_second", 0.0)),
                 "speedup": speedup,
-                "efficiency": speedup / int(run["workers"]) if speedup is not None else None,
+                "efficiency": speedup / int(run.get("processes", run["workers"]))
+                if speedup is not None
+                else None,
+                "epoch_seconds": _epoch_seconds(hist),
                 "time_to_target": time_to_target(hist.get("epochs", []), config.target_accuracy),
                 "staleness_mean": mean,
                 "staleness_p95": p95,

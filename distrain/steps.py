@@ -118,6 +118,13 @@ def check_parameters(
             check_raw_files(dataset, source)
         except (ValueError, OSError) as err:
             problems.append(f"source: {err}")
+    from distrain.train.models import models_for
+
+    if dataset in DATASETS and model not in models_for(dataset):
+        problems.append(
+            f"model {model!r}: no such model for {dataset} "
+            f"(expected one of {', '.join(models_for(dataset))})"
+        )
     specs = []
     try:
         specs = parse_run_specs(runs)

@@ -70,8 +70,9 @@ open(f"{sys.argv[1]}/result-{hvd.rank()}.json", "w").write(json.dumps(result))
 """
 
 
-def _two_ranks(tmp_path, script: str, *args: str, **cfg_kw) -> list[dict]:
-    cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:2", **cfg_kw)
+def _two_ranks(tmp_path, script: str, *args: str, ranks: int = 2, **cfg_kw) -> list[dict]:
+    """Runs ``script`` on ``ranks`` Horovod ranks; returns each rank's result, in rank order."""
+    cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run=f"sync:{ranks}", **cfg_kw)
     path = tmp_path / "script.py"
     path.write_text(script)
     env = {**os.environ, **launch_env(cfg), "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -85,7 +86,8 @@ def _two_ranks(tmp_path, script: str, *args: str, **cfg_kw) -> list[dict]:
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     # Each rank writes its own file: the ranks share one stdout, their lines interleave.
     results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("result-*.json"))]
-    assert sorted(r["rank"] for r in results) == [0, 1]
+    results.sort(key=lambda r: r["rank"])
+    assert [r["rank"] for r in results] == list(range(ranks))
     return results
 
 

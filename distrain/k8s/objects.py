@@ -141,7 +141,7 @@ def _env(extra: dict[str, str] | None = None) -> list[dict]:
 
 
 def _ranks_and_slots(cfg: TrainConfig, k: KubernetesConfig) -> tuple[int, int]:
-    ranks = cfg.run.workers
+    ranks = cfg.run.processes  # hybrid:D:M has D x M
     slots = max(1, k.worker_gpus())
     if ranks % slots:
         raise ConfigError(
@@ -167,7 +167,7 @@ def _mpirun_args(k: KubernetesConfig, ranks: int, config_path: str) -> list[str]
 
 
 def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
-    """The MPIJob of a sync run: ``cfg.run.workers`` ranks, one per worker slot."""
+    """The MPIJob of a Horovod run: ``cfg.run.processes`` ranks, one per worker slot."""
     ranks, slots = _ranks_and_slots(cfg, k)
     image = k.resolved_image()
     launcher = {

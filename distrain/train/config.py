@@ -11,7 +11,6 @@ from pathlib import Path
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
-MODELS = ("mlp", "cnn", "fasttext", "logreg", "lstm")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
 
@@ -80,6 +79,11 @@ class RunSpec:
         """Parameter-server processes (0 for modes without)."""
         return self.impl.parameter_servers
 
+    @property
+    def processes(self) -> int:
+        """Training processes (ranks or workers): ``workers``, or more (hybrid's D x M)."""
+        return self.impl.processes()
+
     def __str__(self) -> str:
         return ":".join([self.mode, str(self.workers), *(f"{k}={v}" for k, v in self.options)])
 
@@ -94,6 +98,10 @@ class RunSpec:
         if not parts or not parts[0]:
             raise ConfigError(f"empty run spec {text!r}")
         mode = parts[0]
+        from distrain.train.modes import mode_class, mode_names
+
+        # A mode's positional options: bare values after the worker count (hybrid:D:M).
+        positional = list(mode_class(mode).positional) if mode in mode_names() else []
         workers = 1
         if len(parts) > 1:
             if not re.fullmatch(r"-?\d+", parts[1]):
@@ -103,6 +111,8 @@ class RunSpec:
             workers = int(parts[1])
         options: dict[str, str] = {}
         for extra in parts[2:]:
+            if "=" not in extra and positional:
+                extra = f"{positional.pop(0)}={extra}"
             key, eq, value = extra.partition("=")
             if not eq or not key or not value:
                 raise ConfigError(
@@ -123,6 +133,7 @@ class RunSpec:
             "spec": str(self),
             "mode": self.mode,
             "workers": self.workers,
+            "processes": self.processes,
             "options": self.options_dict(),
             "parameter_servers": self.parameter_servers,
         }
@@ -213,8 +224,12 @@ class TrainConfig:
             run = self.run
             options = tuple(dict(run.get("options") or {}).items())
             object.__setattr__(self, "run", RunSpec(run["mode"], run["workers"], options))
-        if self.model not in MODELS:
-            raise ConfigError(f"unknown model {self.model!r}; expected one of {', '.join(MODELS)}")
+        from distrain.train.models import model_names
+
+        if self.model not in model_names():
+            raise ConfigError(
+                f"unknown model {self.model!r}; expected one of {', '.join(model_names())}"
+            )
         for name in (
             "epochs",
             "batch_size",
@@ -242,7 +257,7 @@ class TrainConfig:
         """Intra-op threads for each worker process."""
         if self.threads_per_worker:
             return self.threads_per_worker
-        return max(1, (os.cpu_count() or 1) // self.run.workers)
+        return max(1, (os.cpu_count() or 1) // self.run.processes)
 
     @property
     def effective_learning_rate(self) -> float:

@@ -268,9 +268,10 @@ class EpochDriver:
             f"{record['wall_seconds']:.1f}s  {seen / max(step_seconds, 1e-9):,.0f} ex/s"
             f"{engine.epoch_note()}"
         )
-        if r.rank == 0 and ((epoch + 1) % cfg.checkpoint_every_epochs == 0 or last):
-            r.checkpoint(r.step, engine)
-            atomic_write_json(r.out / "history.json", self.history())
+        if (epoch + 1) % cfg.checkpoint_every_epochs == 0 or last:
+            r.checkpoint(r.step, engine)  # by the processes that write checkpoints
+            if r.rank == 0:
+                atomic_write_json(r.out / "history.json", self.history())
 
     def history(self) -> dict:
         """The run's history: every mode's fields, then the mode's own."""

@@ -251,8 +251,8 @@ def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str
 
 
 def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
-    """[sync] ``cmd`` started as ``cfg.run.workers`` ranks on this machine."""
-    n = cfg.run.workers
+    """[sync] ``cmd`` started as ``cfg.run.processes`` ranks on this machine."""
+    n = cfg.run.processes
     if sync_controller(cfg) == "mpi":
         # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
         # would put a shell between it and this process, which a killed launcher orphans).

@@ -23,14 +23,25 @@ class Group:
     """The processes that train one model together (a sync run's ranks; else just this one).
 
     Attributes:
-        rank: This process's rank.
+        rank: This process's rank in the group (which shard of the data it reads).
         size: Processes in the group.
         hvd: ``horovod.tensorflow`` when the group allreduces (sync), else None.
+        process_set: The group's Horovod process set, when it is not the whole world
+            (a hybrid run's data-parallel group).
+        world_rank: This process's rank among all of the run's (who writes the history
+            and the model), when it differs from ``rank``.
     """
 
     rank: int = 0
     size: int = 1
     hvd: object = None
+    process_set: object = None
+    world_rank: int | None = None
+
+    @property
+    def collectives(self) -> dict:
+        """Keyword arguments that keep a Horovod collective inside the group."""
+        return {} if self.process_set is None else {"process_set": self.process_set}
 
     def sums(self, *values: float) -> list[float]:
         """Each value summed over the group."""
@@ -38,7 +49,9 @@ class Group:
             return list(values)
         import tensorflow as tf
 
-        summed = self.hvd.allreduce(tf.constant(values, tf.float64), op=self.hvd.Sum)  # [sync]
+        summed = self.hvd.allreduce(  # [sync]
+            tf.constant(values, tf.float64), op=self.hvd.Sum, **self.collectives
+        )
         return [float(v) for v in summed.numpy()]
 
 
@@ -68,11 +81,15 @@ def batch_gradients(model, variables, x, y):
     return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(hits, tf.float32)), grads
 
 
-def allreduce_gradients(hvd):
-    """[sync] The gradients' mean over the Horovod ranks (as ``DistributedGradientTape``)."""
+def allreduce_gradients(hvd, process_set=None):
+    """[sync] The gradients' mean over the Horovod ranks (as ``DistributedGradientTape``).
+
+    ``process_set``: only over these ranks (a hybrid run's data-parallel group).
+    """
+    kwargs = {} if process_set is None else {"process_set": process_set}
 
     def reduce(grads):
-        return [hvd.allreduce(g, op=hvd.Average) for g in grads]
+        return [hvd.allreduce(g, op=hvd.Average, **kwargs) for g in grads]
 
     return reduce
 
@@ -99,7 +116,7 @@ class Replica:
         self.out.mkdir(parents=True, exist_ok=True)
         self.info = DatasetInfo.load(cfg.data_dir)
         self.labels_per_example = int(self.info.metadata.get("labels_per_example", 1))
-        self.model = build_model(self.info, cfg.model, cfg.seed)
+        self.model = self.build_model(build_model(self.info, cfg.model, cfg.seed))
         # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
         self.optimizer = Adam(learning_rate or cfg.effective_learning_rate)
         self.optimizer.build(self.model.trainable_variables)
@@ -121,12 +138,27 @@ class Replica:
         # TensorFlow writes a checkpoint's files under temporary names and only then
         # points the ``checkpoint`` state file at it: a run killed while saving leaves
         # the previous checkpoints as they were.
-        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.out / "checkpoints"), 3)
+        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.checkpoint_dir()), 3)
         self.set_group(self.group)
+
+    def build_model(self, model):
+        """The model this process trains, from the data set's (a split mode's share of it)."""
+        return model
 
     @property
     def rank(self) -> int:
-        return self.group.rank
+        """This process's rank among all of the run's (0 writes the history and the model)."""
+        g = self.group
+        return g.rank if g.world_rank is None else g.world_rank
+
+    @property
+    def writes_checkpoints(self) -> bool:
+        """Whether this process saves checkpoints (rank 0: it holds the whole model)."""
+        return self.rank == 0
+
+    def checkpoint_dir(self) -> Path:
+        """Where this process's checkpoints go."""
+        return self.out / "checkpoints"
 
     @property
     def step(self) -> int:
@@ -263,13 +295,13 @@ class Replica:
                 self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
         if errors:
             raise TrainingError(
-                f"no readable checkpoint in {self.out / 'checkpoints'}: " + "; ".join(errors)
+                f"no readable checkpoint in {self.checkpoint_dir()}: " + "; ".join(errors)
             )
         return None
 
     def checkpoint(self, step: int, engine=None) -> None:
         """Rank 0's (the chief's) checkpoint at update ``step``."""
-        if self.rank == 0:  # [sync] rank 0 only
+        if self.writes_checkpoints:  # [sync] rank 0 only ([tensor] each part's holder)
             if engine is not None:
                 engine.refresh()  # [ps] the parameter servers' values, workers at the limit
             self.manager.save(checkpoint_number=step)

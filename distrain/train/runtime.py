@@ -53,7 +53,7 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
-def start_horovod(idle_threads: bool = False):
+def start_horovod(idle_threads: bool = False, process_sets=()):
     """[sync] ``hvd.init()``, with Horovod's own threads at idle priority if asked.
 
     ``hvd.init()`` starts Horovod's background thread (and, under MPI, Open MPI's progress
@@ -69,6 +69,8 @@ def start_horovod(idle_threads: bool = False):
     Args:
         idle_threads: Lower the new threads to ``SCHED_IDLE`` on a rank without a GPU
             (:attr:`TrainConfig.idle_horovod_threads`).
+        process_sets: ``hvd.ProcessSet``s to register at the start (model-parallel
+            groups); each is ready for collectives once this returns.
 
     Returns:
         The ``horovod.tensorflow`` module, initialised, and the ids of the threads lowered
@@ -81,7 +83,7 @@ def start_horovod(idle_threads: bool = False):
     lower = idle_threads and hasattr(os, "SCHED_IDLE") and tasks.is_dir()
     lower = lower and not tf.config.list_physical_devices("GPU")
     before = set(os.listdir(tasks)) if lower else set()
-    hvd.init()
+    hvd.init(process_sets=list(process_sets) or None)
     lowered = []
     if lower:
         for tid in sorted(set(os.listdir(tasks)) - before, key=int):

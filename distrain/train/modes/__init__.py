@@ -20,7 +20,19 @@ from typing import ClassVar
 from distrain.train.config import ConfigError
 
 # The modules of the built-in modes, in the order the comparison lists them.
-BUILT_IN = ("single", "sync", "elastic", "asynchronous", "syncreplicas", "ssp", "easgd", "avg")
+BUILT_IN = (
+    "single",
+    "sync",
+    "elastic",
+    "asynchronous",
+    "syncreplicas",
+    "ssp",
+    "easgd",
+    "avg",
+    "tensor",
+    "pipeline",
+    "hybrid",
+)
 
 _REGISTRY: dict[str, type[Mode]] = {}
 _LOADED = False
@@ -107,6 +119,9 @@ class Mode:
     options: ClassVar[dict[str, str]] = {}
     #: The spec's fixed worker count, if it has one (single: 1).
     fixed_workers: ClassVar[int | None] = None
+    #: Options that may be given as bare values after the worker count, in this order
+    #: (``hybrid:2:2`` is ``hybrid:2:model=2``).
+    positional: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec):
         self.spec = spec
@@ -161,6 +176,10 @@ class Mode:
     def parameter_servers(self) -> int:
         """Parameter-server processes the run has."""
         return 0
+
+    def processes(self) -> int:
+        """Training processes the run has (its ranks, or workers besides parameter servers)."""
+        return self.spec.workers
 
     def gradients_per_update(self) -> int:
         """Batches whose gradients make one update (the learning rate is scaled by it)."""

@@ -1,0 +1,103 @@
+"""``hybrid``: D data-parallel groups of M ranks that split the model by columns."""
+
+from __future__ import annotations
+
+from distrain.train.config import ConfigError, TrainingError
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import register
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
+from distrain.train.replica import Group
+
+
+def layout(rank: int, model_ranks: int) -> tuple[int, int]:
+    """``(data group, place in the model group)`` of world rank ``rank``.
+
+    Rank ``d * M + m`` holds columns ``m`` of the model for data group ``d``: the ranks
+    of a model group are neighbours (on one host, where the split's traffic is), and the
+    ranks holding the same columns in every data group form the gradients' allreduce.
+    """
+    return rank // model_ranks, rank % model_ranks
+
+
+@register
+class Hybrid(Tensor):
+    """Data parallelism over model-parallel groups: ``hybrid:D:M`` runs D x M ranks."""
+
+    name = "hybrid"
+    options = {"model": "ranks per model-parallel group (M, at least 2; hybrid:D:M)"}
+    positional = ("model",)
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        if options.get("model") is None:
+            raise ConfigError("hybrid: the model-parallel size is required (hybrid:D:M)")
+        model = cls.integer(options, "model")
+        if model < 2:
+            raise ConfigError(f"hybrid: M must be at least 2 ranks per model, got {model}")
+        return {**checked, "model": model}
+
+    def processes(self) -> int:
+        return self.spec.workers * self.spec.option("model")  # [hybrid] D x M ranks
+
+    def gradients_per_update(self) -> int:
+        return self.spec.workers  # [hybrid] one batch per data-parallel group
+
+    def short_name(self) -> str:
+        return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"
+
+    def train(self, cfg) -> dict:
+        import horovod.tensorflow as hvd
+
+        from distrain.train.runtime import start_horovod
+
+        data, model = cfg.run.workers, self.spec.option("model")
+        sets = process_sets(hvd, data, model)
+        hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=[*sets[0], *sets[1]])
+        if hvd.size() != data * model:
+            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {data * model}")
+        group, model_group, reduce = groups(hvd, data, model, sets)
+        replica = SplitReplica(cfg, group, model_group)
+        history = EpochDriver(cfg, replica, SplitSteps(replica, reduce)).run()
+        hvd.join()
+        return history
+
+
+def process_sets(hvd, data: int, model: int) -> tuple[list, list]:
+    """[hybrid] The process sets to register (none when there is one data group).
+
+    Each data group's model ranks, and each column's holders across the data groups.
+
+    Returns:
+        ``(model_sets, data_sets)``, unregistered ``hvd.ProcessSet``s.
+    """
+    if data == 1:
+        return [], []
+    model_sets = [hvd.ProcessSet([d * model + m for m in range(model)]) for d in range(data)]
+    data_sets = [hvd.ProcessSet([d * model + m for d in range(data)]) for m in range(model)]
+    return model_sets, data_sets
+
+
+def groups(hvd, data: int, model: int, sets: tuple[list, list]):
+    """[hybrid] This rank's data group, model group and gradient reduction.
+
+    Args:
+        hvd: ``horovod.tensorflow``, initialised with ``sets`` registered.
+        data: Data-parallel groups (D).
+        model: Ranks per model group (M).
+        sets: :func:`process_sets`' result.
+
+    Returns:
+        ``(Group, ModelGroup, reduce)``: ``reduce`` averages the gradients over the
+        ranks holding the same columns (None with one data group).
+    """
+    from distrain.train.replica import allreduce_gradients
+    from distrain.train.split import ModelGroup
+
+    d, m = layout(hvd.rank(), model)
+    if data == 1:
+        return Group(0, 1, None, world_rank=hvd.rank()), ModelGroup(hvd, m, model), None
+    model_sets, data_sets = sets
+    group = Group(d, data, hvd, process_set=data_sets[m], world_rank=hvd.rank())
+    # [hybrid] the gradients averaged within the column's set, the split within the group's
+    return group, ModelGroup(hvd, m, model, model_sets[d]), allreduce_gradients(hvd, data_sets[m])

@@ -1,0 +1,321 @@
+"""``pipeline``: consecutive layers as stages on N ranks, each batch in M micro-batches (GPipe)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distrain.train.config import ConfigError, TrainingError
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import register
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
+from distrain.train.replica import Group
+
+
+def layer_costs(model) -> list[float]:
+    """Multiply-adds per example of each layer of a built ``Sequential`` (its stage weight).
+
+    Dense and convolution layers count their multiply-adds; the others (reshaping,
+    pooling, activations) a thousandth of their output size, so that they weigh little
+    but a stage of them alone is not free.
+    """
+    import tf_keras as keras
+
+    costs = []
+    for layer in model.layers:
+        out = [d or 1 for d in layer.output_shape[1:]]
+        if isinstance(layer, keras.layers.Dense):
+            costs.append(float(np.prod(out)) * layer.kernel.shape[0])
+        elif isinstance(layer, keras.layers.Conv2D):
+            kh, kw, cin, _ = layer.kernel.shape
+            costs.append(float(np.prod(out)) * kh * kw * cin)
+        else:
+            costs.append(float(np.prod(out)) * 1e-3)
+    return costs
+
+
+def stage_bounds(costs: list[float], stages: int) -> list[tuple[int, int]]:
+    """Cuts layers ``0..L-1`` into ``stages`` consecutive non-empty runs, the costliest cheapest.
+
+    Returns:
+        ``(start, stop)`` of each stage.
+
+    Raises:
+        ValueError: Fewer layers than stages.
+    """
+    n = len(costs)
+    if n < stages:
+        raise ValueError(f"{n} layers cannot make {stages} pipeline stages")
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    # best[k][i]: the least possible costliest stage when the first i layers make k stages.
+    best = np.full((stages + 1, n + 1), np.inf)
+    cut = np.zeros((stages + 1, n + 1), dtype=int)
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                worst = max(best[k - 1][j], prefix[i] - prefix[j])
+                if worst < best[k][i]:
+                    best[k][i], cut[k][i] = worst, j
+    bounds, i = [], n
+    for k in range(stages, 0, -1):
+        bounds.append((int(cut[k][i]), int(i)))
+        i = int(cut[k][i])
+    return bounds[::-1]
+
+
+class PipelineReplica(SplitReplica):
+    """[pipeline] This rank's stage: consecutive layers of the model, and GPipe's schedule.
+
+    A batch is cut into ``micro`` micro-batches. Forward, each stage runs every
+    micro-batch through its layers and passes the activations to the next stage; the
+    last stage computes the loss. Backward, the last stage sends each micro-batch's
+    gradient with respect to its input to the stage before, which goes on from there;
+    each stage sums its layers' gradients over the micro-batches and updates once per
+    batch, so a step is the unsplit model's step on the whole batch. The transfers are
+    Horovod broadcasts from the sending stage within the pair of neighbouring stages
+    (Horovod has no send and receive): a receiving stage knows the shape to expect,
+    because every stage reads the same batch. Everything is one traced graph per stage,
+    so a stage computes its next micro-batch while the last one is on its way.
+
+    Args:
+        cfg: The run's configuration.
+        model_group: The stages: rank ``s`` holds stage ``s``.
+        micro: Micro-batches per batch.
+        links: The Horovod process set of each pair of neighbouring stages.
+    """
+
+    parallelism = "pipeline"
+
+    def __init__(self, cfg, model_group, micro: int, links: list):
+        import tensorflow as tf
+
+        # [pipeline] Grappler's dependency optimizer drops control edges between ops it
+        # takes to be free of side effects, and Horovod's ops are not marked stateful:
+        # with it on, a stage started a backward receive before its forward sends, and
+        # both stages waited for ever. Off for this process, the transfers keep their order.
+        tf.config.optimizer.set_experimental_options({"dependency_optimization": False})
+        self.micro, self.links = micro, links
+        super().__init__(cfg, Group(0, 1, None, world_rank=model_group.rank), model_group)
+
+    def build_model(self, model):
+        import tf_keras as keras
+
+        mg = self.model_group
+        self.stage, self.stages = mg.rank, mg.size
+        self.bounds = stage_bounds(layer_costs(model), self.stages)
+        start, stop = self.bounds[self.stage]
+        # The whole model's weight shapes, stage by stage: for gathering them to save.
+        self.weight_shapes = [
+            [tuple(w.shape) for layer in model.layers[a:b] for w in layer.weights]
+            for a, b in self.bounds
+        ]
+        if start == 0:
+            inputs = keras.layers.Input(shape=model.input_shape[1:], dtype=model.inputs[0].dtype)
+        else:
+            inputs = keras.layers.Input(shape=model.layers[start - 1].output_shape[1:])
+        self.out_shape = model.layers[stop - 1].output_shape[1:]
+        self._nothing = self.tf.Variable(0.0, trainable=False, name="pipeline_buffer_fill")
+        return keras.Sequential(
+            [inputs, *model.layers[start:stop]], name=f"{model.name}_stage{self.stage}"
+        )
+
+    # ---- transfers between neighbouring stages ---------------------------------------
+
+    def _in_order(self, make):
+        """The transfer ``make()`` builds, run after this stage's previous one.
+
+        Every stage makes its transfers in the schedule's order (forward micro-batches
+        in turn, then backward in reverse), the same order on both ends of each link:
+        without the chain, a stage could start a receive whose sender is itself waiting
+        on a transfer this stage has not begun, and Horovod would wait for ever.
+        """
+        tf = self.tf
+        with tf.control_dependencies(self._chain[-1:]):
+            out = make()
+        self._chain.append(out)
+        return out
+
+    def _pass(self, tensor, name: str, to_next: bool):
+        """[pipeline] Sends ``tensor`` to the next (or previous) stage."""
+        hvd = self.model_group.hvd
+        link = self.links[self.stage if to_next else self.stage - 1]
+        return self._in_order(
+            lambda: hvd.broadcast(tensor, root_rank=self.stage, name=name, process_set=link)
+        )
+
+    def _take(self, shape, name: str, from_previous: bool):
+        """[pipeline] Receives a tensor of ``shape`` from the previous (or next) stage."""
+        tf, hvd = self.tf, self.model_group.hvd
+        source = self.stage - 1 if from_previous else self.stage + 1
+        link = self.links[source if from_previous else self.stage]
+        # The buffer is filled from a variable, not a constant: Horovod's ops are not
+        # marked stateful, and TensorFlow folds a node whose inputs are all constants
+        # when it instantiates the function, running the collective then, alone, where
+        # it waits for ever (a deadlock seen with tf.zeros here).
+        buffer = tf.fill(shape, self._nothing.read_value())
+        return self._in_order(
+            lambda: hvd.broadcast(buffer, root_rank=source, name=name, process_set=link)
+        )
+
+    def _in_shape(self, rows):
+        return [rows, *self.model.input_shape[1:]]
+
+    def _out_shape(self, rows):
+        return [rows, *self.out_shape]
+
+    # ---- the step ----------------------------------------------------------------------
+
+    def gradients(self, x, y, reduce=None):
+        import tf_keras as keras
+
+        tf, s, last = self.tf, self.stage, self.stage == self.stages - 1
+        self._chain = []  # this step's transfers, in order
+        variables = self.model.trainable_variables
+        rows = tf.shape(x)[0] // self.micro
+        xs, ys = tf.split(x, self.micro), tf.split(y, self.micro)
+        labels = tf.cast(tf.size(y), tf.float32)
+        sent, inputs, outputs = [], [], []
+        for m in range(self.micro):  # [pipeline] forward, micro-batch by micro-batch
+            if s == 0:
+                inp = xs[m]
+            else:
+                inp = self._take(self._in_shape(rows), f"pipe_fwd_{s - 1}_{m}", True)
+            out = self.model(inp, training=True)
+            if not last:
+                sent.append(self._pass(out, f"pipe_fwd_{s}_{m}", True))
+            inputs.append(inp)
+            outputs.append(out)
+        grads = [tf.zeros_like(v) for v in variables]
+        loss_sum = correct = tf.constant(0.0)
+        for m in reversed(range(self.micro)):  # [pipeline] backward, last micro-batch first
+            if last:
+                losses = keras.losses.sparse_categorical_crossentropy(
+                    ys[m], outputs[m], from_logits=True
+                )
+                target, seed = tf.reduce_sum(losses) / labels, None
+                loss_sum += tf.reduce_sum(losses)
+                hits = tf.equal(tf.argmax(outputs[m], -1, output_type=tf.int32), ys[m])
+                correct += tf.reduce_sum(tf.cast(hits, tf.float32))
+            else:
+                shape = self._out_shape(rows)
+                target, seed = outputs[m], self._take(shape, f"pipe_bwd_{s + 1}_{m}", False)
+            wrt = [*variables, inputs[m]] if s > 0 else list(variables)
+            got = tf.gradients(target, wrt, grad_ys=seed, gate_gradients=True)
+            if s > 0:
+                sent.append(self._pass(got[-1], f"pipe_bwd_{s}_{m}", False))
+            grads = [total + g for total, g in zip(grads, got[: len(variables)], strict=True)]
+        with tf.control_dependencies(sent):  # the transfers are part of the step
+            grads = [tf.identity(g) for g in grads]
+        return loss_sum, correct, grads
+
+    # ---- evaluation and the whole model ---------------------------------------------
+
+    def eval_function(self):
+        if not hasattr(self, "_eval_step"):
+            import tf_keras as keras
+
+            tf, s, last = self.tf, self.stage, self.stage == self.stages - 1
+
+            @tf.function(input_signature=list(self.val_ds.element_spec))
+            def eval_step(x, y):
+                self._chain = []
+                rows = tf.shape(x)[0]
+                if s == 0:
+                    inp = x
+                else:
+                    inp = self._take(self._in_shape(rows), f"pipe_eval_{s - 1}", True)
+                out = self.model(inp, training=False)
+                if not last:
+                    with tf.control_dependencies([self._pass(out, f"pipe_eval_{s}", True)]):
+                        return tf.constant(0.0), tf.constant(0.0)
+                loss = keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True)
+                hits = tf.equal(tf.argmax(out, -1, output_type=tf.int32), y)
+                return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.float32))
+
+            self._eval_step = eval_step
+        return self._eval_step
+
+    def from_last(self, *values: float) -> list[float]:
+        """The last stage's values, on every stage (the loss is only computed there)."""
+        tf, hvd = self.tf, self.model_group.hvd
+        values = hvd.broadcast(
+            tf.constant(values, tf.float64), root_rank=self.stages - 1, name="pipe_from_last"
+        )
+        return [float(v) for v in values.numpy()]
+
+    def evaluate(self) -> tuple[float, float]:
+        return tuple(self.from_last(*super().evaluate()))
+
+    def whole_weights(self) -> list:
+        tf, hvd = self.tf, self.model_group.hvd
+        out = []
+        for stage, shapes in enumerate(self.weight_shapes):
+            mine = [w.numpy() for w in self.model.weights] if stage == self.stage else None
+            for i, shape in enumerate(shapes):
+                value = mine[i] if mine is not None else np.zeros(shape, np.float32)
+                got = hvd.broadcast(tf.constant(value), root_rank=stage, name=f"whole_{stage}_{i}")
+                out.append(got.numpy())
+        return out
+
+
+class PipelineSteps(SplitSteps):
+    """[pipeline] The stages' steps; an epoch's loss and accuracy come from the last stage."""
+
+    def epoch_totals(self, loss_sum, correct, seen):
+        loss_sum, correct = self.replica.from_last(loss_sum, correct)
+        return loss_sum, correct, seen
+
+
+@register
+class Pipeline(Tensor):
+    """Consecutive layers on N ranks as stages; micro-batches flow through them (GPipe)."""
+
+    name = "pipeline"
+    options = {"micro": "micro-batches per batch (default 4)"}
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        micro = cls.integer(options, "micro", 4)
+        if micro < 1:
+            raise ConfigError(f"pipeline: micro must be at least 1, got {micro}")
+        if workers < 2:
+            raise ConfigError("pipeline: needs at least 2 stages (workers)")
+        return {**checked, "micro": micro}
+
+    def short_name(self) -> str:
+        return f"{self.spec.mode}:{self.spec.workers}:micro={self.spec.option('micro')}"
+
+    def check_config(self, cfg) -> None:
+        from distrain.train.models import SEQUENCE_MODELS
+
+        micro = self.spec.option("micro")
+        if cfg.batch_size % micro:
+            raise ConfigError(
+                f"{self.spec.name}: batch size {cfg.batch_size} does not divide into "
+                f"{micro} micro-batches"
+            )
+        if cfg.model in SEQUENCE_MODELS:
+            raise ConfigError(
+                f"{self.spec.name}: model {cfg.model!r} reads sequences of varying length "
+                "(with masks), which the stages do not pass on; use tensor for it"
+            )
+
+    def train(self, cfg) -> dict:
+        import horovod.tensorflow as hvd
+
+        from distrain.train.runtime import start_horovod
+        from distrain.train.split import ModelGroup
+
+        stages = cfg.run.workers
+        # [pipeline] a process set for each pair of neighbouring stages (two stages: the world)
+        pairs = [hvd.ProcessSet([s, s + 1]) for s in range(stages - 1)] if stages > 2 else []
+        hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=pairs)
+        if hvd.size() != stages:
+            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {stages}")
+        links = pairs or [hvd.global_process_set]
+        group = ModelGroup(hvd, hvd.rank(), stages)
+        replica = PipelineReplica(cfg, group, self.spec.option("micro"), links)
+        history = EpochDriver(cfg, replica, PipelineSteps(replica)).run()
+        hvd.join()
+        return history

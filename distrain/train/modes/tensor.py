@@ -1,0 +1,160 @@
+"""``tensor``: every dense layer split by columns over N Horovod ranks (model parallelism)."""
+
+from __future__ import annotations
+
+import resource
+
+from distrain.train.config import ConfigError, TrainingError
+from distrain.train.driver import EpochDriver
+from distrain.train.modes import register
+from distrain.train.modes.single import LocalSteps
+from distrain.train.modes.sync import Sync
+from distrain.train.replica import Group, Replica
+
+
+class SplitReplica(Replica):
+    """[tensor] A replica whose model is this rank's share of a split model.
+
+    Every rank of a model group holds its columns of each dense layer (and the whole of
+    the other layers), reads the same batches as the others of its group, and saves its
+    own checkpoints (``checkpoints/part-R-of-M``). The saved model is the whole one:
+    the group's shares are gathered, and rank 0 writes ``model.keras``.
+
+    Args:
+        cfg: The run's configuration.
+        group: The data-parallel group (one rank per model group; alone for ``tensor``).
+        model_group: The ranks this rank's model is split over.
+    """
+
+    #: How the model is split (the comparison's "parallelism" column).
+    parallelism = "tensor"
+
+    def __init__(self, cfg, group: Group, model_group):
+        self.model_group = model_group
+        super().__init__(cfg, group)
+
+    def build_model(self, model):
+        from distrain.train.split import split_model
+
+        return split_model(model, self.model_group)  # [tensor] this rank's share
+
+    @property
+    def writes_checkpoints(self) -> bool:
+        return self.group.rank == 0  # [tensor] one holder of each part
+
+    def checkpoint_dir(self):
+        mg = self.model_group
+        return self.out / "checkpoints" / f"part-{mg.rank}-of-{mg.size}"
+
+    def whole_weights(self) -> list:
+        """The unsplit model's weights (a collective of the model group)."""
+        from distrain.train.split import whole_weights
+
+        return whole_weights(self.model, self.model_group)
+
+    def save_model(self) -> None:
+        from distrain.train.models import build_model
+
+        weights = self.whole_weights()  # [tensor] every rank of the group takes part
+        if self.rank == 0:
+            whole = build_model(self.info, self.cfg.model, self.cfg.seed)
+            whole.set_weights(weights)
+            whole.save(self.out / "model.keras")
+
+
+class SplitSteps(LocalSteps):
+    """[tensor] single's steps on a split model: the group's ranks read the same batches.
+
+    Args:
+        replica: This rank's :class:`SplitReplica`.
+        reduce: The gradients' mean over the data-parallel group (hybrid), or None.
+    """
+
+    def __init__(self, replica: SplitReplica, reduce=None):
+        super().__init__(replica, replica.train_step(reduce))
+        self.gradients_per_update = replica.group.size
+
+    def dataset(self):
+        r = self.replica
+        return r.train_shard(self.cfg.seed + r.group.rank)  # [tensor] same for the group
+
+    def finish(self) -> None:
+        import numpy as np
+
+        from distrain.train.split import parameters
+
+        # [tensor] every rank's parameters and peak memory, for the comparison (a
+        # collective: every rank comes here, at the end of training).
+        r = self.replica
+        mine = np.array(
+            [[parameters(r.model), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]],
+            dtype=np.int64,
+        )
+        every = r.model_group.hvd.allgather(mine, name="split_rank_stats").numpy()
+        self.rank_stats = {"parameters": every[:, 0].tolist(), "peak_memory": every[:, 1].tolist()}
+
+    def history(self) -> dict:
+        stats = getattr(self, "rank_stats", {})
+        hvd = self.replica.model_group.hvd
+        return {
+            "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+            "parallelism": self.replica.parallelism,
+            "model_ranks": self.replica.model_group.size,
+            # Per rank of the run, in rank order: trainable parameters held, and the
+            # process's peak resident memory in bytes.
+            "parameters_per_rank": stats.get("parameters"),
+            "peak_memory_per_rank": stats.get("peak_memory"),
+        }
+
+
+@register
+class Tensor(Sync):
+    """Column-split dense layers over N ranks, every rank on the same batches."""
+
+    name = "tensor"
+    options = {}
+
+    @classmethod
+    def variant(cls, options: dict):
+        return cls
+
+    def gradients_per_update(self) -> int:
+        return 1  # [tensor] one batch a step, shared by the group
+
+    def check_config(self, cfg) -> None:
+        from distrain.train.models import RECURRENT_MODELS
+
+        if cfg.model in RECURRENT_MODELS:
+            raise ConfigError(
+                f"{self.spec.name}: model {cfg.model!r} has recurrent layers, which the "
+                "column split does not cover; split a model without them (mlp, cnn)"
+            )
+
+    def train(self, cfg) -> dict:
+        from distrain.train.runtime import start_horovod
+        from distrain.train.split import ModelGroup
+
+        hvd, _ = start_horovod(cfg.idle_horovod_threads)
+        if hvd.size() != cfg.run.workers:
+            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {cfg.run.workers}")
+        model_group = ModelGroup(hvd, hvd.rank(), hvd.size())
+        # [tensor] no data parallelism: one data group, every rank on the same batches.
+        alone = Group(0, 1, None, world_rank=hvd.rank())
+        replica = SplitReplica(cfg, alone, model_group)
+        history = EpochDriver(cfg, replica, SplitSteps(replica)).run()
+        hvd.join()
+        return history
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        parameters = history.get("parameters_per_rank") or []
+        memory = history.get("peak_memory_per_rank") or []
+        return {
+            "parameter_servers": 0,
+            "aggregation": None,
+            "transport": history.get("controller"),
+            "parallelism": history.get("parallelism"),
+            # The fullest rank: the one whose memory bounds the model that fits.
+            "parameters_per_rank": max(parameters) if parameters else None,
+            "rank_memory_mb": max(memory) / 2**20 if memory else None,
+        }
