@@ -58,7 +58,7 @@ COLUMNS = [
 
 def _epoch_seconds(history: dict) -> float | None:
     """Training seconds per epoch, over the epochs after the first (tracing) if there are more."""
-    epochs = history.get("epochs") or []
+    epochs = [e for e in history.get("epochs") or [] if "step_seconds" in e]
     steady = epochs[1:] or epochs
     return sum(e["step_seconds"] for e in steady) / len(steady) if steady else None
 

@@ -529,6 +529,7 @@ def test_compiled_trainjob_pipeline_validates_for_every_run_mode(tmp_path, works
         "ssp": "ssp:2:staleness=2",
         "easgd": "easgd:2:tau=4",
         "avg": "avg:2:period=4",
+        "hybrid": "hybrid:1:2",
     }
     kinds = set()
     for mode in mode_names():
