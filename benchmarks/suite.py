@@ -90,6 +90,11 @@ class SuiteConfig:
         peer_repeats: Repeats of each mode-and-peer pair (ranges are over them).
         link_gbps: Link bandwidth of the scaling plan (Gbit/s).
         link_latency_us: Link latency of the scaling plan (microseconds).
+        model_setups: (data set, model) of section 9, the models under each split.
+        model_size: Records of each data set's sample in section 9.
+        model_batch: Batch (per data-parallel rank) of section 9.
+        model_epochs: Epochs of section 9's runs (the first is warm-up).
+        model_micro: Micro-batches of section 9's pipeline runs.
     """
 
     quick: bool = False
@@ -112,6 +117,18 @@ class SuiteConfig:
     peer_repeats: int = 3
     link_gbps: float = 10.0
     link_latency_us: float = 20.0
+    model_setups: tuple = (
+        ("mnist", "mlp"),
+        ("mnist", "cnn"),
+        ("mnist", "fc"),
+        ("mnist", "cnn-seed"),
+        ("mnist", "vgg11"),
+        ("dbpedia", "nbow"),
+    )
+    model_size: int = 6000
+    model_batch: int = 256
+    model_epochs: int = 3
+    model_micro: int = 4
 
     @classmethod
     def small(cls, **kw) -> SuiteConfig:
@@ -132,6 +149,10 @@ class SuiteConfig:
             peer_size=2000,
             peer_setups=(("mlp", 64, 2),),
             peer_repeats=1,
+            model_setups=(("mnist", "mlp"),),
+            model_size=1500,
+            model_batch=64,
+            model_epochs=2,
             **kw,
         )
 
@@ -1706,6 +1727,10 @@ def render_markdown(results: dict) -> str:
                 f"(Measured on {peers['measured_alone']} by `scripts/bench.sh --only peers`, "
                 "apart from the other sections: their numbers are from the date above.)",
             ]
+    if results.get("models"):
+        from benchmarks.model_parallel import render_models
+
+        lines += ["", *render_models(results["models"])]
     return "\n".join(lines) + "\n"
 
 
@@ -1759,7 +1784,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask"],
+        choices=["peers", "dask", "models"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -1768,10 +1793,18 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
+    if args.only == "models":
+        try:
+            results = json.loads(Path(args.json).read_text())
+            log("9/9 models under data and model parallelism (alone)")
+            results["models"] = _models(cfg, tmp, results)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _write(args, results)
     if args.only == "dask":
         try:
             results = json.loads(Path(args.json).read_text())
-            log("1b/8 Beam's Dask runner (alone)")
+            log("1b/9 Beam's Dask runner (alone)")
             results["dask"] = bench_dask(cfg, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -1779,7 +1812,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         try:
             results = json.loads(Path(args.json).read_text())
-            log("8/8 each mode against its plain-TensorFlow peer (alone)")
+            log("8/9 each mode against its plain-TensorFlow peer (alone)")
             results["peers"] = bench_peers(cfg, tmp)
             results["peers"]["measured_alone"] = machine(cfg)["date"]
             results["targets"] = targets(results)
@@ -1788,25 +1821,34 @@ def main(argv: list[str] | None = None) -> int:
         return _write(args, results)
     try:
         results: dict = {"machine": machine(cfg), "config": cfg.__dict__}
-        log("1/8 preprocessing")
+        log("1/9 preprocessing")
         results["preprocessing"] = bench_preprocessing(cfg, tmp)
-        log("1b/8 Beam's Dask runner")
+        log("1b/9 Beam's Dask runner")
         results["dask"] = bench_dask(cfg, tmp)
-        log("2/8 training throughput")
+        log("2/9 training throughput")
         results["training"] = bench_training(cfg, tmp)
-        log("3,5,6/8 pipelines with kfp.local: time to accuracy, overhead, memory")
+        log("3,5,6/9 pipelines with kfp.local: time to accuracy, overhead, memory")
         results["steps"] = bench_pipelines(cfg, tmp)
-        log("4/8 allreduce")
+        log("4/9 allreduce")
         results["allreduce"] = bench_allreduce(cfg, tmp)
-        log("7/8 scaling plan")
+        log("7/9 scaling plan")
         results["scaling"] = scaling_plan(cfg, results["training"], results["allreduce"])
-        log("8/8 each mode against its plain-TensorFlow peer")
+        log("8/9 each mode against its plain-TensorFlow peer")
         results["peers"] = bench_peers(cfg, tmp)
+        log("9/9 models under data and model parallelism")
+        results["models"] = _models(cfg, tmp, results)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _write(args, results)
+
+
+def _models(cfg: SuiteConfig, tmp: Path, results: dict) -> dict:
+    """Section 9, on the link that section 4 measured (fitted to Horovod's allreduce)."""
+    from benchmarks.model_parallel import bench_models
+
+    return bench_models(cfg, tmp, fit_link(results["allreduce"]), log)
 
 
 def _write(args, results: dict) -> int:
