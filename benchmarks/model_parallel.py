@@ -12,8 +12,9 @@ cost model's predicted step time of each split beside the measured one:
   000's own count for one epoch of example-at-a-time messages: eqs. (4)-(9), K messages
   and N1 + N2 + N3 data.
 * **pipeline** (GPipe): the costliest stage's share of the step, stretched by the bubble
-  (M+N-1)/M, and the transfers on the critical path: the first micro-batch's activations
-  forward and its gradient back through the N-1 boundaries.
+  (M+N-1)/M, and every transfer: distrain chains a stage's transfers in the schedule's
+  order, so each micro-batch's activations forward and gradient back, at each of the N-1
+  boundaries, is a message on the step's path (2M(N-1) of them).
 
 The step time of one process on one core (``single:1`` pinned to a core) is the compute
 both predictions start from; shares of it go by multiply-adds per layer
@@ -49,7 +50,9 @@ class RankMemory:
         while not self._stop.is_set():
             for child in me.children(recursive=True):
                 try:
-                    if "worker" in child.cmdline():
+                    command = child.cmdline()
+                    # A rank or a worker (``python -m distrain worker``), not mpirun.
+                    if "worker" in command and "mpirun" not in command[0]:
                         rss = child.memory_info().rss
                         self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), rss)
                 except psutil.Error:
@@ -111,7 +114,7 @@ def tensor_step(t1: float, model, batch: int, n: int, bandwidth: float, latency:
 def pipeline_step(
     t1: float, model, batch: int, n: int, micro: int, bandwidth: float, latency: float
 ) -> dict:
-    """Predicted step seconds of ``pipeline:n:micro=M``: costliest stage, bubble, fill/drain."""
+    """Predicted step seconds of ``pipeline:n:micro=M``: costliest stage, bubble, transfers."""
     import numpy as np
 
     from distrain.train.modes.pipeline import layer_costs, stage_bounds
@@ -123,7 +126,7 @@ def pipeline_step(
     comm = 0.0
     for _, b in bounds[:-1]:
         size = batch / micro * float(np.prod(model.layers[b - 1].output_shape[1:])) * FLOAT
-        comm += 2 * (latency + size / bandwidth)
+        comm += 2 * micro * (latency + size / bandwidth)  # forward and back, each micro-batch
     return {
         "step": t1 * max(shares) * bubble + comm,
         "comm": comm,
