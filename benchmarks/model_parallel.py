@@ -51,8 +51,9 @@ class RankMemory:
             for child in me.children(recursive=True):
                 try:
                     command = child.cmdline()
-                    # A rank or a worker (``python -m distrain worker``), not mpirun.
-                    if "worker" in command and "mpirun" not in command[0]:
+                    # A rank or a worker: ``python -m distrain worker`` (not mpirun, nor
+                    # a child caught between fork and exec).
+                    if command[1:4] == ["-m", "distrain", "worker"]:
                         rss = child.memory_info().rss
                         self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), rss)
                 except psutil.Error:
