@@ -13,21 +13,21 @@ def _keras():
     return tf_keras
 
 
-def mnist_mlp(info: DatasetInfo, seed: int):
-    """A 784-256-128-10 perceptron with ReLU; outputs logits."""
+def _perceptron(info: DatasetInfo, seed: int, hidden: tuple[int, ...], name: str):
+    """Flattened images through ReLU layers of ``hidden`` units; outputs logits."""
     keras = _keras()
     init = keras.initializers.GlorotUniform
     shape = tuple(info.metadata.get("image_shape", [28, 28]))
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=shape),
-            keras.layers.Flatten(),
-            keras.layers.Dense(256, activation="relu", kernel_initializer=init(seed)),
-            keras.layers.Dense(128, activation="relu", kernel_initializer=init(seed + 1)),
-            keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + 2)),
-        ],
-        name="mnist_mlp",
-    )
+    layers = [keras.layers.Input(shape=shape), keras.layers.Flatten()]
+    for i, units in enumerate(hidden):
+        layers.append(keras.layers.Dense(units, "relu", kernel_initializer=init(seed + i)))
+    layers.append(keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + len(hidden))))
+    return keras.Sequential(layers, name=name)
+
+
+def mnist_mlp(info: DatasetInfo, seed: int):
+    """A 784-256-128-10 perceptron with ReLU; outputs logits."""
+    return _perceptron(info, seed, (256, 128), "mnist_mlp")
 
 
 def mnist_cnn(info: DatasetInfo, seed: int):
@@ -53,19 +53,7 @@ def mnist_cnn(info: DatasetInfo, seed: int):
 
 def mnist_fc(info: DatasetInfo, seed: int):
     """Seed 000's fully connected net: 784-480-160-10, ReLU; outputs logits."""
-    keras = _keras()
-    init = keras.initializers.GlorotUniform
-    shape = tuple(info.metadata.get("image_shape", [28, 28]))
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=shape),
-            keras.layers.Flatten(),
-            keras.layers.Dense(480, activation="relu", kernel_initializer=init(seed)),
-            keras.layers.Dense(160, activation="relu", kernel_initializer=init(seed + 1)),
-            keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + 2)),
-        ],
-        name="mnist_fc",
-    )
+    return _perceptron(info, seed, (480, 160), "mnist_fc")
 
 
 def mnist_cnn_seed(info: DatasetInfo, seed: int):
