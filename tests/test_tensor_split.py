@@ -178,3 +178,16 @@ def test_hybrid_gradients_are_the_unsplit_models_mean_over_the_data_groups(
     results = _two_ranks(tmp_path, _HYBRID, str(config), ranks=4)
     assert [(r["data"], r["model"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(r["worst"] <= 1e-5 for r in results)
+
+
+def test_hybrid_spec_counts_every_rank(tmp_path):
+    from distrain.train.launch import sync_command
+
+    cfg = TrainConfig(data_dir=str(tmp_path), output_dir="o", run="hybrid:1:2")
+    assert cfg.run.name == "hybrid:1:2" and str(cfg.run) == "hybrid:1:model=2"
+    assert cfg.run.processes == 2 and cfg.run.impl.gradients_per_update() == 1
+    # One data group of two ranks still needs a cluster job of two ranks.
+    assert cfg.run.impl.needs_cluster()
+    command = sync_command(cfg, ["worker"])
+    assert command[command.index("-np") + 1] == "2"
+    assert TrainConfig(data_dir=str(tmp_path), output_dir="o", run="hybrid:2:3").run.processes == 6

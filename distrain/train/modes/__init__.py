@@ -199,7 +199,7 @@ class Mode:
 
     def needs_cluster(self) -> bool:
         """Whether, on Kubernetes, the run needs pods of its own (else the step's pod runs it)."""
-        return self.spec.workers > 1
+        return self.processes() > 1  # hybrid:1:2 is one data group of two ranks
 
     def kubernetes_objects(self, cfg, k, name: str, config_path: str) -> list[dict]:
         """The Kubernetes objects the run becomes.
