@@ -121,51 +121,36 @@ def mnist_vgg11(info: DatasetInfo, seed: int, dense: int = 512):
     return keras.Sequential(layers, name="mnist_vgg11")
 
 
+def _bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int, ...], name: str):
+    """Averaged (masked) token embeddings, ReLU layers of ``hidden`` units, then the logits."""
+    keras = _keras()
+    init = keras.initializers.GlorotUniform
+    layers = [
+        keras.layers.Input(shape=(None,), dtype="int32"),
+        keras.layers.Embedding(
+            info.metadata["vocab_size"],
+            dim,
+            mask_zero=True,
+            embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
+        ),
+        keras.layers.GlobalAveragePooling1D(),
+    ]
+    for i, units in enumerate(hidden):
+        layers.append(keras.layers.Dense(units, "relu", kernel_initializer=init(seed + 1 + i)))
+    layers.append(
+        keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + 1 + len(hidden)))
+    )
+    return keras.Sequential(layers, name=name)
+
+
 def dbpedia_nbow(info: DatasetInfo, seed: int, dim: int = 64, hidden: int = 128):
     """Neural bag of words (seed 004): averaged embeddings, a ReLU layer, then softmax."""
-    keras = _keras()
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=(None,), dtype="int32"),
-            keras.layers.Embedding(
-                info.metadata["vocab_size"],
-                dim,
-                mask_zero=True,
-                embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
-            ),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(
-                hidden,
-                activation="relu",
-                kernel_initializer=keras.initializers.GlorotUniform(seed + 1),
-            ),
-            keras.layers.Dense(
-                info.num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed + 2)
-            ),
-        ],
-        name="dbpedia_nbow",
-    )
+    return _bag_of_embeddings(info, seed, dim, (hidden,), "dbpedia_nbow")
 
 
 def dbpedia_fasttext(info: DatasetInfo, seed: int, dim: int = 64):
     """fastText-style classifier: embeddings of unigrams and bigrams, averaged, then softmax."""
-    keras = _keras()
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=(None,), dtype="int32"),
-            keras.layers.Embedding(
-                info.metadata["vocab_size"],
-                dim,
-                mask_zero=True,
-                embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
-            ),
-            keras.layers.GlobalAveragePooling1D(),
-            keras.layers.Dense(
-                info.num_classes, kernel_initializer=keras.initializers.GlorotUniform(seed + 1)
-            ),
-        ],
-        name="dbpedia_fasttext",
-    )
+    return _bag_of_embeddings(info, seed, dim, (), "dbpedia_fasttext")
 
 
 def dbpedia_logreg(info: DatasetInfo, seed: int):

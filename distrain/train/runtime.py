@@ -53,7 +53,7 @@ def bind_rank_to_cores() -> set[int] | None:
     return mine
 
 
-def start_horovod(idle_threads: bool = False, process_sets=()):
+def start_horovod(idle_threads: bool = False, process_sets=(), ranks: int | None = None):
     """[sync] ``hvd.init()``, with Horovod's own threads at idle priority if asked.
 
     ``hvd.init()`` starts Horovod's background thread (and, under MPI, Open MPI's progress
@@ -71,10 +71,14 @@ def start_horovod(idle_threads: bool = False, process_sets=()):
             (:attr:`TrainConfig.idle_horovod_threads`).
         process_sets: ``hvd.ProcessSet``s to register at the start (model-parallel
             groups); each is ready for collectives once this returns.
+        ranks: The ranks the run asks for (None: any number).
 
     Returns:
         The ``horovod.tensorflow`` module, initialised, and the ids of the threads lowered
         (empty when nothing was changed).
+
+    Raises:
+        TrainingError: Horovod started with another number of ranks than ``ranks``.
     """
     import horovod.tensorflow as hvd
     import tensorflow as tf
@@ -84,6 +88,10 @@ def start_horovod(idle_threads: bool = False, process_sets=()):
     lower = lower and not tf.config.list_physical_devices("GPU")
     before = set(os.listdir(tasks)) if lower else set()
     hvd.init(process_sets=list(process_sets) or None)
+    if ranks is not None and hvd.size() != ranks:
+        from distrain.train.config import TrainingError
+
+        raise TrainingError(f"started with {hvd.size()} ranks, the run asks {ranks}")
     lowered = []
     if lower:
         for tid in sorted(set(os.listdir(tasks)) - before, key=int):

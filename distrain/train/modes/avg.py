@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from distrain.train.config import ConfigError, TrainingError
+from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
 from distrain.train.modes.single import LocalSteps
@@ -218,9 +218,7 @@ class Average(Sync):
         from distrain.train.replica import Group, Replica
         from distrain.train.runtime import start_horovod
 
-        hvd, _ = start_horovod(cfg.idle_horovod_threads)
-        if hvd.size() != cfg.run.workers:
-            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {cfg.run.workers}")
+        hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         spec = cfg.run
         shared = spec.option("init") == "shared"
         # [avg] independent replicas: each rank's model from its own seed

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.config import ConfigError, TrainingError
+from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
 from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
@@ -53,9 +53,9 @@ class Hybrid(Tensor):
 
         data, model = cfg.run.workers, self.spec.option("model")
         sets = process_sets(hvd, data, model)
-        hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=[*sets[0], *sets[1]])
-        if hvd.size() != data * model:
-            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {data * model}")
+        hvd, _ = start_horovod(
+            cfg.idle_horovod_threads, process_sets=[*sets[0], *sets[1]], ranks=data * model
+        )
         group, model_group, reduce = groups(hvd, data, model, sets)
         replica = SplitReplica(cfg, group, model_group)
         history = EpochDriver(cfg, replica, SplitSteps(replica, reduce)).run()

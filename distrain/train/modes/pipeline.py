@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.train.config import ConfigError, TrainingError
+from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
 from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
@@ -310,9 +310,7 @@ class Pipeline(Tensor):
         stages = cfg.run.workers
         # [pipeline] a process set for each pair of neighbouring stages (two stages: the world)
         pairs = [hvd.ProcessSet([s, s + 1]) for s in range(stages - 1)] if stages > 2 else []
-        hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=pairs)
-        if hvd.size() != stages:
-            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {stages}")
+        hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=pairs, ranks=stages)
         links = pairs or [hvd.global_process_set]
         group = ModelGroup(hvd, hvd.rank(), stages)
         replica = PipelineReplica(cfg, group, self.spec.option("micro"), links)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.config import ConfigError, TrainingError
+from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import Mode, Process, register
 from distrain.train.modes.single import LocalSteps
@@ -96,9 +96,7 @@ class Sync(Mode):
         from distrain.train.runtime import start_horovod
 
         # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
-        hvd, lowered = start_horovod(cfg.idle_horovod_threads)
-        if hvd.size() != cfg.run.workers:
-            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {cfg.run.workers}")
+        hvd, lowered = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         replica = Replica(cfg, Group(hvd.rank(), hvd.size(), hvd))
         history = EpochDriver(cfg, replica, SyncSteps(replica, lowered)).run()
         hvd.join()  # [sync] no rank leaves before the others are done

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 
-from distrain.train.config import ConfigError, TrainingError
+from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
 from distrain.train.modes.single import LocalSteps
@@ -134,9 +134,7 @@ class Tensor(Sync):
         from distrain.train.runtime import start_horovod
         from distrain.train.split import ModelGroup
 
-        hvd, _ = start_horovod(cfg.idle_horovod_threads)
-        if hvd.size() != cfg.run.workers:
-            raise TrainingError(f"started with {hvd.size()} ranks, the run asks {cfg.run.workers}")
+        hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         model_group = ModelGroup(hvd, hvd.rank(), hvd.size())
         # [tensor] no data parallelism: one data group, every rank on the same batches.
         alone = Group(0, 1, None, world_rank=hvd.rank())
