@@ -7,16 +7,26 @@ from distrain.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
-def baseline(examples: Input[Dataset], report: Output[Artifact], metrics: Output[Metrics]):
-    """Majority class (classifiers) or a character 5-gram (language models)."""
+def baseline(
+    examples: Input[Dataset],
+    report: Output[Artifact],
+    metrics: Output[Metrics],
+    model: str = "",
+):
+    """The count-based baseline of the model's task.
+
+    Majority class (classifiers), a character 5-gram (language models, and the
+    encoder-decoder's targets) or the training mean image (the autoencoder).
+    """
     import json
 
     from distrain.failures import step_errors
     from distrain.steps import baseline as step
 
     with step_errors("baseline"):
-        result = step(examples.path)
-    for key in ("accuracy", "macro_f1", "bits_per_char", "perplexity"):
+        result = step(examples.path, model)
+    keys = ("accuracy", "macro_f1", "bits_per_char", "perplexity", "reconstruction_mse", "psnr")
+    for key in keys:
         if result["evaluation"].get(key) is not None:
             metrics.log_metric(key, round(float(result["evaluation"][key]), 6))
     with open(report.path, "w") as f:

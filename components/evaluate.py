@@ -32,9 +32,9 @@ def evaluate(
     """
     import json
 
-    from distrain.evaluate import metrics_markdown
     from distrain.failures import step_errors
     from distrain.steps import evaluate as step
+    from distrain.train.tasks import markdown
 
     with step_errors("evaluate"):
         result = step(examples.path, trained.path)
@@ -47,6 +47,9 @@ def evaluate(
         "bits_per_char",
         "nats_per_char",
         "perplexity",
+        "reconstruction_mse",
+        "psnr",
+        "pixel_accuracy",
     )
     for key in keys:
         if ev.get(key) is not None:
@@ -56,14 +59,7 @@ def evaluate(
     name = result["run"]["name"]
     if "confusion_matrix" in ev:
         confusion.log_confusion_matrix(ev["class_names"], ev["confusion_matrix"])
-        text = metrics_markdown(ev, f"{name} on {ev['split']}")
-    else:
-        text = (
-            f"## {name} on {ev['split']}\n\n- bits/char: {ev['bits_per_char']:.4f}\n"
-            f"- perplexity: {ev['perplexity']:.3f}\n- next-character accuracy: "
-            f"{ev['accuracy']:.4f}\n\nSample at temperature {ev['temperature']} after the "
-            f"prompt:\n\n```\n{ev['prompt']}{ev['sample']}\n```\n"
-        )
+    text = markdown(ev, f"{name} on {ev['split']}")
     with open(summary.path, "w") as f:
         f.write(text)
     with open(report.path, "w") as f:

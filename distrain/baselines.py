@@ -54,11 +54,16 @@ class CharNgramModel:
             p = seen / total + self.discount * self.types[k][h] / total * p
         return p
 
-    def nats_per_char(self, texts: list[str]) -> float:
-        """Average negative log-likelihood per character, in nats."""
+    def nats_per_char(self, texts: list[str], skip_first: int = 0) -> float:
+        """Average negative log-likelihood per character, in nats.
+
+        ``skip_first``: characters at the start of each text that are context only.
+        """
         total, n = 0.0, 0
         for text in texts:
             for i, ch in enumerate(text):
+                if i < skip_first:
+                    continue
                 total -= math.log(self.prob(text[max(0, i - self.order + 1) : i], ch))
                 n += 1
         if n == 0:

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import distrain
+from distrain import datasets
 from distrain.train.config import CONTROLLERS, DEFAULT_RUNS
 
-PIPELINES = ("mnist", "dbpedia", "gutenberg")
+PIPELINES = tuple(datasets.names())
 
 
 def _defaults(name: str):
@@ -31,12 +32,10 @@ def _defaults(name: str):
 
 def cmd_data(args: argparse.Namespace) -> int:
     """``distrain data``: write the sample or download the real data."""
-    from distrain.steps import StepError, fetch
+    from distrain.steps import fetch
 
     source = "sample" if args.sample else "download"
-    if args.download and args.dataset == "gutenberg":
-        if not args.ids:
-            raise StepError("Gutenberg downloads need --ids (e.g. --ids 1342,11)")
+    if args.download and args.ids:  # what to download, for the data sets that ask (Gutenberg)
         source = f"download:{args.ids}"
     summary = fetch(args.dataset, source, args.output, sample_size=args.sample_size, seed=args.seed)
     print(f"{args.dataset} ({source}) in {args.output}: {', '.join(summary['files'])}")
@@ -276,6 +275,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return submit(cfg)
 
 
+def _models_help() -> str:
+    """Each data set's models, its default first."""
+    return "; ".join(f"{name}: {', '.join(datasets.get(name).models)}" for name in PIPELINES)
+
+
 SAMPLE_HELP = (
     "size of a generated sample (0: default): MNIST training images, DBPedia training rows, "
     "Gutenberg characters"
@@ -370,11 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
         f"(default: {','.join(DEFAULT_RUNS)})",
     )
-    run.add_argument(
-        "--model",
-        help="default: the data set's (mlp, fasttext, lstm); also cnn, fc, cnn-seed, vgg11 "
-        "(MNIST), logreg, nbow (DBPedia), rnn (Gutenberg)",
-    )
+    run.add_argument("--model", help=f"default: the data set's first; {_models_help()}")
     run.add_argument("--epochs", type=int, help="default: the data set's")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS
@@ -59,12 +58,18 @@ class StepError(ValueError):
     """A step's inputs are invalid; raised before any work starts."""
 
 
-DATASETS = ("mnist", "dbpedia", "gutenberg")
+def _dataset(name: str):
+    """The named data set's plugin (:mod:`distrain.datasets`).
 
+    Raises:
+        StepError: No data set of that name.
+    """
+    from distrain import datasets
 
-def _check_dataset(dataset: str) -> None:
-    if dataset not in DATASETS:
-        raise StepError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
+    try:
+        return datasets.get(name)
+    except datasets.DataSetError as err:
+        raise StepError(str(err)) from None
 
 
 @_timed
@@ -84,7 +89,7 @@ def check_parameters(
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
     Args:
-        dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        dataset: A registered data set (:func:`distrain.datasets.names`).
         source: ``sample``, ``download`` / ``download:IDS`` or a directory of raw files
             (which get the file-level checks of :func:`check_raw_files`).
         runs: Run specs (``MODE:WORKERS[:ps=P][:aggregate=A]``).
@@ -102,29 +107,31 @@ def check_parameters(
     Raises:
         StepError: Every problem found, joined by ``; ``.
     """
+    from distrain import datasets
     from distrain.train.config import ConfigError, parse_run_specs
 
     problems = []
-    if dataset not in DATASETS:
-        problems.append(f"dataset {dataset!r}: expected one of {', '.join(DATASETS)}")
+    plugin = None
+    try:
+        plugin = datasets.get(dataset)
+    except datasets.DataSetError:
+        problems.append(f"dataset {dataset!r}: expected one of {', '.join(datasets.names())}")
     keyword = source in ("sample", "download") or source.startswith("download:")
     if not keyword and not Path(source).is_dir():
         problems.append(
             f"source {source!r}: no such data directory "
             "(expected 'sample', 'download' or a directory with the raw files)"
         )
-    elif not keyword and dataset in DATASETS:
+    elif not keyword and plugin is not None:
         try:
             check_raw_files(dataset, source)
         except (ValueError, OSError) as err:
             problems.append(f"source: {err}")
-    from distrain.train.models import models_for
-
-    if dataset in DATASETS and model not in models_for(dataset):
-        problems.append(
-            f"model {model!r}: no such model for {dataset} "
-            f"(expected one of {', '.join(models_for(dataset))})"
-        )
+    if plugin is not None:
+        try:
+            plugin.model(model)
+        except datasets.DataSetError as err:
+            problems.append(str(err))
     specs = []
     try:
         specs = parse_run_specs(runs)
@@ -168,32 +175,14 @@ def check_raw_files(dataset: str, directory: str | os.PathLike) -> None:
 
     Cheap (headers, lengths, names): a pipeline's parameter check runs them so that a bad
     or missing file fails the run in its first step, which is never retried, rather than
-    in a retried one. MNIST: the four IDX files, their headers and lengths (a truncated
-    gzip stream is caught from its trailer); DBPedia: ``classes.txt`` and non-empty
-    ``train.csv`` and ``test.csv``; Gutenberg: at least one ``*.txt`` book.
+    in a retried one. Each data set says what they are
+    (:meth:`distrain.datasets.DataSet.check_raw_files`).
 
     Raises:
         ValueError: A file is missing or malformed (the message names it); the data
             sets' own errors (``IdxFormatError``, ``DbpediaFormatError``) are ValueErrors.
     """
-    src = Path(directory)
-    if dataset == "mnist":
-        from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
-
-        for split in MNIST_FILES:
-            inspect_mnist_split(*mnist_paths(src, split))
-    elif dataset == "dbpedia":
-        from distrain.preprocess.dbpedia import read_classes
-
-        read_classes(src)
-        for name in ("train.csv", "test.csv"):
-            path = src / name
-            if not path.exists():
-                raise StepError(f"{path}: file not found (the dbpedia_csv layout needs it)")
-            if path.stat().st_size == 0:
-                raise StepError(f"{path}: empty file, expected CSV rows")
-    elif not sorted(src.glob("*.txt")):
-        raise StepError(f"{src}: no *.txt books")
+    _dataset(dataset).check_raw_files(Path(directory))
 
 
 @_timed
@@ -225,73 +214,27 @@ def fetch(
         StepError: Unknown data set, or ``source`` is neither a keyword nor a directory
             with the data set's files.
     """
-    _check_dataset(dataset)
+    from distrain import datasets
+
+    plugin = _dataset(dataset)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if source == "sample":
-        _write_sample(dataset, out, sample_size, seed)
-    elif source == "download" or source.startswith("download:"):
-        from distrain.data import download
-
-        if dataset == "mnist":
-            download.download_mnist(out)
-        elif dataset == "dbpedia":
-            extracted = download.download_dbpedia(out / "archive")
-            for name in ("classes.txt", "train.csv", "test.csv"):
-                shutil.copyfile(extracted / name, out / name)
+    try:
+        if source.startswith("download"):
+            plugin.check_source(source)
+        out.mkdir(parents=True, exist_ok=True)
+        if source == "sample":
+            plugin.write_sample(out, sample_size, seed)
+        elif source == "download" or source.startswith("download:"):
+            plugin.download(out, source)
         else:
-            ids = [int(i) for i in source.partition(":")[2].split(",") if i.strip()]
-            if not ids:
-                raise StepError("Gutenberg downloads need book ids: download:1342,11,84")
-            download.fetch_gutenberg(ids, out)
-    else:
-        _copy_raw(dataset, Path(source), out)
+            if not Path(source).is_dir():
+                raise StepError(
+                    f"{dataset} source {source!r} is not 'sample', 'download' or a directory"
+                )
+            plugin.copy_raw(Path(source), out)
+    except datasets.DataSetError as err:
+        raise StepError(str(err)) from None
     return {"dataset": dataset, "source": source, "files": sorted(p.name for p in out.iterdir())}
-
-
-def _write_sample(dataset: str, out: Path, size: int, seed: int) -> None:
-    if dataset == "mnist":
-        from distrain.data.mnist_sample import MnistSampleConfig, write_mnist_sample
-
-        size = size or 10000
-        write_mnist_sample(
-            out, MnistSampleConfig(train_size=size, test_size=max(1, size // 5), seed=seed)
-        )
-    elif dataset == "dbpedia":
-        from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
-
-        per_class = max(1, (size or 4200) // len(CLASSES))
-        cfg = DbpediaSampleConfig(
-            train_per_class=per_class, test_per_class=max(1, per_class // 5), seed=seed
-        )
-        write_dbpedia_sample(out, cfg)
-    else:
-        from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
-
-        books = 3
-        cfg = GutenbergSampleConfig(
-            books=books, chars_per_book=max(1000, (size or 360_000) // books), seed=seed
-        )
-        write_gutenberg_sample(out, cfg)
-
-
-def _copy_raw(dataset: str, src: Path, out: Path) -> None:
-    if not src.is_dir():
-        raise StepError(f"{dataset} source {str(src)!r} is not 'sample', 'download' or a directory")
-    if dataset == "mnist":
-        from distrain.data.idx import MNIST_FILES, mnist_paths
-
-        files = [p for split in MNIST_FILES for p in mnist_paths(src, split)]
-    elif dataset == "dbpedia":
-        files = [src / n for n in ("classes.txt", "train.csv", "test.csv")]
-    else:
-        files = sorted(src.glob("*.txt"))
-        if not files:
-            raise StepError(f"{src}: no *.txt books")
-    for path in files:
-        if not path.exists():
-            raise StepError(f"{src}: missing {dataset} file {path.name}")
-        shutil.copyfile(path, out / path.name)
 
 
 @_timed
@@ -311,11 +254,11 @@ def preprocess(
     """
     from distrain.progress import Progress
 
-    _check_dataset(dataset)
+    plugin = _dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
     runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
-        return _preprocess(dataset, str(raw_dir), str(output_dir), validation_fraction, seed, args)
+        return plugin.preprocess(str(raw_dir), str(output_dir), validation_fraction, seed, args)
 
 
 def _written(directory: str | os.PathLike) -> str:
@@ -328,25 +271,6 @@ def _written(directory: str | os.PathLike) -> str:
                 size += os.path.getsize(os.path.join(root, name))
                 files += 1
     return f"{files} files ({size / 1e6:.1f} MB) written" if files else ""
-
-
-def _preprocess(
-    dataset: str, raw: str, out: str, validation_fraction: float, seed: int, args: list[str]
-) -> dict:
-    if dataset == "mnist":
-        from distrain.preprocess import mnist
-
-        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed)
-        return mnist.preprocess_mnist(cfg, args)
-    if dataset == "dbpedia":
-        from distrain.preprocess import dbpedia
-
-        cfg = dbpedia.DbpediaPreprocessConfig(raw, out, validation_fraction, seed)
-        return dbpedia.preprocess_dbpedia(cfg, args)
-    from distrain.preprocess import gutenberg
-
-    cfg = gutenberg.GutenbergPreprocessConfig(raw, out, validation_fraction=validation_fraction)
-    return gutenberg.preprocess_gutenberg(cfg, args)
 
 
 @_timed
@@ -408,78 +332,61 @@ def train(
 def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: str = "") -> dict:
     """Scores a trained run and returns its run report.
 
-    Classifiers are scored on ``test`` (accuracy, precision/recall/F1, confusion matrix);
-    language models on ``validation`` (nats and bits per character, perplexity,
-    next-character accuracy, and a generated sample).
+    The model's task says how (:mod:`distrain.train.tasks`): classifiers on ``test``
+    (accuracy, precision/recall/F1, confusion matrix); language models on ``validation``
+    (nats and bits per character, perplexity, next-character accuracy, and a generated
+    sample); the encoder-decoder per target character; the autoencoder by reconstruction
+    error on ``test``.
 
     Args:
         data_dir: Preprocessed data.
         model_dir: A training step's output (``model.keras`` and ``history.json``).
-        split: The split to score (default: per task, as above).
+        split: The split to score (default: the task's).
 
     Returns:
         ``{"run", "history", "evaluation"}``, the input of the comparison.
     """
-    from distrain.train.inputs import DatasetInfo
+    from distrain.datasets import load_info, model_spec
 
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
-    info = DatasetInfo.load(data_dir)
-    if info.metadata.get("task") == "language_model":
-        from distrain.train.predict import evaluate_language_model
-
-        evaluation = evaluate_language_model(
-            model_dir / "model.keras", data_dir, split or "validation"
-        )
-    else:
-        from distrain.evaluate import classification_metrics
-        from distrain.train.predict import predict_split
-
-        split = split or "test"
-        y_true, y_pred = predict_split(model_dir / "model.keras", data_dir, split)
-        names = info.class_names or [str(i) for i in range(info.num_classes)]
-        evaluation = classification_metrics(y_true, y_pred, names)
-        evaluation["split"] = split
+    model = history["run"]["model"]
+    info = load_info(data_dir, model)
+    task = model_spec(info.dataset, model).task
+    evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
+    evaluation["task"] = task.name
     return {"run": history["run"], "history": history, "evaluation": evaluation}
 
 
 @_timed
-def baseline(data_dir: str | os.PathLike) -> dict:
-    """The count-based baseline of a data set, as a run report.
+def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
+    """The count-based baseline for a model's task on a data set, as a run report.
 
     Classifiers: always the most frequent training class, scored on ``test``. Language
     models: a character 5-gram with absolute discounting, fitted on the training text and
-    scored on the validation text (the same split the models are scored on).
+    scored on the validation text (the split the models are scored on). The
+    encoder-decoder: the same 5-gram over the target lines alone. The autoencoder: the
+    training images' mean image.
+
+    Args:
+        data_dir: Preprocessed data.
+        model: The model the runs train (default: the data set's default model).
     """
+    from distrain.datasets import get, load_info
+
+    info = load_info(data_dir, model or get(_info_dataset(data_dir)).default_model)
+    plugin = get(info.dataset)
+    task = plugin.model(model or plugin.default_model).task
+    run, evaluation = task.baseline(info)
+    evaluation["task"] = task.name
+    run.update(mode="baseline", workers=0, dataset=info.dataset)
+    return {"run": run, "history": None, "evaluation": evaluation}
+
+
+def _info_dataset(data_dir) -> str:
     from distrain.train.inputs import DatasetInfo
 
-    info = DatasetInfo.load(data_dir)
-    if info.metadata.get("task") == "language_model":
-        from distrain.baselines import CharNgramModel, language_model_scores
-        from distrain.preprocess.gutenberg import read_texts
-
-        vocab = set(info.metadata["vocabulary"][1:])
-
-        def known(text: str) -> str:  # unknown characters are one symbol, as for the models
-            return "".join(c if c in vocab else "\x00" for c in text)
-
-        train = [known(t) for t in read_texts(data_dir, "train").values()]
-        valid = [known(t) for t in read_texts(data_dir, "validation").values()]
-        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
-        evaluation = language_model_scores(model.fit(train).nats_per_char(valid))
-        evaluation.update(split="validation", characters=sum(len(t) for t in valid))
-        run = {"name": "5-gram", "mode": "baseline", "workers": 0, "model": "char 5-gram"}
-    else:
-        from distrain.evaluate import majority_baseline
-        from distrain.train.predict import split_labels
-
-        hist = info.metadata["class_histogram"]["train"]
-        names = info.class_names or [str(i) for i in range(info.num_classes)]
-        evaluation = majority_baseline(hist, split_labels(data_dir, "test"), names)
-        evaluation["split"] = "test"
-        run = {"name": "majority", "mode": "baseline", "workers": 0, "model": "majority class"}
-    run["dataset"] = info.dataset
-    return {"run": run, "history": None, "evaluation": evaluation}
+    return DatasetInfo.load(data_dir).dataset
 
 
 @_timed

@@ -149,7 +149,9 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     say = lambda msg: print(f"distrain submit: {msg}", file=out, flush=True)  # noqa: E731
-    if cfg.pipeline not in ("mnist", "dbpedia", "gutenberg"):
+    from distrain import datasets
+
+    if cfg.pipeline not in datasets.names():
         raise SubmitError(f"unknown pipeline {cfg.pipeline!r}")
     defaults = importlib.import_module(f"distrain.pipelines.{cfg.pipeline}").DEFAULTS
     pipeline_fn = build_pipeline(defaults, gpu=cfg.gpu)

@@ -140,7 +140,7 @@ def build_pipeline(
         ).set_display_name("preprocess (Beam)")
         prep.set_container_image(beam_image)
         _retry(prep)
-        base = baseline(examples=prep.outputs["examples"]).set_display_name("baseline")
+        base = baseline(examples=prep.outputs["examples"], model=model).set_display_name("baseline")
         with dsl.ParallelFor(runs, parallelism=parallelism, name="runs") as run_spec:
             trained = train(
                 examples=prep.outputs["examples"],

@@ -247,7 +247,8 @@ def _last_line(proc) -> str:
         ),
         (
             ["data", "gutenberg", "--download", "--output", "OUT"],
-            "distrain: data gutenberg failed: Gutenberg downloads need --ids (e.g. --ids 1342,11)",
+            "distrain: data gutenberg failed: Gutenberg downloads need book ids "
+            "(--ids 1342,11, or the source download:1342,11)",
         ),
     ],
 )

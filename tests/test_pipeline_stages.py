@@ -33,7 +33,8 @@ def test_pipeline_specs_are_checked(tmp_path):
         ("pipeline:1", {}, "at least 2 stages"),
         ("pipeline:2:micro=0", {}, "at least 1"),
         ("pipeline:2:micro=3", {"batch_size": 64}, "does not divide into 3"),
-        ("pipeline:2", {"model": "fasttext"}, "varying length"),
+        ("pipeline:2", {"model": "fasttext"}, "cannot be cut into stages"),
+        ("pipeline:2", {"model": "seq2seq"}, "cannot be cut into stages"),
     ]:
         with pytest.raises(ConfigError, match=message):
             TrainConfig(data_dir=str(tmp_path), output_dir="o", run=run, **settings)

@@ -8,8 +8,10 @@ rejected with its reason and counted, never passed through whole. Newlines are
 normalised. The last ``validation_fraction`` of each book (contiguous, so no window
 straddles the two) is validation. The character vocabulary comes from the training parts
 only (id 0 is out-of-vocabulary). Windows of ``seq_len + 1`` characters with a ``stride``
-become TFRecords of ``chars`` (int64); ``text/`` keeps each part's normalised text for
-baselines and prompts; ``metadata.json`` has the counts, vocabulary and rejects.
+become TFRecords of ``chars`` (int64); pairs of consecutive lines, both long enough, become
+``pairs/`` TFRecords of ``source`` (the first line's end) and ``target`` (a line break and
+the next line's start), for encoder-decoders; ``text/`` keeps each part's normalised text
+for baselines and prompts; ``metadata.json`` has the counts, vocabulary and rejects.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ class GutenbergPreprocessConfig:
         num_shards: TFRecord files per split; 0 (default): one file per batch, written
             where the batch is made, with no shuffle of the records.
         max_bad_ratio: Largest share of rejected books before the job fails.
+        source_len: Line pairs (the ``pairs`` view, for encoder-decoders): characters
+            kept of the first line's end.
+        target_len: Line pairs: characters of the next line's start to predict.
     """
 
     input_dir: str
@@ -83,10 +88,12 @@ class GutenbergPreprocessConfig:
     min_char_count: int = 1
     num_shards: int = 0
     max_bad_ratio: float = 0.5
+    source_len: int = 48
+    target_len: int = 32
 
     def __post_init__(self) -> None:
-        if self.seq_len < 1 or self.stride < 1:
-            raise ValueError("seq_len and stride must be positive")
+        if min(self.seq_len, self.stride, self.source_len, self.target_len) < 1:
+            raise ValueError("seq_len, stride, source_len and target_len must be positive")
         check_fraction(
             "validation_fraction", self.validation_fraction, low_open=True, high_open=True
         )
@@ -177,6 +184,25 @@ def windows(ids: list[int], seq_len: int, stride: int) -> list[list[int]]:
     return [ids[s : s + seq_len + 1] for s in range(0, len(ids) - seq_len, stride)]
 
 
+def line_pairs(text: str, source_len: int, target_len: int) -> list[tuple[str, str]]:
+    """Consecutive lines as pairs for an encoder-decoder.
+
+    Each pair ``(a, b)`` of lines both long enough becomes ``(a's last source_len
+    characters, a line break and b's first target_len)``: none is padded or cut short.
+    """
+    lines = text.split("\n")
+    return [
+        (a[-source_len:], "\n" + b[:target_len])
+        for a, b in zip(lines, lines[1:], strict=False)
+        if len(a) >= source_len and len(b) >= target_len
+    ]
+
+
+def pair_example(source: list[int], target: list[int]) -> bytes:
+    """One serialised line pair: ``source`` and ``target`` (int64 character ids)."""
+    return example({"source": int64_feature(source), "target": int64_feature(target)})
+
+
 def window_example(ids: list[int]) -> bytes:
     """One serialised Gutenberg example: ``chars`` (int64 character ids of a window)."""
     return example({"chars": int64_feature(ids)})
@@ -238,12 +264,21 @@ class BooksToWindows(beam.PTransform):
     ``tf.train.Example`` of ``chars``), ``vocabulary`` (a singleton list) and ``stats``.
     """
 
-    def __init__(self, seq_len: int, stride: int, min_char_count: int):
+    def __init__(
+        self,
+        seq_len: int,
+        stride: int,
+        min_char_count: int,
+        source_len: int = 48,
+        target_len: int = 32,
+    ):
         super().__init__()
         self.seq_len, self.stride, self.min_char_count = seq_len, stride, min_char_count
+        self.source_len, self.target_len = source_len, target_len
 
     def expand(self, books):
         seq_len, stride = self.seq_len, self.stride
+        source_len, target_len = self.source_len, self.target_len
         vocabulary = (
             books
             | "TrainText" >> beam.Map(lambda book: book[1]["train"])
@@ -265,10 +300,19 @@ class BooksToWindows(beam.PTransform):
                     records = [window_example(w) for w in made]
                     # One element per (book, split), not per window.
                     yield split, ((book[0], split), records)
+                    pairs = [
+                        pair_example(
+                            [self._index.get(c, OOV) for c in a],
+                            [self._index.get(c, OOV) for c in b],
+                        )
+                        for a, b in line_pairs(text, source_len, target_len)
+                    ]
+                    yield f"pairs_{split}", ((book[0], split), pairs)
                     yield (
                         "stats",
                         {
                             "windows": {split: len(made)},
+                            "pairs": {split: len(pairs)},
                             "characters": {split: len(text)},
                             "oov_characters": {split: ids.count(OOV)},
                         },
@@ -277,11 +321,12 @@ class BooksToWindows(beam.PTransform):
         out = (
             books
             | "Encode" >> beam.ParDo(_Encode(), beam.pvalue.AsSingleton(vocabulary))
-            | "ByTag" >> ByTag(*SPLITS, "stats")
+            | "ByTag" >> ByTag(*SPLITS, *(f"pairs_{s}" for s in SPLITS), "stats")
         )
         return {
             "train": out["train"],
             "validation": out["validation"],
+            **{f"pairs_{s}": out[f"pairs_{s}"] for s in SPLITS},
             "vocabulary": vocabulary,
             "stats": out["stats"],
         }
@@ -309,12 +354,22 @@ def preprocess_gutenberg(
             | "ByTag" >> ByTag("books", "dead_letter", "stats")
         )
         result = read["books"] | "ToWindows" >> BooksToWindows(
-            config.seq_len, config.stride, config.min_char_count
+            config.seq_len,
+            config.stride,
+            config.min_char_count,
+            config.source_len,
+            config.target_len,
         )
         written = [
             result[split]
             | f"Write{split.title()}"
             >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
+            for split in SPLITS
+        ]
+        written += [
+            result[f"pairs_{split}"]
+            | f"WritePairs{split.title()}"
+            >> WriteTFRecordBatches(str(out / "pairs" / split / "part"), config.num_shards)
             for split in SPLITS
         ]
         written.append(
@@ -373,6 +428,21 @@ def preprocess_gutenberg(
         "text": "text/part-*.jsonl",
         "dead_letter": "dead_letter/part-*.jsonl",
         "feature_spec": {"chars": f"int64[{config.seq_len + 1}] character ids (0 = OOV)"},
+        # Consecutive lines, for encoder-decoders (DatasetInfo.view("pairs")).
+        "views": {
+            "pairs": {
+                "splits": {s: int(stats.get("pairs", {}).get(s, 0)) for s in SPLITS},
+                "files": {s: f"pairs/{s}/part-*.tfrecord" for s in SPLITS},
+                "source_len": config.source_len,
+                "target_len": config.target_len,
+                "labels_per_example": config.target_len,
+                "feature_spec": {
+                    "source": f"int64[{config.source_len}] a line's last characters",
+                    "target": f"int64[{config.target_len + 1}] a line break, then the next "
+                    "line's first characters",
+                },
+            }
+        },
         "config": asdict(config),
     }
     write_metadata(out, metadata)

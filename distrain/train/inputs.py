@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -24,6 +24,7 @@ class DatasetInfo:
     splits: dict[str, int]
     files: dict[str, str]
     metadata: dict
+    view_name: str = ""
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike) -> DatasetInfo:
@@ -52,6 +53,25 @@ class DatasetInfo:
             metadata=meta,
         )
 
+    def view(self, name: str) -> DatasetInfo:
+        """The same data as a model of view ``name`` reads it.
+
+        A view the preprocessing wrote records of its own for (``metadata["views"]``) has
+        its own splits, files and settings; any other view reads the main records, parsed
+        its way by the data set's parser.
+        """
+        views = self.metadata.get("views", {})
+        if name not in views:
+            return replace(self, view_name=name)
+        own = views[name]
+        return replace(
+            self,
+            splits={k: int(v) for k, v in own["splits"].items()},
+            files=dict(own["files"]),
+            metadata={**self.metadata, **own},
+            view_name=name,
+        )
+
     def split_files(self, split: str) -> list[str]:
         """The sorted TFRecord shards of a split.
 
@@ -64,56 +84,6 @@ class DatasetInfo:
         if not files:
             raise DataError(f"{self.data_dir}: no files match {self.files[split]!r} for {split}")
         return files
-
-
-def _mnist_parser(info: DatasetInfo):
-    import tensorflow as tf
-
-    shape = info.metadata.get("image_shape", [28, 28])
-    spec = {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "label": tf.io.FixedLenFeature([], tf.int64),
-    }
-
-    def parse(records):
-        features = tf.io.parse_example(records, spec)
-        images = tf.io.decode_raw(features["image"], tf.uint8)
-        images = tf.reshape(images, [-1, *shape])
-        return tf.cast(images, tf.float32) / 255.0, tf.cast(features["label"], tf.int32)
-
-    return parse
-
-
-def _dbpedia_parser(info: DatasetInfo):
-    import tensorflow as tf
-
-    spec = {
-        "tokens": tf.io.VarLenFeature(tf.int64),
-        "label": tf.io.FixedLenFeature([], tf.int64),
-    }
-
-    def parse(records):
-        features = tf.io.parse_example(records, spec)
-        tokens = tf.sparse.to_dense(features["tokens"], default_value=0)  # 0 is padding
-        return tf.cast(tokens, tf.int32), tf.cast(features["label"], tf.int32)
-
-    return parse
-
-
-def _gutenberg_parser(info: DatasetInfo):
-    import tensorflow as tf
-
-    window = int(info.metadata["seq_len"]) + 1
-    spec = {"chars": tf.io.FixedLenFeature([window], tf.int64)}
-
-    def parse(records):
-        chars = tf.cast(tf.io.parse_example(records, spec)["chars"], tf.int32)
-        return chars[:, :-1], chars[:, 1:]  # predict each next character
-
-    return parse
-
-
-_PARSERS = {"mnist": _mnist_parser, "dbpedia": _dbpedia_parser, "gutenberg": _gutenberg_parser}
 
 
 _PARSE_CALLS = 2
@@ -155,8 +125,9 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    if info.dataset not in _PARSERS:
-        raise DataError(f"no input pipeline for data set {info.dataset!r}")
+    from distrain import datasets
+
+    parse = datasets.get(info.dataset).parser(info)
     num_shards, index = shard
     ds = tf.data.TFRecordDataset(info.split_files(split))
     if common_every > 0 and num_shards > 1:
@@ -180,7 +151,7 @@ def make_dataset(
     # autotuning thread sleeps ever longer between rounds and deleting the iterator waits
     # for it to wake (measured: 20 s at the end of a 30 s MNIST run on one core, 50 s
     # after 95 s). Parsing a batch is a few ms; two batches in flight keep a step fed.
-    ds = ds.map(_PARSERS[info.dataset](info), num_parallel_calls=_PARSE_CALLS)
+    ds = ds.map(parse, num_parallel_calls=_PARSE_CALLS)
     options = tf.data.Options()
     options.autotune.enabled = False
     return ds.prefetch(_PREFETCH_BATCHES).with_options(options)

@@ -16,33 +16,38 @@ def load_model(model_path: str | os.PathLike):
     return tf_keras.models.load_model(str(model_path), compile=False)
 
 
-def predict_split(
-    model_path: str | os.PathLike, data_dir: str | os.PathLike, split: str = "test"
-) -> tuple[np.ndarray, np.ndarray]:
+def predict_split(model_path: str | os.PathLike, info: DatasetInfo, split: str = "test"):
     """Predicts the class of every example of a split.
 
     Args:
         model_path: The trained model file.
-        data_dir: The preprocessed data directory.
+        info: The preprocessed data (:func:`distrain.datasets.load_info`).
         split: Which split to predict.
 
     Returns:
         ``(y_true, y_pred)`` as int arrays.
     """
-    info = DatasetInfo.load(data_dir)
-    model = load_model(model_path)
     y_true, y_pred = [], []
-    for x, y in make_dataset(info, split, 1024):
-        y_true.append(y.numpy())
-        y_pred.append(np.argmax(model(x, training=False).numpy(), axis=-1))
+    for y, logits in targets_and_outputs(load_model(model_path), info, split):
+        y_true.append(y)
+        y_pred.append(np.argmax(logits, axis=-1))
     if not y_true:
-        raise ValueError(f"{data_dir}: split {split!r} is empty")
+        raise ValueError(f"{info.data_dir}: split {split!r} is empty")
     return np.concatenate(y_true), np.concatenate(y_pred)
 
 
-def split_labels(data_dir: str | os.PathLike, split: str) -> np.ndarray:
-    """The labels of a split, in file order (no model needed)."""
-    info = DatasetInfo.load(data_dir)
+def targets_and_outputs(model, info: DatasetInfo, split: str, batch_size: int = 512):
+    """``(targets, model outputs)`` of each batch of a split, as numpy arrays."""
+    import tensorflow as tf
+
+    ds = make_dataset(info, split, batch_size)
+    call = tf.function(lambda x: model(x, training=False))
+    for x, y in ds:
+        yield y.numpy(), call(x).numpy()
+
+
+def split_labels(info: DatasetInfo, split: str) -> np.ndarray:
+    """The targets of a split, in file order (no model needed)."""
     labels = [y.numpy() for _, y in make_dataset(info, split, 4096)]
     return np.concatenate(labels) if labels else np.zeros(0, np.int64)
 

@@ -192,10 +192,11 @@ class PSGraph:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
-        from distrain.train.models import build_model
+        from distrain.train.models import build_model, task_of
         from distrain.train.optim import Adam
 
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
+        self.task = task_of(info, cfg.model)
         # Updates per epoch, as the chief counts them: a step's loss goes to its epoch's.
         self.per_epoch = max(
             1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
@@ -379,7 +380,7 @@ class Worker:
                 read = g.version.read_value()
             model, variables = rule.trained(g)
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
-                loss_sum, correct, grads = batch_gradients(model, variables, x, y)
+                loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task)
             g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
             if variables is g.variables:
                 grads = g.staged(grads)  # [ps] onto the parameter servers before the push
@@ -781,11 +782,11 @@ class ParameterServerMode(Mode):
         os._exit(code)
 
     def _train_role(self, cfg, role: Role) -> None:
+        from distrain.datasets import load_info
         from distrain.train.driver import EpochDriver
-        from distrain.train.inputs import DatasetInfo
         from distrain.train.replica import Replica
 
-        info = DatasetInfo.load(cfg.data_dir)
+        info = load_info(cfg.data_dir, cfg.model)
         if role.job == "worker":
             Worker(cfg, info, role, self.rule()).run()
             return

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from distrain.train.config import TrainConfig, TrainingError
-from distrain.train.inputs import DatasetInfo, make_dataset, shard_size
+from distrain.train.inputs import make_dataset, shard_size
 
 VAL_BATCH = 512
 
@@ -55,7 +55,7 @@ class Group:
         return [float(v) for v in summed.numpy()]
 
 
-def batch_gradients(model, variables, x, y):
+def batch_gradients(model, variables, x, y, task=None):
     """One batch's summed loss, correct count and gradients: every mode's step computes these.
 
     Built in a graph (a traced step, or a parameter-server worker's graph). The gradients
@@ -66,19 +66,21 @@ def batch_gradients(model, variables, x, y):
     development machine (BENCHMARKS.md).
 
     Args:
-        model: A Keras classifier that outputs logits.
+        model: A Keras model.
         variables: The variables to differentiate by (the trainable ones).
         x: Features.
-        y: Labels.
+        y: Targets.
+        task: What the model learns (:mod:`distrain.train.tasks`; default: classification).
     """
     import tensorflow as tf
-    import tf_keras as keras
 
-    logits = model(x, training=True)
-    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    from distrain.train.tasks import CLASSIFICATION
+
+    task = task or CLASSIFICATION
+    outputs = model(x, training=True)
+    losses = task.losses(y, outputs)
     grads = tf.gradients(tf.reduce_mean(losses), variables, gate_gradients=True)
-    hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
-    return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(hits, tf.float32)), grads
+    return tf.reduce_sum(losses), tf.reduce_sum(task.hits(y, outputs)), grads
 
 
 def allreduce_gradients(hvd, process_set=None):
@@ -107,16 +109,18 @@ class Replica:
         import tensorflow as tf
         import tf_keras as keras
 
-        from distrain.train.models import build_model
+        from distrain.datasets import load_info, model_spec
         from distrain.train.optim import Adam
 
         self.cfg, self.tf, self.keras = cfg, tf, keras
         self.group = group or Group()
         self.out = Path(cfg.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.info = DatasetInfo.load(cfg.data_dir)
-        self.labels_per_example = int(self.info.metadata.get("labels_per_example", 1))
-        self.model = self.build_model(build_model(self.info, cfg.model, cfg.seed))
+        self.info = load_info(cfg.data_dir, cfg.model)  # as the model reads the data
+        spec = model_spec(self.info.dataset, cfg.model)
+        self.task = spec.task
+        self.labels_per_example = self.task.labels_per_example(self.info)
+        self.model = self.build_model(spec.build(self.info, cfg.seed))
         # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
         self.optimizer = Adam(learning_rate or cfg.effective_learning_rate)
         self.optimizer.build(self.model.trainable_variables)
@@ -218,7 +222,9 @@ class Replica:
             reduce: Combines the gradients with the other processes' ([sync] Horovod's
                 allreduce, :func:`allreduce_gradients`).
         """
-        loss_sum, correct, grads = batch_gradients(self.model, self.model.trainable_variables, x, y)
+        loss_sum, correct, grads = batch_gradients(
+            self.model, self.model.trainable_variables, x, y, self.task
+        )
         if reduce is not None:
             grads = reduce(grads)
         return loss_sum, correct, grads
@@ -241,14 +247,11 @@ class Replica:
     def eval_function(self):
         """The traced validation step: one trace, for every batch shape and epoch."""
         if not hasattr(self, "_eval_step"):
-            tf, keras, model = self.tf, self.keras, self.model
+            tf, model, task = self.tf, self.model, self.task
 
             @tf.function(input_signature=list(self.val_ds.element_spec))
             def eval_step(x, y):
-                logits = model(x, training=False)
-                loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-                hits = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
-                return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.float32))
+                return task.sums(y, model(x, training=False))
 
             self._eval_step = eval_step
         return self._eval_step

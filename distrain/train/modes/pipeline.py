@@ -166,7 +166,6 @@ class PipelineReplica(SplitReplica):
     # ---- the step ----------------------------------------------------------------------
 
     def gradients(self, x, y, reduce=None):
-        import tf_keras as keras
 
         tf, s, last = self.tf, self.stage, self.stage == self.stages - 1
         self._chain = []  # this step's transfers, in order
@@ -189,13 +188,10 @@ class PipelineReplica(SplitReplica):
         loss_sum = correct = tf.constant(0.0)
         for m in reversed(range(self.micro)):  # [pipeline] backward, last micro-batch first
             if last:
-                losses = keras.losses.sparse_categorical_crossentropy(
-                    ys[m], outputs[m], from_logits=True
-                )
-                target, seed = tf.reduce_sum(losses) / labels, None
-                loss_sum += tf.reduce_sum(losses)
-                hits = tf.equal(tf.argmax(outputs[m], -1, output_type=tf.int32), ys[m])
-                correct += tf.reduce_sum(tf.cast(hits, tf.float32))
+                micro_loss, micro_hits = self.task.sums(ys[m], outputs[m])
+                target, seed = micro_loss / labels, None
+                loss_sum += micro_loss
+                correct += micro_hits
             else:
                 shape = self._out_shape(rows)
                 target, seed = outputs[m], self._take(shape, f"pipe_bwd_{s + 1}_{m}", False)
@@ -212,8 +208,6 @@ class PipelineReplica(SplitReplica):
 
     def eval_function(self):
         if not hasattr(self, "_eval_step"):
-            import tf_keras as keras
-
             tf, s, last = self.tf, self.stage, self.stage == self.stages - 1
 
             @tf.function(input_signature=list(self.val_ds.element_spec))
@@ -228,9 +222,7 @@ class PipelineReplica(SplitReplica):
                 if not last:
                     with tf.control_dependencies([self._pass(out, f"pipe_eval_{s}", True)]):
                         return tf.constant(0.0), tf.constant(0.0)
-                loss = keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True)
-                hits = tf.equal(tf.argmax(out, -1, output_type=tf.int32), y)
-                return tf.reduce_sum(loss), tf.reduce_sum(tf.cast(hits, tf.float32))
+                return self.task.sums(y, out)
 
             self._eval_step = eval_step
         return self._eval_step
@@ -287,7 +279,7 @@ class Pipeline(Tensor):
         return f"{self.spec.mode}:{self.spec.workers}:micro={self.spec.option('micro')}"
 
     def check_config(self, cfg) -> None:
-        from distrain.train.models import SEQUENCE_MODELS
+        from distrain.datasets import find_model
 
         micro = self.spec.option("micro")
         if cfg.batch_size % micro:
@@ -295,10 +287,11 @@ class Pipeline(Tensor):
                 f"{self.spec.name}: batch size {cfg.batch_size} does not divide into "
                 f"{micro} micro-batches"
             )
-        if cfg.model in SEQUENCE_MODELS:
+        if not find_model(cfg.model).stages:
             raise ConfigError(
-                f"{self.spec.name}: model {cfg.model!r} reads sequences of varying length "
-                "(with masks), which the stages do not pass on; use tensor for it"
+                f"{self.spec.name}: model {cfg.model!r} cannot be cut into stages (its inputs "
+                "are sequences with masks or more than one tensor, which the stages do not "
+                "pass on); use tensor for it"
             )
 
     def train(self, cfg) -> dict:

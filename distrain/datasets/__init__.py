@@ -1,0 +1,189 @@
+"""Data sets as plugins: one module per data set, registered by name.
+
+A data set's module says everything the rest of the product needs to know about it:
+how to write its sample, download it, check and copy its raw files, preprocess it (its
+Beam job), parse its records, which models it has (each with its task: what the model
+learns and how it is scored) and its one-line summary. Nothing outside these modules
+branches on a data set's name; the list of names is :func:`names`.
+
+Adding a data set: a module here with a :class:`DataSet` subclass decorated with
+:func:`register`, imported at the end of this file, and its test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from distrain.train.tasks import Task
+
+
+class DataSetError(ValueError):
+    """An unknown data set or model, or raw files that are not the data set's."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a data set.
+
+    Attributes:
+        build: ``build(info, seed)`` returns the (built) tf-keras model.
+        task: What the model learns and how it is scored.
+        view: Which records the model reads (``""``: the data set's main records; else a
+            view its preprocessing writes, e.g. Gutenberg's line ``pairs``).
+        stages: Whether pipeline stages can cut it: a ``Sequential`` model of fixed-shape
+            inputs without masks (stages pass activations, not masks).
+        summary: One line for ``--help`` and the README.
+    """
+
+    build: Callable
+    task: Task
+    view: str = ""
+    stages: bool = True
+    summary: str = ""
+
+
+class DataSet:
+    """The base of every data set's plugin.
+
+    Attributes:
+        name: The registered name (``distrain run NAME``).
+        summary: One line: what the data is.
+        models: The data set's models by name; the first is the default.
+        sample_size: A generated sample's default size (the unit is the data set's).
+    """
+
+    name: str = ""
+    summary: str = ""
+    models: dict[str, ModelSpec] = {}
+    sample_size: int = 0
+
+    # ---- raw files ----------------------------------------------------------------------
+
+    def write_sample(self, out: Path, size: int, seed: int) -> None:
+        """Writes a generated sample of ``size`` (0: the default) in the real format."""
+        raise NotImplementedError
+
+    def check_source(self, source: str) -> None:
+        """Checks a ``download:ARGS`` source before anything is written (default: any)."""
+
+    def download(self, out: Path, source: str) -> None:
+        """Downloads the real files (``source``: ``download`` or ``download:ARGS``)."""
+        raise NotImplementedError
+
+    def raw_files(self, src: Path) -> list[Path]:
+        """The raw files a directory must hold (copied by the fetch step)."""
+        raise NotImplementedError
+
+    def check_raw_files(self, src: Path) -> None:
+        """The cheap file-level checks (names, headers, lengths) preprocessing makes first.
+
+        Raises:
+            ValueError: A file is missing or malformed; the message names it.
+        """
+        for path in self.raw_files(src):
+            if not path.exists():
+                raise DataSetError(f"{path}: file not found (the {self.name} layout needs it)")
+
+    def copy_raw(self, src: Path, out: Path) -> None:
+        """Copies the raw files of ``src`` into ``out``."""
+        for path in self.raw_files(src):
+            if not path.exists():
+                raise DataSetError(f"{src}: missing {self.name} file {path.name}")
+            shutil.copyfile(path, out / path.name)
+
+    # ---- preprocessing and records ------------------------------------------------------
+
+    def preprocess(
+        self, raw: str, out: str, validation_fraction: float, seed: int, beam_args: list[str]
+    ) -> dict:
+        """Runs the data set's Beam job; returns the metadata it wrote."""
+        raise NotImplementedError
+
+    def parser(self, info) -> Callable:
+        """``parse(serialised records) -> (features, targets)`` for ``info``'s view."""
+        raise NotImplementedError
+
+    # ---- models -------------------------------------------------------------------------
+
+    @property
+    def default_model(self) -> str:
+        """The first model of :attr:`models`."""
+        return next(iter(self.models))
+
+    def model(self, name: str) -> ModelSpec:
+        """The named model.
+
+        Raises:
+            DataSetError: The data set has no such model.
+        """
+        if name not in self.models:
+            raise DataSetError(
+                f"model {name!r}: no such model for {self.name} "
+                f"(expected one of {', '.join(self.models)})"
+            )
+        return self.models[name]
+
+
+_REGISTRY: dict[str, DataSet] = {}
+
+
+def register(cls: type[DataSet]) -> type[DataSet]:
+    """Class decorator: registers one instance of a data set under its name."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def names() -> list[str]:
+    """The registered data sets' names, in registration order."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> DataSet:
+    """The named data set.
+
+    Raises:
+        DataSetError: No data set of that name.
+    """
+    if name not in _REGISTRY:
+        raise DataSetError(f"unknown dataset {name!r}; expected one of {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def model_spec(dataset: str, model: str) -> ModelSpec:
+    """The spec of ``model`` on ``dataset`` (both checked)."""
+    return get(dataset).model(model)
+
+
+def find_model(name: str) -> ModelSpec:
+    """The spec of the model called ``name`` (model names are unique over the data sets).
+
+    Raises:
+        DataSetError: No data set has such a model.
+    """
+    for dataset in _REGISTRY.values():
+        if name in dataset.models:
+            return dataset.models[name]
+    raise DataSetError(f"unknown model {name!r}")
+
+
+def load_info(data_dir: str | os.PathLike, model: str):
+    """The preprocessed data as ``model`` reads it (its view of the data set's records)."""
+    from distrain.train.inputs import DatasetInfo
+
+    info = DatasetInfo.load(data_dir)
+    spec = model_spec(info.dataset, model)
+    return info.view(spec.view) if spec.view else info
+
+
+# The data sets, in the order the CLI and the README list them.
+# isort: off
+from distrain.datasets import mnist  # noqa: E402
+from distrain.datasets import dbpedia  # noqa: E402
+from distrain.datasets import gutenberg  # noqa: E402
+# isort: on
+
+__all__ = ["DataSet", "DataSetError", "ModelSpec", "dbpedia", "get", "gutenberg", "mnist"]

@@ -1,0 +1,115 @@
+"""DBPedia-14 (``dbpedia_csv``): Wikipedia abstracts in 14 classes; bag-of-n-gram classifiers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.train.models import bag_of_embeddings, keras_module
+from distrain.train.tasks import CLASSIFICATION
+
+FILES = ("classes.txt", "train.csv", "test.csv")
+
+
+def fasttext(info, seed: int, dim: int = 64):
+    """fastText-style classifier: embeddings of unigrams and bigrams, averaged, then softmax."""
+    return bag_of_embeddings(info, seed, dim, (), "dbpedia_fasttext")
+
+
+def logreg(info, seed: int):
+    """Logistic regression on the normalised bag of n-grams (one weight per n-gram and class)."""
+    keras = keras_module()
+    return keras.Sequential(
+        [
+            keras.layers.Input(shape=(None,), dtype="int32"),
+            keras.layers.Embedding(
+                info.metadata["vocab_size"],
+                info.num_classes,
+                mask_zero=True,
+                embeddings_initializer="zeros",
+            ),
+            # The average of the n-grams' class weights is the linear score of the
+            # normalised bag of n-grams.
+            keras.layers.GlobalAveragePooling1D(),
+        ],
+        name="dbpedia_logreg",
+    )
+
+
+def nbow(info, seed: int, dim: int = 64, hidden: int = 128):
+    """Neural bag of words (seed 004): averaged embeddings, a ReLU layer, then softmax."""
+    return bag_of_embeddings(info, seed, dim, (hidden,), "dbpedia_nbow")
+
+
+@register
+class Dbpedia(DataSet):
+    """DBPedia-14 in the ``dbpedia_csv`` layout: ``classes.txt``, ``train.csv``, ``test.csv``."""
+
+    name = "dbpedia"
+    summary = "Wikipedia abstracts in 14 classes, dbpedia_csv (CSV rows: class, title, text)"
+    sample_size = 4200  # training rows; the test set is a fifth
+    # Token sequences of varying length, masked: pipeline stages cannot pass the masks.
+    models = {
+        "fasttext": ModelSpec(
+            fasttext, CLASSIFICATION, stages=False, summary="averaged n-gram embeddings"
+        ),
+        "logreg": ModelSpec(
+            logreg, CLASSIFICATION, stages=False, summary="logistic regression on n-grams"
+        ),
+        "nbow": ModelSpec(
+            nbow, CLASSIFICATION, stages=False, summary="seed 004's neural bag of words"
+        ),
+    }
+
+    def write_sample(self, out, size, seed):
+        from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
+
+        per_class = max(1, (size or self.sample_size) // len(CLASSES))
+        cfg = DbpediaSampleConfig(
+            train_per_class=per_class, test_per_class=max(1, per_class // 5), seed=seed
+        )
+        write_dbpedia_sample(out, cfg)
+
+    def download(self, out, source):
+        from distrain.data import download
+
+        extracted = download.download_dbpedia(out / "archive")
+        for name in FILES:
+            shutil.copyfile(extracted / name, out / name)
+
+    def raw_files(self, src):
+        return [Path(src) / name for name in FILES]
+
+    def check_raw_files(self, src):
+        """``classes.txt`` readable, ``train.csv`` and ``test.csv`` present and not empty."""
+        from distrain.preprocess.dbpedia import read_classes
+
+        read_classes(src)
+        for path in self.raw_files(src)[1:]:
+            if not path.exists():
+                raise DataSetError(f"{path}: file not found (the dbpedia_csv layout needs it)")
+            if path.stat().st_size == 0:
+                raise DataSetError(f"{path}: empty file, expected CSV rows")
+
+    def preprocess(self, raw, out, validation_fraction, seed, beam_args):
+        from distrain.preprocess import dbpedia
+
+        cfg = dbpedia.DbpediaPreprocessConfig(raw, out, validation_fraction, seed)
+        return dbpedia.preprocess_dbpedia(cfg, beam_args)
+
+    def parser(self, info):
+        """Token ids padded with 0 to the batch's longest, and the class."""
+        import tensorflow as tf
+
+        spec = {
+            "tokens": tf.io.VarLenFeature(tf.int64),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        }
+
+        def parse(records):
+            features = tf.io.parse_example(records, spec)
+            tokens = tf.sparse.to_dense(features["tokens"], default_value=0)  # 0 is padding
+            return tf.cast(tokens, tf.int32), tf.cast(features["label"], tf.int32)
+
+        return parse

@@ -1,0 +1,152 @@
+"""Project Gutenberg books: character language models, and an encoder-decoder on line pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.train.models import keras_module, recurrent_lm
+from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
+
+
+def lstm(info, seed: int):
+    """Seed 000's two-layer character LSTM (200 and 100 units), next character everywhere."""
+    return recurrent_lm(info, seed)
+
+
+def rnn(info, seed: int):
+    """Seed 000's plain RNN: the LSTM's shape (200 and 100 units) with simple recurrent cells."""
+    return recurrent_lm(info, seed, cell="SimpleRNN")
+
+
+def seq2seq(info, seed: int, embed: int = 32, units: int = 128):
+    """An encoder-decoder (seed 004's Seq2Seq) on pairs of consecutive lines.
+
+    The encoder's LSTM reads the end of a line; its final state starts the decoder's LSTM,
+    which reads the next line's characters so far (teacher forcing) and gives logits for
+    each next one. Inputs: ``(source, decoder input)``, both character ids of fixed length.
+    """
+    keras = keras_module()
+    init = keras.initializers
+    vocab = info.metadata["vocab_size"]
+    source = keras.layers.Input(shape=(info.metadata["source_len"],), dtype="int32")
+    target = keras.layers.Input(shape=(info.metadata["target_len"],), dtype="int32")
+
+    def embedding(offset):
+        return keras.layers.Embedding(
+            vocab, embed, embeddings_initializer=init.RandomUniform(-0.05, 0.05, seed + offset)
+        )
+
+    def recurrent(offset, **kwargs):
+        return keras.layers.LSTM(
+            units,
+            kernel_initializer=init.GlorotUniform(seed + offset),
+            recurrent_initializer=init.Orthogonal(seed=seed + 10 + offset),
+            **kwargs,
+        )
+
+    _, h, c = recurrent(1, return_state=True)(embedding(0)(source))
+    decoded = recurrent(2, return_sequences=True)(embedding(3)(target), initial_state=[h, c])
+    logits = keras.layers.Dense(vocab, kernel_initializer=init.GlorotUniform(seed + 4))(decoded)
+    return keras.Model([source, target], logits, name="gutenberg_seq2seq")
+
+
+def _book_ids(source: str) -> list[int]:
+    try:
+        ids = [int(i) for i in source.partition(":")[2].split(",") if i.strip()]
+    except ValueError:
+        ids = []
+    if not ids:
+        raise DataSetError(
+            "Gutenberg downloads need book ids (--ids 1342,11, or the source download:1342,11)"
+        )
+    return ids
+
+
+@register
+class Gutenberg(DataSet):
+    """Project Gutenberg plain-text books (``*.txt``, with their START/END markers)."""
+
+    name = "gutenberg"
+    summary = "Project Gutenberg books as plain text; characters predicted from the ones before"
+    sample_size = 360_000  # characters over all books
+    models = {
+        "lstm": ModelSpec(lstm, NEXT_CHARACTER, stages=False, summary="seed 000's char LSTM"),
+        "rnn": ModelSpec(rnn, NEXT_CHARACTER, stages=False, summary="seed 000's char RNN"),
+        "seq2seq": ModelSpec(
+            seq2seq,
+            TRANSLATION,
+            view="pairs",
+            stages=False,
+            summary="encoder-decoder: a line's end to the next line's start",
+        ),
+    }
+
+    def write_sample(self, out, size, seed):
+        from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+
+        books = 3
+        cfg = GutenbergSampleConfig(
+            books=books, chars_per_book=max(1000, (size or self.sample_size) // books), seed=seed
+        )
+        write_gutenberg_sample(out, cfg)
+
+    def check_source(self, source):
+        """A download names its books: ``download:1342,11``."""
+        _book_ids(source)
+
+    def download(self, out, source):
+        from distrain.data import download
+
+        download.fetch_gutenberg(_book_ids(source), out)
+
+    def raw_files(self, src):
+        files = sorted(Path(src).glob("*.txt"))
+        if not files:
+            raise DataSetError(f"{src}: no *.txt books")
+        return files
+
+    def check_raw_files(self, src):
+        """At least one ``*.txt`` book (each book's own checks come in preprocessing)."""
+        self.raw_files(src)
+
+    def preprocess(self, raw, out, validation_fraction, seed, beam_args):
+        from distrain.preprocess import gutenberg
+
+        cfg = gutenberg.GutenbergPreprocessConfig(raw, out, validation_fraction=validation_fraction)
+        return gutenberg.preprocess_gutenberg(cfg, beam_args)
+
+    def parser(self, info):
+        """Parses windows (each character and the next) or line pairs.
+
+        Line ``pairs`` give ``((source, decoder input), target)``, the decoder's input
+        being the target shifted right by one.
+        """
+        import tensorflow as tf
+
+        if info.view_name == "pairs":
+            if "target_len" not in info.metadata:
+                raise DataSetError(
+                    f"{info.data_dir}: no line pairs (preprocessed by an older version: "
+                    "preprocess it again)"
+                )
+            spec = {
+                "source": tf.io.FixedLenFeature([info.metadata["source_len"]], tf.int64),
+                "target": tf.io.FixedLenFeature([info.metadata["target_len"] + 1], tf.int64),
+            }
+
+            def parse_pairs(records):
+                features = tf.io.parse_example(records, spec)
+                source = tf.cast(features["source"], tf.int32)
+                target = tf.cast(features["target"], tf.int32)
+                return (source, target[:, :-1]), target[:, 1:]
+
+            return parse_pairs
+        window = int(info.metadata["seq_len"]) + 1
+        spec = {"chars": tf.io.FixedLenFeature([window], tf.int64)}
+
+        def parse(records):
+            chars = tf.cast(tf.io.parse_example(records, spec)["chars"], tf.int32)
+            return chars[:, :-1], chars[:, 1:]  # predict each next character
+
+        return parse

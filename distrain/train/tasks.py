@@ -1,0 +1,303 @@
+"""Tasks: what a model learns and how it is scored, one class per task.
+
+Every mode's step asks the model's task for its per-label losses and hits (the
+"correct" count behind a run's accuracy), so a classifier, a language model, an
+autoencoder and an encoder-decoder train through the same steps; the evaluation and
+baseline steps ask it how to score a trained model and what to compare it with.
+
+A *label* is what one loss term is about: an example's class, a next character, a
+pixel. Losses and accuracies in a run's history are per label.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+
+class Task:
+    """The base of every task.
+
+    Attributes:
+        name: Written in a run's history and the comparison.
+        split: The split the evaluation step scores by default.
+        metrics: Evaluation keys a component logs as KFP metrics, when present.
+    """
+
+    name = ""
+    split = "test"
+    metrics: tuple[str, ...] = ()
+
+    def labels_per_example(self, info) -> int:
+        """Loss terms per example."""
+        return 1
+
+    def losses(self, y, outputs):
+        """Per-label losses (a tensor of ``y``'s shape)."""
+        raise NotImplementedError
+
+    def hits(self, y, outputs):
+        """Per-label hits, 1.0 or 0.0 (a float32 tensor of ``y``'s shape)."""
+        raise NotImplementedError
+
+    def sums(self, y, outputs):
+        """The batch's summed loss and hits: every mode's step returns these."""
+        import tensorflow as tf
+
+        return tf.reduce_sum(self.losses(y, outputs)), tf.reduce_sum(self.hits(y, outputs))
+
+    def evaluate(self, model_path: str | os.PathLike, info, split: str) -> dict:
+        """Scores a trained model on a split of ``info``'s records."""
+        raise NotImplementedError
+
+    def baseline(self, info) -> tuple[dict, dict]:
+        """``(run, evaluation)`` of the task's count-based baseline on ``info``'s data."""
+        raise NotImplementedError
+
+    def markdown(self, evaluation: dict, title: str) -> str:
+        """The evaluation as the Markdown a pipeline's UI shows."""
+        lines = [f"## {title}", ""]
+        for key in self.metrics:
+            if evaluation.get(key) is not None:
+                lines.append(f"- {key.replace('_', ' ')}: {evaluation[key]:.4f}")
+        return "\n".join(lines) + "\n"
+
+
+def _sparse_losses(y, logits):
+    import tf_keras as keras
+
+    return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+
+
+def _argmax_hits(y, logits):
+    import tensorflow as tf
+
+    return tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y), tf.float32)
+
+
+class Classification(Task):
+    """One class per example; the model outputs logits. Scored on ``test``."""
+
+    name = "classification"
+    metrics = ("accuracy", "macro_precision", "macro_recall", "macro_f1")
+
+    def losses(self, y, outputs):
+        return _sparse_losses(y, outputs)
+
+    def hits(self, y, outputs):
+        return _argmax_hits(y, outputs)
+
+    def evaluate(self, model_path, info, split):
+        from distrain.evaluate import classification_metrics
+        from distrain.train.predict import predict_split
+
+        y_true, y_pred = predict_split(model_path, info, split)
+        names = info.class_names or [str(i) for i in range(info.num_classes)]
+        evaluation = classification_metrics(y_true, y_pred, names)
+        evaluation["split"] = split
+        return evaluation
+
+    def baseline(self, info):
+        from distrain.evaluate import majority_baseline
+        from distrain.train.predict import split_labels
+
+        hist = info.metadata["class_histogram"]["train"]
+        names = info.class_names or [str(i) for i in range(info.num_classes)]
+        evaluation = majority_baseline(hist, split_labels(info, self.split), names)
+        evaluation["split"] = self.split
+        return {"name": "majority", "model": "majority class"}, evaluation
+
+    def markdown(self, evaluation, title):
+        from distrain.evaluate import metrics_markdown
+
+        return metrics_markdown(evaluation, title)
+
+
+class NextCharacter(Task):
+    """A character language model: logits for the next character at every position."""
+
+    name = "language_model"
+    split = "validation"
+    metrics = ("bits_per_char", "nats_per_char", "perplexity", "accuracy")
+
+    def labels_per_example(self, info) -> int:
+        return int(info.metadata["seq_len"])
+
+    def losses(self, y, outputs):
+        return _sparse_losses(y, outputs)
+
+    def hits(self, y, outputs):
+        return _argmax_hits(y, outputs)
+
+    def evaluate(self, model_path, info, split):
+        from distrain.train.predict import evaluate_language_model
+
+        return evaluate_language_model(model_path, info.data_dir, split)
+
+    def baseline(self, info):
+        from distrain.baselines import CharNgramModel, language_model_scores
+        from distrain.preprocess.gutenberg import read_texts
+
+        vocab = set(info.metadata["vocabulary"][1:])
+
+        def known(text: str) -> str:  # unknown characters are one symbol, as for the models
+            return "".join(c if c in vocab else "\x00" for c in text)
+
+        train = [known(t) for t in read_texts(info.data_dir, "train").values()]
+        valid = [known(t) for t in read_texts(info.data_dir, self.split).values()]
+        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
+        evaluation = language_model_scores(model.fit(train).nats_per_char(valid))
+        evaluation.update(split=self.split, characters=sum(len(t) for t in valid))
+        return {"name": "5-gram", "model": "char 5-gram"}, evaluation
+
+    def markdown(self, evaluation, title):
+        return (
+            f"## {title}\n\n- bits/char: {evaluation['bits_per_char']:.4f}\n"
+            f"- perplexity: {evaluation['perplexity']:.3f}\n- next-character accuracy: "
+            f"{evaluation['accuracy']:.4f}\n\nSample at temperature {evaluation['temperature']} "
+            f"after the prompt:\n\n```\n{evaluation['prompt']}{evaluation['sample']}\n```\n"
+        )
+
+
+class Translation(NextCharacter):
+    """An encoder-decoder: a target sequence's characters from the source and its own past.
+
+    Each character is predicted from the source and the target's characters before it
+    (teacher forcing); scored per target character.
+    """
+
+    name = "sequence_to_sequence"
+
+    def labels_per_example(self, info) -> int:
+        return int(info.metadata["target_len"])
+
+    def evaluate(self, model_path, info, split):
+        from distrain.baselines import language_model_scores
+        from distrain.train.predict import load_model, targets_and_outputs
+
+        nats = hits = count = 0.0
+        for y, logits in targets_and_outputs(load_model(model_path), info, split):
+            nats += float(np.sum(self.losses(y, logits)))
+            hits += float(np.sum(self.hits(y, logits)))
+            count += y.size
+        if not count:
+            raise ValueError(f"{info.data_dir}: split {split!r} has no {info.view_name} records")
+        evaluation = language_model_scores(nats / count, hits / count)
+        evaluation.update(split=split, characters=int(count))
+        return evaluation
+
+    def baseline(self, info):
+        """A character 5-gram over the targets alone: what the decoder does without a source.
+
+        Fitted on the training text, it scores each target from the start of its line, as
+        the decoder sees it; a model below it has learnt something from the source line.
+        """
+        from distrain.baselines import CharNgramModel, language_model_scores
+        from distrain.preprocess.gutenberg import read_texts
+        from distrain.train.predict import split_labels
+
+        vocabulary = info.metadata["vocabulary"]
+        index = set(vocabulary[1:])
+        train = [
+            "".join(c if c in index else "\x00" for c in t)
+            for t in read_texts(info.data_dir, "train").values()
+        ]
+        # Each target follows a line break: the n-gram sees it as the decoder does.
+        targets = [
+            "\n" + "".join(vocabulary[i] if i else "\x00" for i in row)
+            for row in split_labels(info, self.split)
+        ]
+        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
+        nats = model.fit(train).nats_per_char(targets, skip_first=1)
+        evaluation = language_model_scores(nats)
+        evaluation.update(split=self.split, characters=sum(len(t) - 1 for t in targets))
+        return {"name": "5-gram (targets)", "model": "char 5-gram, no source"}, evaluation
+
+    def markdown(self, evaluation, title):
+        return (
+            f"## {title}\n\n- bits/char: {evaluation['bits_per_char']:.4f}\n"
+            f"- perplexity: {evaluation['perplexity']:.3f}\n- character accuracy: "
+            f"{evaluation['accuracy']:.4f}\n"
+        )
+
+
+class Reconstruction(Task):
+    """An autoencoder: the image back from its own pixels; the model outputs a logit per pixel.
+
+    The loss is each pixel's binary cross-entropy (pixels are intensities in [0, 1]); a
+    pixel is a hit when the reconstruction and the image agree on which side of 0.5 it is.
+    The evaluation adds the mean squared error per pixel and the peak signal-to-noise ratio.
+    """
+
+    name = "reconstruction"
+    metrics = ("reconstruction_mse", "psnr", "pixel_accuracy", "bce_per_pixel")
+
+    def labels_per_example(self, info) -> int:
+        return int(np.prod(info.metadata.get("image_shape", [28, 28])))
+
+    def losses(self, y, outputs):
+        import tensorflow as tf
+
+        return tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=outputs)
+
+    def hits(self, y, outputs):
+        import tensorflow as tf
+
+        return tf.cast(tf.equal(outputs > 0.0, y > 0.5), tf.float32)
+
+    def evaluate(self, model_path, info, split):
+        from distrain.train.predict import load_model, targets_and_outputs
+
+        squared = bce = hits = count = 0.0
+        for y, logits in targets_and_outputs(load_model(model_path), info, split):
+            squared += float(np.sum((1.0 / (1.0 + np.exp(-logits)) - y) ** 2))
+            bce += float(np.sum(self.losses(y, logits)))
+            hits += float(np.sum(self.hits(y, logits)))
+            count += y.size
+        if not count:
+            raise ValueError(f"{info.data_dir}: split {split!r} is empty")
+        return reconstruction_scores(squared / count, bce / count, hits / count, split, count)
+
+    def baseline(self, info):
+        """The training images' mean image, whatever the input: what knowing no pixel gives."""
+        from distrain.train.predict import split_labels
+
+        mean = np.mean(split_labels(info, "train"), axis=0)
+        images = split_labels(info, self.split)
+        eps = 1e-7
+        p = np.clip(mean, eps, 1 - eps)
+        bce = -(images * np.log(p) + (1 - images) * np.log(1 - p))
+        evaluation = reconstruction_scores(
+            float(np.mean((images - mean) ** 2)),
+            float(np.mean(bce)),
+            float(np.mean((mean > 0.5) == (images > 0.5))),
+            self.split,
+            images.size,
+        )
+        return {"name": "mean image", "model": "training mean image"}, evaluation
+
+
+def reconstruction_scores(mse: float, bce: float, pixel_accuracy: float, split: str, pixels):
+    """A reconstruction's scores: MSE and BCE per pixel, PSNR (peak 1.0), pixel accuracy."""
+    return {
+        "reconstruction_mse": mse,
+        "bce_per_pixel": bce,
+        "psnr": 10.0 * math.log10(1.0 / mse) if mse > 0 else float("inf"),
+        "pixel_accuracy": pixel_accuracy,
+        "split": split,
+        "pixels": int(pixels),
+    }
+
+
+CLASSIFICATION = Classification()
+NEXT_CHARACTER = NextCharacter()
+TRANSLATION = Translation()
+RECONSTRUCTION = Reconstruction()
+TASKS = {t.name: t for t in (CLASSIFICATION, NEXT_CHARACTER, TRANSLATION, RECONSTRUCTION)}
+
+
+def markdown(evaluation: dict, title: str) -> str:
+    """An evaluation step's result as Markdown, in its task's words (``evaluation["task"]``)."""
+    return TASKS[evaluation.get("task", CLASSIFICATION.name)].markdown(evaluation, title)
