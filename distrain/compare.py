@@ -54,6 +54,8 @@ COLUMNS = [
     ("divergence", "divergence", "{:.3f}"),
     # Model parallelism: how the model is split, and what the fullest rank held.
     ("parallelism", "split", "{}"),
+    # Runs whose ranks train on different data: each data rank's loss in the last epoch.
+    ("rank_loss", "loss by rank", "{}"),
     ("parameters_per_rank", "params/rank", "{:,}"),
     ("rank_memory_mb", "MB/rank", "{:,.0f}"),
 ]
@@ -61,6 +63,13 @@ COLUMNS = [
 
 # What a run's evaluation must have one of: its quality, in its task's terms.
 QUALITY = ("accuracy", "bits_per_char", "reconstruction_mse")
+
+
+def _rank_loss(history: dict) -> str | None:
+    """The last epoch's loss on each data rank, e.g. ``0.212 / 0.230`` (None: one rank)."""
+    last = (history.get("epochs") or [{}])[-1]
+    losses = last.get("rank_loss")
+    return " / ".join(f"{v:.3f}" for v in losses) if losses else None
 
 
 def _epoch_seconds(history: dict) -> float | None:
@@ -205,6 +214,7 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
                 if speedup is not None
                 else None,
                 "epoch_seconds": _epoch_seconds(hist),
+                "rank_loss": _rank_loss(hist),
                 "time_to_target": time_to_target(hist.get("epochs", []), config.target_accuracy),
                 "staleness_mean": mean,
                 "staleness_p95": p95,

@@ -177,3 +177,27 @@ def test_consistency_modes_bring_their_columns_and_the_divergence_plot():
     assert any("| blocked s |" in line and "| divergence |" in line for line in header)
     page = render_html(c, rs)
     assert "Divergence between replicas" in page
+
+
+def test_reconstruction_runs_are_ranked_by_error_and_show_each_data_ranks_loss():
+    def autoencoder(name, mode, workers, mse, seconds):
+        r = report(name, mode, workers, seconds, 0.0)
+        r["evaluation"] = {"reconstruction_mse": mse, "psnr": 10.0, "task": "reconstruction"}
+        return r
+
+    runs = [
+        autoencoder("single:1", "single", 1, 0.020, 10.0),
+        autoencoder("sync:2", "sync", 2, 0.018, 6.0),
+        autoencoder("tensor:2", "tensor", 2, 0.025, 4.0),
+    ]
+    runs[1]["history"]["epochs"][-1]["rank_loss"] = [0.2121, 0.2304]
+    c = build_comparison(runs)
+    rows = {r["name"]: r for r in c["rows"]}
+    assert c["best"] == "sync:2"  # the lowest error, though not the fastest
+    assert rows["sync:2"]["rank_loss"] == "0.212 / 0.230"
+    assert rows["tensor:2"]["rank_loss"] is None
+    table = render_markdown(c)
+    assert "recon MSE" in table and "loss by rank" in table and "| accuracy |" not in table
+    runs[0]["evaluation"] = {"task": "reconstruction"}
+    with pytest.raises(ValueError, match="single:1: evaluation has none of accuracy"):
+        build_comparison(runs)

@@ -186,6 +186,10 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
     # Each rank ran the same number of full steps over its half of the training split.
     steps = info.splits["train"] // 2 // cfg.batch_size
     assert history["epochs"][0]["examples"] == 2 * steps * cfg.batch_size
+    # Each rank's loss on its own shard; together they make the run's loss.
+    for epoch in history["epochs"]:
+        assert len(epoch["rank_loss"]) == 2 and epoch["rank_loss"][0] != epoch["rank_loss"][1]
+        assert np.mean(epoch["rank_loss"]) == pytest.approx(epoch["loss"], rel=1e-6)
 
 
 _PRIORITIES = """

@@ -125,7 +125,12 @@ class Engine(Protocol):
         """The epoch's training seconds (``measured``: the driver's clock over its segments)."""
 
     def epoch_totals(self, loss_sum: float, correct: float, seen: int) -> tuple[float, float, int]:
-        """The epoch's totals over every worker (this process's sums in)."""
+        """The epoch's totals over every worker (this process's sums in).
+
+        An engine whose ranks train on different data may also set ``rank_loss_sums``
+        (each data rank's summed loss over the epoch, in rank order): the history keeps
+        each one's loss per label.
+        """
 
     def refresh(self) -> None:
         """Makes the replica's weights current, before they are evaluated, saved or checkpointed.
@@ -240,6 +245,7 @@ class EpochDriver:
             engine.refresh()
             val_loss, val_acc = r.evaluate()
         per_label = max(seen * r.labels_per_example, 1)
+        by_rank = getattr(engine, "rank_loss_sums", None)
         record = {
             "epoch": epoch + 1,
             # Losses and accuracy are per label (per character for a language model).
@@ -254,6 +260,9 @@ class EpochDriver:
             if self.examples_so_far is not None
             else r.step * cfg.batch_size * engine.gradients_per_update,
         }
+        if by_rank and len(by_rank) > 1:
+            # Each data rank's loss on its own shard (it saw an equal share of ``seen``).
+            record["rank_loss"] = [s * len(by_rank) / per_label for s in by_rank]
         if durations:
             record["step_ms"] = step_spread(list(durations))
             self.step_durations.append(list(durations))

@@ -54,6 +54,17 @@ class Group:
         )
         return [float(v) for v in summed.numpy()]
 
+    def gather(self, value: float) -> list[float]:
+        """``value`` from each process of the group, in rank order."""
+        if self.hvd is None:
+            return [value]
+        import tensorflow as tf
+
+        gathered = self.hvd.allgather(  # [sync]
+            tf.constant([value], tf.float64), **self.collectives
+        )
+        return [float(v) for v in gathered.numpy()]
+
 
 def batch_gradients(model, variables, x, y, task=None):
     """One batch's summed loss, correct count and gradients: every mode's step computes these.

@@ -86,7 +86,10 @@ class LocalSteps:
 
     def epoch_totals(self, loss_sum, correct, seen):
         # [sync] every rank's sums; ``seen`` counts every rank's examples already.
-        loss_sum, correct = self.replica.group.sums(loss_sum, correct)
+        group = self.replica.group
+        if group.size > 1:
+            self.rank_loss_sums = group.gather(loss_sum)  # [sync] each shard's own loss
+        loss_sum, correct = group.sums(loss_sum, correct)
         return loss_sum, correct, seen
 
     def refresh(self) -> None:
