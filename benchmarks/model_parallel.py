@@ -73,14 +73,38 @@ class RankMemory:
 
 
 def dense_layers(model) -> list[dict]:
-    """Each dense layer's inputs and units, and whether layers with weights come before it."""
+    """Each split layer's inputs and units, and whether layers with weights come before it.
+
+    Dense layers, and recurrent ones (``steps``: their time steps, each a matrix product
+    of the input and the previous state with ``gates`` x units columns, split like a
+    dense layer's: an allgather of the state forward at every step).
+    """
     import tf_keras as keras
 
+    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
     out, weighted = [], False
     for layer in model.layers:
         if isinstance(layer, keras.layers.Dense):
             out.append(
-                {"in": int(layer.kernel.shape[0]), "out": int(layer.units), "after": weighted}
+                {
+                    "in": int(layer.kernel.shape[0]),
+                    "out": int(layer.units),
+                    "after": weighted,
+                    # Rows per example: a dense layer over a sequence acts at every position.
+                    "positions": int(math.prod(d or 1 for d in layer.output_shape[1:-1])),
+                }
+            )
+        elif isinstance(layer, recurrent):
+            shape = (
+                layer.input_shape[0] if isinstance(layer.input_shape, list) else layer.input_shape
+            )
+            out.append(
+                {
+                    "in": int(layer.cell.kernel.shape[0]) + int(layer.units),  # input and state
+                    "out": int(layer.units),
+                    "after": True,  # the state before it always has weights
+                    "steps": int(shape[1] or 1),
+                }
             )
         weighted = weighted or bool(layer.trainable_weights)
     return out
@@ -92,12 +116,9 @@ def dense_share(model) -> float:
 
     from distrain.train.modes.pipeline import layer_costs
 
+    split = (keras.layers.Dense, keras.layers.LSTM, keras.layers.SimpleRNN)
     costs = layer_costs(model)
-    dense = sum(
-        c
-        for c, layer in zip(costs, model.layers, strict=True)
-        if isinstance(layer, keras.layers.Dense)
-    )
+    dense = sum(c for c, layer in zip(costs, model.layers, strict=True) if isinstance(layer, split))
     return dense / sum(costs)
 
 
@@ -106,9 +127,11 @@ def tensor_step(t1: float, model, batch: int, n: int, bandwidth: float, latency:
     f = dense_share(model)
     comm = 0.0
     for layer in dense_layers(model):
-        comm += (n - 1) * (latency + batch * layer["out"] * FLOAT / n / bandwidth)
+        rows = batch * layer.get("positions", 1)
+        once = (n - 1) * (latency + rows * layer["out"] * FLOAT / n / bandwidth)
         if layer["after"]:
-            comm += 2 * (n - 1) * (latency + batch * layer["in"] * FLOAT / n / bandwidth)
+            once += 2 * (n - 1) * (latency + rows * layer["in"] * FLOAT / n / bandwidth)
+        comm += once * layer.get("steps", 1)  # a recurrent layer's collectives, step by step
     return {"step": t1 * (1 - f) + t1 * f / n + comm, "comm": comm, "dense_share": f}
 
 
@@ -142,7 +165,7 @@ def seed000_epoch(model, examples: int, f: int, bandwidth: float, latency: float
     b_0 is the first dense layer's inputs, b_1..b_{n-2} the hidden layers' units, b_{n-1}
     the outputs; messages go one example at a time.
     """
-    layers = dense_layers(model)
+    layers = [layer for layer in dense_layers(model) if "steps" not in layer]  # FC nets only
     if not layers or f < 2:
         return {"K": 0, "N": 0.0, "seconds": 0.0}
     b = [layers[0]["in"], *[layer["out"] for layer in layers]]
@@ -159,9 +182,9 @@ def seed000_epoch(model, examples: int, f: int, bandwidth: float, latency: float
 def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
     from benchmarks.suite import _sample
+    from distrain.datasets import load_info
     from distrain.steps import preprocess
     from distrain.train.config import ConfigError, TrainConfig
-    from distrain.train.inputs import DatasetInfo
     from distrain.train.launch import run_training
     from distrain.train.models import build_model
 
@@ -169,10 +192,11 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     rows = []
     micro = cfg.model_micro
     for dataset, model_name in cfg.model_setups:
-        data = tmp / f"models-{dataset}-{cfg.model_size}"
+        size = dict(cfg.model_sizes).get(dataset, cfg.model_size)
+        data = tmp / f"models-{dataset}-{size}"
         if not data.exists():
-            preprocess(dataset, _sample(tmp, dataset, cfg.model_size), data)
-        info = DatasetInfo.load(str(data))
+            preprocess(dataset, _sample(tmp, dataset, size), data)
+        info = load_info(str(data), model_name)
         model = build_model(info, model_name, 0)
         runs = {}
         for run, cores in (
@@ -218,17 +242,22 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
             }
             log(f"  {dataset}/{model_name} {key}: {per_epoch:.2f} s/epoch")
         t1 = runs["single:1 (1 core)"]["step_seconds"]
-        predictions = {
-            "tensor:2": tensor_step(t1, model, cfg.model_batch, 2, bandwidth, latency),
-            f"pipeline:2:micro={micro}": pipeline_step(
-                t1, model, cfg.model_batch, 2, micro, bandwidth, latency
-            ),
+        pipe = f"pipeline:2:micro={micro}"
+        predictions = {  # a split the model refuses gets no prediction
+            "tensor:2": tensor_step(t1, model, cfg.model_batch, 2, bandwidth, latency)
+            if "refused" not in runs["tensor:2"]
+            else None,
+            pipe: pipeline_step(t1, model, cfg.model_batch, 2, micro, bandwidth, latency)
+            if "refused" not in runs[pipe]
+            else None,
         }
         examples = info.splits["train"]
         rows.append(
             {
                 "dataset": dataset,
                 "model": model_name,
+                "size": size,
+                "examples": examples,
                 "parameters": int(sum(v.shape.num_elements() for v in model.trainable_variables)),
                 "runs": runs,
                 "predicted": predictions,
@@ -256,7 +285,7 @@ def render_models(section: dict) -> list[str]:
     lines = [
         "## 9. Models under data and model parallelism",
         "",
-        f"Each model on the generated sample ({section['size']:,} records), batch "
+        "Each model on a generated sample (its training examples in the first column), batch "
         f"{section['batch']}, {section['epochs']} epochs (the first left out as warm-up): "
         "seconds per epoch and each rank's peak resident memory (MB, rank by rank). "
         "`single:1 (1 core)` is pinned to one core: the compute the predictions start "
@@ -279,8 +308,9 @@ def render_models(section: dict) -> list[str]:
             return mb((runs.get(key) or {}).get("peak_memory_per_rank"))
 
         lines.append(
-            f"| {row['dataset']}/{row['model']} | {row['parameters']:,} | "
-            f"{cell('single:1 (all cores)')} | {cell('sync:2')} | {cell('tensor:2')} | "
+            f"| {row['dataset']}/{row['model']} ({row.get('examples', section['size']):,}) | "
+            f"{row['parameters']:,} | {cell('single:1 (all cores)')} | {cell('sync:2')} | "
+            f"{cell('tensor:2')} | "
             f"{cell(pipe)} | {memory('single:1 (all cores)')} | {memory('sync:2')} | "
             f"{memory('tensor:2')} | {memory(pipe)} |"
         )
@@ -299,9 +329,9 @@ def render_models(section: dict) -> list[str]:
 
         def pair(key, runs=runs, pred=pred):
             measured = (runs.get(key) or {}).get("step_seconds")
+            if pred.get(key) is None or measured is None:
+                return "— | refused | —"
             p = pred[key]["step"]
-            if measured is None:
-                return f"{p * 1e3:.1f} | refused | —"
             return f"{p * 1e3:.1f} | {measured * 1e3:.1f} | {p / measured - 1:+.0%}"
 
         lines.append(

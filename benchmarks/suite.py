@@ -92,6 +92,7 @@ class SuiteConfig:
         link_latency_us: Link latency of the scaling plan (microseconds).
         model_setups: (data set, model) of section 9, the models under each split.
         model_size: Records of each data set's sample in section 9.
+        model_sizes: ``(data set, size)`` where a data set's sample needs another size.
         model_batch: Batch (per data-parallel rank) of section 9.
         model_epochs: Epochs of section 9's runs (the first is warm-up).
         model_micro: Micro-batches of section 9's pipeline runs.
@@ -123,9 +124,13 @@ class SuiteConfig:
         ("mnist", "fc"),
         ("mnist", "cnn-seed"),
         ("mnist", "vgg11"),
+        ("mnist", "convae"),
         ("dbpedia", "nbow"),
+        ("gutenberg", "seq2seq"),
     )
     model_size: int = 6000
+    # Gutenberg's sample is sized in characters: 400,000 make about 4,000 line pairs.
+    model_sizes: tuple = (("gutenberg", 400_000),)
     model_batch: int = 256
     model_epochs: int = 3
     model_micro: int = 4

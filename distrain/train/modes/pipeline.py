@@ -14,17 +14,30 @@ from distrain.train.replica import Group
 def layer_costs(model) -> list[float]:
     """Multiply-adds per example of each layer of a built ``Sequential`` (its stage weight).
 
-    Dense and convolution layers count their multiply-adds; the others (reshaping,
-    pooling, activations) a thousandth of their output size, so that they weigh little
-    but a stage of them alone is not free.
+    Dense, convolution and recurrent layers count their multiply-adds; the others
+    (reshaping, pooling, activations) a thousandth of their output size, so that they
+    weigh little but a stage of them alone is not free. (Other models' layers too, for the
+    cost model of the benchmark suite.)
     """
     import tf_keras as keras
 
+    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
     costs = []
     for layer in model.layers:
-        out = [d or 1 for d in layer.output_shape[1:]]
+        shape = layer.output_shape
+        shape = shape[0] if isinstance(shape, list) else shape  # a layer that returns states
+        out = [d or 1 for d in shape[1:]]
         if isinstance(layer, keras.layers.Dense):
             costs.append(float(np.prod(out)) * layer.kernel.shape[0])
+        elif isinstance(layer, recurrent):
+            kernel, inputs = layer.cell.kernel, layer.input_shape
+            inputs = inputs[0] if isinstance(inputs, list) else inputs
+            steps = inputs[1] or 1
+            # Each step: the input and the previous state times every gate's columns.
+            costs.append(float(steps) * (kernel.shape[0] + layer.units) * kernel.shape[1])
+        elif isinstance(layer, keras.layers.Conv2DTranspose):
+            kh, kw, filters, _ = layer.kernel.shape
+            costs.append(float(np.prod(layer.input_shape[1:])) * kh * kw * filters)
         elif isinstance(layer, keras.layers.Conv2D):
             kh, kw, cin, _ = layer.kernel.shape
             costs.append(float(np.prod(out)) * kh * kw * cin)
