@@ -223,8 +223,6 @@ MODEL_BUILDERS: dict[tuple[str, str], Callable] = {
 }
 
 
-# Models with recurrent layers (which the column split does not cover).
-RECURRENT_MODELS = frozenset({"lstm", "rnn"})
 # Models that read sequences of varying length, with masks (pipeline stages pass neither).
 SEQUENCE_MODELS = frozenset({"fasttext", "logreg", "nbow", "lstm", "rnn"})
 
