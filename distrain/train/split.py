@@ -244,7 +244,7 @@ class ColumnRecurrent(ColumnLayer):
         """The loop's states: the whole ``h`` first, then the states of this rank's units."""
         raise NotImplementedError
 
-    def step(self, z, carried: list):
+    def cell_step(self, z, carried: list):
         """This rank's units' ``h`` and carried states, from their gates' sums ``z``."""
         raise NotImplementedError
 
@@ -273,7 +273,7 @@ class ColumnRecurrent(ColumnLayer):
 
         def step(z_t, states):
             h = to_group(states[0], self.group)  # [tensor] backward: dh's shares summed
-            mine, carried = self.step(z_t + tf.matmul(h, self.recurrent_kernel), states[1:])
+            mine, carried = self.cell_step(z_t + tf.matmul(h, self.recurrent_kernel), states[1:])
             h = gather_columns(mine, self.group, self.sizes)  # [tensor] the whole h on each
             return h, [h, *carried]
 
@@ -316,7 +316,7 @@ class ColumnSimpleRNN(ColumnRecurrent):
     def initial_states(self, inputs, given):
         return [given[0] if given else self._zeros(inputs, self.units)]
 
-    def step(self, z, carried):
+    def cell_step(self, z, carried):
         return self.activation(z), []
 
 
@@ -341,7 +341,7 @@ class ColumnLSTM(ColumnRecurrent):
         h, c = given
         return [h, self._mine(c)]
 
-    def step(self, z, carried):
+    def cell_step(self, z, carried):
         import tensorflow as tf
 
         (c,) = carried
