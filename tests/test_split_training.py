@@ -54,3 +54,45 @@ def test_hybrid_runs_two_data_groups_of_two_model_ranks(mnist_examples, tmp_path
     assert history["epochs"][-1]["val_accuracy"] > 0.6
     assert len(history["parameters_per_rank"]) == 4
     assert history["run"]["processes"] == 4
+
+
+@pytest.fixture(scope="module")
+def gutenberg_examples(tmp_path_factory):
+    """Two small sample books, preprocessed into windows of 20 characters (each step of a
+    split LSTM has a collective per character, so short windows keep the runs short)."""
+    from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+    from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
+
+    raw = tmp_path_factory.mktemp("gutenberg_raw")
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=3))
+    out = tmp_path_factory.mktemp("gutenberg_examples")
+    cfg = GutenbergPreprocessConfig(str(raw), str(out), seq_len=20, stride=20)
+    preprocess_gutenberg(cfg, ["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_split_lstm_run_trains_as_the_unsplit_one_and_saves_the_whole_model(
+    gutenberg_examples, tmp_path
+):
+    import tf_keras as keras
+
+    from distrain.train.inputs import DatasetInfo
+
+    settings = {"model": "lstm", "epochs": 1, "batch_size": 16, "checkpoint_every_steps": 0}
+    single = run_training(_cfg(gutenberg_examples, tmp_path / "single", "single:1", **settings))
+    out = tmp_path / "out"
+    first = run_training(_cfg(gutenberg_examples, out, "tensor:2", **settings), timeout=300)
+    per_epoch = DatasetInfo.load(gutenberg_examples).splits["train"] // 16
+    assert first["steps"] == single["steps"] == per_epoch
+    # The same weights, batches and arithmetic: the split run's losses are the unsplit one's.
+    for split, whole in zip(first["epochs"], single["epochs"], strict=True):
+        assert split["loss"] == pytest.approx(whole["loss"], rel=1e-4)
+        assert split["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-4)
+    parts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert parts == ["part-0-of-2", "part-1-of-2"]
+    whole = keras.models.load_model(out / "model.keras")
+    assert [type(layer).__name__ for layer in whole.layers][1:] == ["LSTM", "LSTM", "Dense"]
+    total = sum(int(v.shape.num_elements()) for v in whole.trainable_variables)
+    assert max(first["parameters_per_rank"]) < 0.6 * total

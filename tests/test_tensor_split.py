@@ -2,8 +2,9 @@
 
 The same batch and weights through the unsplit model and through each rank's share of the
 split one: the losses must agree, each split kernel's gradient must be its columns of the
-unsplit kernel's gradient, and the layers that are not split must have the unsplit
-model's gradients, all to 1e-5. The weights gathered back must be the unsplit model's.
+unsplit kernel's gradient (an LSTM's: its units' columns of each of the four gates), and
+the layers that are not split must have the unsplit model's gradients, all to 1e-5. The
+weights gathered back must be the unsplit model's.
 """
 
 from __future__ import annotations
@@ -95,11 +96,147 @@ def test_split_losses_and_gradients_equal_the_unsplit_models(mnist_examples, tmp
             assert mine < 0.6 * full, (name, r["parameters"])
 
 
-def test_recurrent_models_are_refused_before_any_work(tmp_path):
-    from distrain.train.config import ConfigError
+_RECURRENT = """
+import json, sys
+import distrain  # noqa: F401
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from distrain.train.config import TrainConfig
+from distrain.train.inputs import DatasetInfo
+from distrain.train.models import build_model
+from distrain.train.replica import batch_gradients
+from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.split import ColumnLayer, ModelGroup, split_model, whole_weights
 
-    with pytest.raises(ConfigError, match="recurrent layers"):
-        TrainConfig(data_dir=str(tmp_path), output_dir="o", run="tensor:2", model="lstm")
+cfg = TrainConfig.from_json(open(sys.argv[2]).read())
+configure_tensorflow(cfg)
+hvd, _ = start_horovod(False)
+group = ModelGroup(hvd, hvd.rank(), hvd.size())
+VOCAB, STEPS, BATCH = 23, 9, 6
+info = DatasetInfo(data_dir=".", dataset="gutenberg", num_classes=0, class_names=[],
+                   splits={}, files={}, metadata={"vocab_size": VOCAB})
+
+
+def encoder_decoder(seed):
+    # Two LSTMs of 7 units (4 and 3 a rank): the encoder's last state starts the decoder,
+    # a dense layer reads each of its steps. The encoder's input is masked (zero: padding).
+    L, init = keras.layers, keras.initializers
+    source = L.Input((None,), dtype="int32")
+    target = L.Input((None,), dtype="int32")
+    e = L.Embedding(VOCAB, 5, mask_zero=True,
+                    embeddings_initializer=init.RandomUniform(-1, 1, seed))(source)
+    _, h, c = L.LSTM(7, return_state=True, kernel_initializer=init.GlorotUniform(seed + 1),
+                     recurrent_initializer=init.Orthogonal(seed=seed + 2),
+                     bias_initializer=init.RandomUniform(-0.5, 0.5, seed + 3))(e)
+    d = L.Embedding(VOCAB, 5, embeddings_initializer=init.RandomUniform(-1, 1, seed + 4))(target)
+    seq = L.LSTM(7, return_sequences=True, kernel_initializer=init.GlorotUniform(seed + 5),
+                 recurrent_initializer=init.Orthogonal(seed=seed + 6))(d, initial_state=[h, c])
+    logits = L.Dense(VOCAB, kernel_initializer=init.GlorotUniform(seed + 7))(seq)
+    return keras.Model([source, target], logits, name="encoder_decoder")
+
+
+def columns(units, gates, rank):
+    # Rank 0 the first ceil(units / 2) units of every gate block, rank 1 the rest.
+    sizes = [(units + 1) // 2, units // 2]
+    start = sum(sizes[:rank])
+    return [g * units + start + k for g in range(gates) for k in range(sizes[rank])]
+
+
+rng = np.random.RandomState(7)  # the same batch on both ranks
+tokens = rng.randint(1, VOCAB, (BATCH, STEPS)).astype(np.int32)
+source = tokens.copy()
+source[:, STEPS - 3:] = 0
+source[0, 2:] = 0
+y = tf.constant(rng.randint(0, VOCAB, (BATCH, STEPS)).astype(np.int32))
+cases = {
+    "lstm": (build_model(info, "lstm", 3), tf.constant(tokens)),
+    "rnn": (build_model(info, "rnn", 3), tf.constant(tokens)),
+    "encdec": (encoder_decoder(3), (tf.constant(source), tf.constant(tokens))),
+}
+result = {"rank": hvd.rank()}
+for name, (whole, x) in cases.items():
+    before = [w.numpy() for w in whole.weights]
+    split = split_model(whole, group)
+
+    def step(model):
+        return tf.function(lambda: batch_gradients(model, model.trainable_variables, x, y))()
+
+    loss_w, _, grads_w = step(whole)
+    loss_s, _, grads_s = step(split)
+    dense = lambda g: tf.convert_to_tensor(g).numpy()  # noqa: E731 (embeddings' rows)
+    by_var_w = {id(v): dense(g) for v, g in zip(whole.trainable_variables, grads_w)}
+    by_var_s = {id(v): dense(g) for v, g in zip(split.trainable_variables, grads_s)}
+    worst, split_layers = 0.0, []
+    for full_layer, layer in zip(whole.layers, split.layers, strict=True):
+        if isinstance(layer, ColumnLayer):
+            split_layers.append(type(layer).__name__)
+            gates = 4 if isinstance(full_layer, keras.layers.LSTM) else 1
+            cols = columns(layer.units, gates, group.rank)
+            # kernel, recurrent kernel, bias: the unsplit layer's order
+            pairs = zip(full_layer.trainable_weights, layer.trainable_weights, strict=True)
+            pairs = [(full, mine, cols) for full, mine in pairs]
+        else:
+            pairs = [(v, v, slice(None)) for v in layer.trainable_weights]
+        for full_var, var, cols in pairs:
+            want, got = by_var_w[id(full_var)][..., cols], by_var_s[id(var)]
+            assert want.shape == got.shape, (name, var.name, want.shape, got.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=var.name)
+            worst = max(worst, float(np.abs(got - want).max()))
+    gathered = whole_weights(split, group)
+    same = all(np.array_equal(a, b) for a, b in zip(gathered, before, strict=True))
+    result[name] = {"loss": [float(loss_w), float(loss_s)], "worst": worst,
+                    "split_layers": split_layers, "gathered_equal": same}
+open(f"{sys.argv[1]}/result-{hvd.rank()}.json", "w").write(json.dumps(result))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_split_recurrent_models_losses_and_gradients_equal_the_unsplit_models(tmp_path):
+    cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path / "o"), run="tensor:2")
+    config = cfg.save(tmp_path / "config.json")
+    layers = {
+        "lstm": ["ColumnLSTM", "ColumnLSTM", "ColumnDense"],
+        "rnn": ["ColumnSimpleRNN", "ColumnSimpleRNN", "ColumnDense"],
+        "encdec": ["ColumnLSTM", "ColumnLSTM", "ColumnDense"],
+    }
+    for result in _two_ranks(tmp_path, _RECURRENT, str(config)):
+        for name, split_layers in layers.items():
+            r = result[name]
+            whole, split = r["loss"]
+            assert split == pytest.approx(whole, rel=1e-5), (name, r)
+            assert r["split_layers"] == split_layers
+            assert r["worst"] <= 1e-5
+            assert r["gathered_equal"], name
+
+
+def test_recurrent_models_are_accepted_by_the_split_modes(tmp_path):
+    for run in ("tensor:2", "hybrid:1:2"):
+        for model in ("lstm", "rnn"):
+            cfg = TrainConfig(data_dir=str(tmp_path), output_dir="o", run=run, model=model)
+            assert cfg.model == model
+
+
+def test_layers_the_split_does_not_cover_are_refused_by_name():
+    import tf_keras as keras
+
+    from distrain.train.split import ModelGroup, split_model, unsplittable
+
+    model = keras.Sequential(
+        [
+            keras.layers.Input((5, 3)),
+            keras.layers.LSTM(4, return_sequences=True, name="fine"),
+            keras.layers.GRU(4, return_sequences=True, name="gated"),
+            keras.layers.SimpleRNN(4, dropout=0.5, name="dropping"),
+            keras.layers.Dense(2),
+        ]
+    )
+    refused = unsplittable(model)
+    assert [r.split(":")[0] for r in refused] == ["gated", "dropping"]
+    assert "GRU" in refused[0] and "dropout" in refused[1]
+    with pytest.raises(ValueError, match="no column split for gated: GRU layers"):
+        split_model(model, ModelGroup(hvd=None, rank=0, size=2))
 
 
 _HYBRID = """

@@ -113,7 +113,3 @@ def build_model(info: DatasetInfo, name: str, seed: int = 0):
 def task_of(info: DatasetInfo, name: str):
     """What the named model of the data set learns (:mod:`distrain.train.tasks`)."""
     return _spec(info, name).task
-
-
-# Models with recurrent layers, which the column split does not cover yet.
-RECURRENT_MODELS = frozenset({"lstm", "rnn"})

@@ -1,4 +1,4 @@
-"""Tensor (column) parallelism: a model's dense layers split by columns over Horovod ranks.
+"""Tensor (column) parallelism: a model's dense and recurrent layers split over Horovod ranks.
 
 Seed 000's model parallelism (§2.2-2.3): the output columns of every weight matrix are
 shared out among the processes of a model group; each process computes its columns of a
@@ -16,6 +16,13 @@ Two operators carry the communication (Megatron's ``f`` and ``g``):
 * :func:`gather_columns`: forward an allgather of the columns; backward this process's
   columns of the output gradient, with no communication (every process holds the same
   whole gradient, because everything after the layer is replicated).
+
+A recurrent layer (``LSTM``, ``SimpleRNN``) is split by its units: each process holds, for
+its units, the columns of every gate in the input kernel, the recurrent kernel and the
+bias. At every time step it computes its units' gates from the whole input and the whole
+previous ``h``, and its units' cell and ``h``; the group gathers ``h`` (``g``), which the
+next step, and the next layer, read whole; the previous ``h`` passes ``f`` before the
+recurrent kernel, so that its gradient is summed over the group.
 
 Every process's loss is the unsplit model's loss, and every gradient a column slice (or,
 for replicated layers, the whole) of the unsplit model's, up to float rounding: the
@@ -81,6 +88,18 @@ def to_group(x, group: ModelGroup):
     return identity(x)
 
 
+def own_columns(units: int, sizes: list[int], rank: int, gates: int = 1) -> np.ndarray:
+    """The unsplit layer's columns that ``rank`` holds, in the order it holds them.
+
+    A recurrent layer's kernels are ``gates`` blocks of ``units`` columns side by side
+    (an LSTM's ``[i | f | c | o]``); a rank holds its units' columns of each block, so its
+    kernel is ``[i_r | f_r | c_r | o_r]``.
+    """
+    start = sum(sizes[:rank])
+    stop = start + sizes[rank]
+    return np.concatenate([np.arange(g * units + start, g * units + stop) for g in range(gates)])
+
+
 def gather_columns(y, group: ModelGroup, sizes: list[int]):
     """[tensor] The group's columns side by side; backward, this process's columns only."""
     import tensorflow as tf
@@ -92,6 +111,8 @@ def gather_columns(y, group: ModelGroup, sizes: list[int]):
     def gather(y):
         moved, back = _last_first(y)
         whole = tf.transpose(group.hvd.allgather(moved, **group.collectives), back)
+        # The allgather's first axis has no static size; a recurrent step's state needs it.
+        whole.set_shape([*y.shape[:-1], sum(sizes)])
 
         def grad(dy):
             return dy[..., start : start + mine]
@@ -107,7 +128,41 @@ def _keras():
     return tf_keras
 
 
-class ColumnDense(_keras().layers.Layer):
+def _constant(value: np.ndarray):
+    keras = _keras()
+    return keras.initializers.Constant(np.array(value, dtype=np.float32))
+
+
+class ColumnLayer(_keras().layers.Layer):
+    """A layer split by output columns: this rank's share of an unsplit layer's weights.
+
+    Args:
+        layer: The unsplit layer (built), whose name the split one extends.
+        group: The model group.
+        units: The unsplit layer's units.
+        gates: Blocks of ``units`` columns in its kernels (4 for an LSTM, else 1).
+    """
+
+    def __init__(self, layer, group: ModelGroup, units: int, gates: int = 1, **kwargs):
+        super().__init__(name=f"{layer.name}_columns", **kwargs)
+        self.group = group
+        self.units = units
+        self.gates = gates
+        self.sizes = column_sizes(units, group.size)
+        #: The unsplit kernels' columns this rank holds, in its own kernels' order.
+        self.columns = own_columns(units, self.sizes, group.rank, gates)
+
+    def _copy(self, name: str, whole: np.ndarray):
+        """A weight holding this rank's columns of the unsplit ``whole``."""
+        mine = whole[..., self.columns]
+        return self.add_weight(name=name, shape=mine.shape, initializer=_constant(mine))
+
+    def split_weights(self) -> list:
+        """This rank's weights, in the unsplit layer's order of weights."""
+        raise NotImplementedError
+
+
+class ColumnDense(ColumnLayer):
     """One process's columns of a dense layer; outputs the whole layer's output.
 
     Built from the unsplit layer (already built), whose columns it copies: a split model
@@ -119,21 +174,13 @@ class ColumnDense(_keras().layers.Layer):
     """
 
     def __init__(self, dense, group: ModelGroup, **kwargs):
-        super().__init__(name=f"{dense.name}_columns", **kwargs)
-        self.group = group
-        self.units = dense.units
-        self.sizes = column_sizes(dense.units, group.size)
+        super().__init__(dense, group, dense.units, **kwargs)
         self.activation = dense.activation
-        start = sum(self.sizes[: group.rank])
-        stop = start + self.sizes[group.rank]
-        kernel = dense.kernel.numpy()[:, start:stop]
-        self.kernel = self.add_weight(
-            name="kernel", shape=kernel.shape, initializer=_constant(kernel)
-        )
-        self.bias = None
-        if dense.use_bias:
-            bias = dense.bias.numpy()[start:stop]
-            self.bias = self.add_weight(name="bias", shape=bias.shape, initializer=_constant(bias))
+        self.kernel = self._copy("kernel", dense.kernel.numpy())
+        self.bias = self._copy("bias", dense.bias.numpy()) if dense.use_bias else None
+
+    def split_weights(self) -> list:
+        return [self.kernel, *([self.bias] if self.bias is not None else [])]
 
     def call(self, x):
         import tensorflow as tf
@@ -152,58 +199,252 @@ class ColumnDense(_keras().layers.Layer):
         return (*input_shape[:-1], self.units)
 
 
-def _constant(value: np.ndarray):
+class ColumnRecurrent(ColumnLayer):
+    """One process's units of a recurrent layer; outputs the whole layer's output and states.
+
+    The same interface as the unsplit layer: the input, the output, the initial states
+    (``initial_state``, or ``[inputs, *states]`` as Keras passes them in a functional
+    model) and the returned states (``return_state``) are whole; the layer's own
+    columns stay inside. The inputs' projection by the kernel is computed for every step
+    at once, before the loop; the steps run in Keras's ``backend.rnn``, a
+    ``tf.while_loop`` (unrolled only when the unsplit layer was). Each step's allgather
+    (and, backward, its allreduce) is the same op of the loop's body on every rank, which
+    Horovod matches by its name; a step's collective takes the previous step's result, so
+    the ranks run them in the same order, one at a time.
+
+    Args:
+        layer: The unsplit layer (built): ``LSTM`` or ``SimpleRNN``.
+        group: The model group.
+    """
+
+    #: Blocks of columns in the kernels (a subclass's gates).
+    gates = 1
+
+    def __init__(self, layer, group: ModelGroup, **kwargs):
+        problem = _unsupported(layer)
+        if problem:
+            raise ValueError(f"{layer.name}: no column split for {problem}")
+        cell = layer.cell
+        super().__init__(layer, group, cell.units, self.gates, **kwargs)
+        self.return_sequences = layer.return_sequences
+        self.return_state = layer.return_state
+        self.go_backwards = layer.go_backwards
+        self.unroll = layer.unroll
+        self.zero_output_for_mask = layer.zero_output_for_mask
+        self.activation = cell.activation
+        self.supports_masking = True
+        self.kernel = self._copy("kernel", cell.kernel.numpy())
+        self.recurrent_kernel = self._copy("recurrent_kernel", cell.recurrent_kernel.numpy())
+        self.bias = self._copy("bias", cell.bias.numpy()) if cell.use_bias else None
+
+    def split_weights(self) -> list:
+        return [self.kernel, self.recurrent_kernel, *([self.bias] if self.bias is not None else [])]
+
+    def initial_states(self, inputs, given: list | None) -> list:
+        """The loop's states: the whole ``h`` first, then the states of this rank's units."""
+        raise NotImplementedError
+
+    def cell_step(self, z, carried: list):
+        """This rank's units' ``h`` and carried states, from their gates' sums ``z``."""
+        raise NotImplementedError
+
+    def whole_states(self, states: list) -> list:
+        """The layer's returned states, whole, from the loop's last states."""
+        return states[:1]
+
+    def _mine(self, whole):
+        """[tensor] This rank's units of a whole state; backward, summed over the group."""
+        start = sum(self.sizes[: self.group.rank])
+        return to_group(whole, self.group)[:, start : start + self.sizes[self.group.rank]]
+
+    def call(self, inputs, mask=None, training=None, initial_state=None):
+        import tensorflow as tf
+
+        keras = _keras()
+        if isinstance(inputs, list | tuple):  # a functional model passes [inputs, *states]
+            inputs, *given = inputs
+            initial_state = initial_state or given or None
+        if isinstance(mask, list | tuple):
+            mask = mask[0]
+        x = to_group(inputs, self.group)  # [tensor] backward: the group's dx shares summed
+        z = tf.tensordot(x, self.kernel, [[2], [0]])
+        if self.bias is not None:
+            z = z + self.bias
+
+        def step(z_t, states):
+            h = to_group(states[0], self.group)  # [tensor] backward: dh's shares summed
+            mine, carried = self.cell_step(z_t + tf.matmul(h, self.recurrent_kernel), states[1:])
+            h = gather_columns(mine, self.group, self.sizes)  # [tensor] the whole h on each
+            return h, [h, *carried]
+
+        last, outputs, states = keras.backend.rnn(
+            step,
+            z,
+            self.initial_states(inputs, initial_state),
+            go_backwards=self.go_backwards,
+            mask=mask,
+            unroll=self.unroll,
+            input_length=z.shape[1],
+            zero_output_for_mask=self.zero_output_for_mask,
+            return_all_outputs=self.return_sequences,
+        )
+        output = outputs if self.return_sequences else last
+        if self.return_state:
+            return [output, *self.whole_states(states)]
+        return output
+
+    def compute_mask(self, inputs, mask=None):
+        if isinstance(mask, list | tuple):
+            mask = mask[0]
+        output = mask if self.return_sequences else None
+        if self.return_state:
+            return [output, *[None] * self.states]
+        return output
+
+    #: States of the unsplit layer (h, and c for an LSTM).
+    states = 1
+
+    def _zeros(self, inputs, width: int):
+        import tensorflow as tf
+
+        return tf.zeros([tf.shape(inputs)[0], width], dtype=self.compute_dtype)
+
+
+class ColumnSimpleRNN(ColumnRecurrent):
+    """One process's units of a ``SimpleRNN``: ``h = act(x W + h U + b)`` of its columns."""
+
+    def initial_states(self, inputs, given):
+        return [given[0] if given else self._zeros(inputs, self.units)]
+
+    def cell_step(self, z, carried):
+        return self.activation(z), []
+
+
+class ColumnLSTM(ColumnRecurrent):
+    """One process's units of an ``LSTM``: its units' gates (i, f, c, o), cell and ``h``.
+
+    The cell state ``c`` of its units stays on the rank; a state given or returned whole is
+    cut to them on the way in and gathered on the way out.
+    """
+
+    gates = 4
+    states = 2
+
+    def __init__(self, layer, group: ModelGroup, **kwargs):
+        super().__init__(layer, group, **kwargs)
+        self.recurrent_activation = layer.cell.recurrent_activation
+
+    def initial_states(self, inputs, given):
+        if not given:
+            mine = self.sizes[self.group.rank]
+            return [self._zeros(inputs, self.units), self._zeros(inputs, mine)]
+        h, c = given
+        return [h, self._mine(c)]
+
+    def cell_step(self, z, carried):
+        import tensorflow as tf
+
+        (c,) = carried
+        i, f, g, o = tf.split(z, 4, axis=-1)
+        act, gate = self.activation, self.recurrent_activation
+        c = gate(f) * c + gate(i) * act(g)
+        return gate(o) * act(c), [c]
+
+    def whole_states(self, states):
+        h, c = states
+        return [h, gather_columns(c, self.group, self.sizes)]  # [tensor] the whole c
+
+
+def _unsupported(layer) -> str | None:
+    """Why the column split cannot take a recurrent ``layer`` (None: it can)."""
     keras = _keras()
-    return keras.initializers.Constant(np.array(value, dtype=np.float32))
+    if type(layer) not in (keras.layers.LSTM, keras.layers.SimpleRNN):
+        return f"{type(layer).__name__} layers (only Dense, LSTM and SimpleRNN are split)"
+    cell = layer.cell
+    if cell.dropout or cell.recurrent_dropout:
+        return "dropout (each rank would drop other units)"
+    if layer.stateful or layer.time_major:
+        return "stateful or time-major layers"
+    return None
+
+
+_SPLIT_LAYERS = {"Dense": ColumnDense, "LSTM": ColumnLSTM, "SimpleRNN": ColumnSimpleRNN}
+
+
+def _split_layer(layer, group: ModelGroup):
+    """The split layer for ``layer``, or ``layer`` itself (run whole on every rank)."""
+    keras = _keras()
+    for name, split in _SPLIT_LAYERS.items():
+        if type(layer) is getattr(keras.layers, name):
+            return split(layer, group)
+    return layer
 
 
 def unsplittable(model) -> list[str]:
-    """The layers of ``model`` that a column split cannot handle (empty: it can be split)."""
+    """The layers of ``model`` that a column split cannot handle, each with why.
+
+    Recurrent layers other than ``LSTM`` and ``SimpleRNN`` (``GRU``, wrappers such as
+    ``Bidirectional``), and those with dropout or state kept across batches. Empty: the
+    model can be split.
+    """
     keras = _keras()
-    refused = (keras.layers.LSTM, keras.layers.GRU, keras.layers.SimpleRNN)
-    return [layer.name for layer in model.layers if isinstance(layer, refused)]
+    refused = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.RNN | keras.layers.Bidirectional):
+            problem = _unsupported(layer)
+            if problem:
+                refused.append(f"{layer.name}: {problem}")
+    return refused
 
 
 def split_model(model, group: ModelGroup):
-    """``model`` (a built ``Sequential``) with every ``Dense`` layer split by columns.
+    """``model`` (built, ``Sequential`` or functional) with its dense and recurrent layers split.
 
-    The other layers are kept as they are (the same objects): they run whole on every
-    process of the group.
+    ``Dense``, ``LSTM`` and ``SimpleRNN`` layers become :class:`ColumnDense`,
+    :class:`ColumnLSTM` and :class:`ColumnSimpleRNN`. The other layers are kept as they
+    are (the same objects): they run whole on every process of the group.
 
     Raises:
-        ValueError: A layer that cannot be split (a recurrent one).
+        ValueError: A layer that cannot be split (a GRU, or an LSTM with dropout).
     """
     keras = _keras()
     refused = unsplittable(model)
     if refused:
-        raise ValueError(
-            f"{model.name}: no column split for recurrent layers ({', '.join(refused)})"
-        )
-    layers = [
-        ColumnDense(layer, group) if isinstance(layer, keras.layers.Dense) else layer
-        for layer in model.layers
-    ]
-    inputs = keras.layers.Input(shape=model.input_shape[1:], dtype=model.inputs[0].dtype)
-    return keras.Sequential([inputs, *layers], name=f"{model.name}_tensor{group.size}")
+        raise ValueError(f"{model.name}: no column split for {'; '.join(refused)}")
+    name = f"{model.name}_tensor{group.size}"
+    if isinstance(model, keras.Sequential):
+        layers = [_split_layer(layer, group) for layer in model.layers]
+        inputs = keras.layers.Input(shape=model.input_shape[1:], dtype=model.inputs[0].dtype)
+        return keras.Sequential([inputs, *layers], name=name)
+    clone = keras.models.clone_model(model, clone_function=lambda layer: _split_layer(layer, group))
+    return keras.Model(clone.inputs, clone.outputs, name=name)
 
 
 def whole_weights(split, group: ModelGroup) -> list[np.ndarray]:
     """The unsplit model's weights, in its order, from the group's columns (a collective).
 
-    Every process of the group must call it: the columns are allgathered.
+    Every process of the group must call it: the columns are allgathered, and put back in
+    the unsplit layer's order (an LSTM's gates hold each rank's units in turn).
     """
     import tensorflow as tf
 
     hvd = group.hvd
     out = []
     for layer in split.layers:
-        if isinstance(layer, ColumnDense):
-            for weight in [layer.kernel, *([layer.bias] if layer.bias is not None else [])]:
-                moved, back = _last_first(tf.convert_to_tensor(weight))
-                whole = hvd.allgather(moved, name=f"whole_{weight.name}", **group.collectives)
-                out.append(tf.transpose(whole, back).numpy())
-        else:
+        if not isinstance(layer, ColumnLayer):
             out.extend(w.numpy() for w in layer.weights)
+            continue
+        # Column k of the gathered weight is the unsplit layer's column order[k].
+        order = np.concatenate(
+            [own_columns(layer.units, layer.sizes, r, layer.gates) for r in range(group.size)]
+        )
+        for weight in layer.split_weights():
+            moved, back = _last_first(tf.convert_to_tensor(weight))
+            gathered = hvd.allgather(moved, name=f"whole_{weight.name}", **group.collectives)
+            gathered = tf.transpose(gathered, back).numpy()
+            whole = np.empty_like(gathered)
+            whole[..., order] = gathered
+            out.append(whole)
     return out
 
 

@@ -1,4 +1,4 @@
-"""``tensor``: every dense layer split by columns over N Horovod ranks (model parallelism)."""
+"""``tensor``: every dense and recurrent layer split by columns over N Horovod ranks."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from distrain.train.replica import Group, Replica
 class SplitReplica(Replica):
     """[tensor] A replica whose model is this rank's share of a split model.
 
-    Every rank of a model group holds its columns of each dense layer (and the whole of
-    the other layers), reads the same batches as the others of its group, and saves its
-    own checkpoints (``checkpoints/part-R-of-M``). The saved model is the whole one:
-    the group's shares are gathered, and rank 0 writes ``model.keras``.
+    Every rank of a model group holds its columns of each dense layer and its units of
+    each recurrent one (and the whole of the other layers), reads the same batches as
+    the others of its group, and saves its own checkpoints (``checkpoints/part-R-of-M``).
+    The saved model is the whole one: the group's shares are gathered, and rank 0 writes
+    ``model.keras``.
 
     Args:
         cfg: The run's configuration.
@@ -34,8 +35,15 @@ class SplitReplica(Replica):
         super().__init__(cfg, group)
 
     def build_model(self, model):
-        from distrain.train.split import split_model
+        from distrain.train.split import split_model, unsplittable
 
+        refused = unsplittable(model)
+        if refused:
+            raise ConfigError(
+                f"{self.cfg.run.name}: model {self.cfg.model!r} has layers the column split "
+                f"does not cover ({'; '.join(refused)}); only Dense, LSTM and SimpleRNN "
+                "layers are split"
+            )
         return split_model(model, self.model_group)  # [tensor] this rank's share
 
     @property
@@ -109,7 +117,7 @@ class SplitSteps(LocalSteps):
 
 @register
 class Tensor(Sync):
-    """Column-split dense layers over N ranks, every rank on the same batches."""
+    """Column-split dense and recurrent layers over N ranks, every rank on the same batches."""
 
     name = "tensor"
     options = {}
@@ -120,15 +128,6 @@ class Tensor(Sync):
 
     def gradients_per_update(self) -> int:
         return 1  # [tensor] one batch a step, shared by the group
-
-    def check_config(self, cfg) -> None:
-        from distrain.train.models import RECURRENT_MODELS
-
-        if cfg.model in RECURRENT_MODELS:
-            raise ConfigError(
-                f"{self.spec.name}: model {cfg.model!r} has recurrent layers, which the "
-                "column split does not cover; split a model without them (mlp, cnn)"
-            )
 
     def train(self, cfg) -> dict:
         from distrain.train.runtime import start_horovod
