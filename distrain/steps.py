@@ -374,19 +374,13 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
     """
     from distrain.datasets import get, load_info
 
-    info = load_info(data_dir, model or get(_info_dataset(data_dir)).default_model)
+    info = load_info(data_dir, model)
     plugin = get(info.dataset)
     task = plugin.model(model or plugin.default_model).task
     run, evaluation = task.baseline(info)
     evaluation["task"] = task.name
     run.update(mode="baseline", workers=0, dataset=info.dataset)
     return {"run": run, "history": None, "evaluation": evaluation}
-
-
-def _info_dataset(data_dir) -> str:
-    from distrain.train.inputs import DatasetInfo
-
-    return DatasetInfo.load(data_dir).dataset
 
 
 @_timed

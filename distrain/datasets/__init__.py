@@ -170,12 +170,16 @@ def find_model(name: str) -> ModelSpec:
     raise DataSetError(f"unknown model {name!r}")
 
 
-def load_info(data_dir: str | os.PathLike, model: str):
-    """The preprocessed data as ``model`` reads it (its view of the data set's records)."""
+def load_info(data_dir: str | os.PathLike, model: str = ""):
+    """The preprocessed data as ``model`` reads it (its view of the data set's records).
+
+    ``model``: a model of the data set (default: its default model).
+    """
     from distrain.train.inputs import DatasetInfo
 
     info = DatasetInfo.load(data_dir)
-    spec = model_spec(info.dataset, model)
+    dataset = get(info.dataset)
+    spec = dataset.model(model or dataset.default_model)
     return info.view(spec.view) if spec.view else info
 
 
