@@ -8,7 +8,7 @@ from distrain.images import TRAINER_IMAGE
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def baseline(examples: Input[Dataset], report: Output[Artifact], metrics: Output[Metrics]):
-    """Majority class (classifiers) or a character 5-gram (language models)."""
+    """Majority class (classifiers) or the best Kneser-Ney character n-gram (language models)."""
     import json
 
     from distrain.failures import step_errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from distrain.lm import char_lstm
 from distrain.train.inputs import DatasetInfo
 
 
@@ -218,15 +219,16 @@ MODEL_BUILDERS: dict[tuple[str, str], Callable] = {
     ("dbpedia", "fasttext"): dbpedia_fasttext,
     ("dbpedia", "logreg"): dbpedia_logreg,
     ("dbpedia", "nbow"): dbpedia_nbow,
-    ("gutenberg", "lstm"): gutenberg_lstm,
+    ("gutenberg", "lstm"): char_lstm,  # stateful streams where the mode carries state
+    ("gutenberg", "lstm-seed"): gutenberg_lstm,
     ("gutenberg", "rnn"): gutenberg_rnn,
 }
 
 
 # Models with recurrent layers (which the column split does not cover).
-RECURRENT_MODELS = frozenset({"lstm", "rnn"})
+RECURRENT_MODELS = frozenset({"lstm", "lstm-seed", "rnn"})
 # Models that read sequences of varying length, with masks (pipeline stages pass neither).
-SEQUENCE_MODELS = frozenset({"fasttext", "logreg", "nbow", "lstm", "rnn"})
+SEQUENCE_MODELS = frozenset({"fasttext", "logreg", "nbow", "lstm", "lstm-seed", "rnn"})
 
 
 def models_for(dataset: str) -> list[str]:

@@ -46,6 +46,8 @@ class ElasticSync(Sync):
     in the epoch, so a killed run resumes mid-epoch and ends at the same step count.
     """
 
+    carries_state = False  # [sync] elastic: a world that changes re-deals the data
+
     elastic = True
 
     @classmethod
