@@ -80,6 +80,7 @@ def check_parameters(
     validation_fraction: float = 0.1,
     launcher: str = "local",
     controller: str = "auto",
+    until_plateau: int = 0,
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -95,6 +96,7 @@ def check_parameters(
         validation_fraction: Share of the training files held out.
         launcher: ``local``, ``kubernetes`` or ``trainjob``.
         controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
+        until_plateau: Patience of :attr:`TrainConfig.until_plateau` (0: off).
 
     Returns:
         The run names, in order.
@@ -141,6 +143,7 @@ def check_parameters(
                 batch_size=batch_size,
                 learning_rate=learning_rate,
                 controller=controller,
+                until_plateau=until_plateau,
             )
         except ConfigError as err:
             problems.append(f"run {spec.name}: {err}")
