@@ -29,11 +29,13 @@ class StreamTraining:
         decay_per_epoch: The learning rate is multiplied by this every epoch's worth of
             updates (smoothly, per update; 1: constant).
         evaluation_streams: Streams scored side by side in validation.
+        bptt: Characters per batch row: the steps backpropagation goes back through.
     """
 
     clip_norm: float = 1.0
     decay_per_epoch: float = 1.0
     evaluation_streams: int = 32
+    bptt: int = 50
 
     def decay_per_update(self, updates_per_epoch: int) -> float:
         """The learning rate's factor per update that makes :attr:`decay_per_epoch` an epoch."""
@@ -139,11 +141,14 @@ def stream_batches(ids: np.ndarray, batch_size: int, seq_len: int) -> tuple[np.n
     return np.ascontiguousarray(x), np.ascontiguousarray(y)
 
 
-def stream_dataset(info, split: str, batch_size: int, *, shard=(1, 0), repeat: bool = False):
+def stream_dataset(
+    info, split: str, batch_size: int, *, shard=(1, 0), repeat: bool = False, seq_len: int = 0
+):
     """The split's text as stream batches: a ``tf.data.Dataset`` of ``(x, y)``, in order.
 
     Never shuffled (the order is what carries the state); each epoch is the same pass.
-    ``info``: the data set's :class:`distrain.train.inputs.DatasetInfo`.
+    ``info``: the data set's :class:`distrain.train.inputs.DatasetInfo`; ``seq_len``:
+    characters per row (default: the data set's window).
     """
     import tensorflow as tf
 
@@ -151,17 +156,17 @@ def stream_dataset(info, split: str, batch_size: int, *, shard=(1, 0), repeat: b
 
     texts = read_texts(info.data_dir, split).values()
     ids = stream_ids(texts, info.metadata["vocabulary"], shard)
-    x, y = stream_batches(ids, batch_size, int(info.metadata["seq_len"]))
+    x, y = stream_batches(ids, batch_size, seq_len or int(info.metadata["seq_len"]))
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     return ds.repeat() if repeat else ds
 
 
-def stream_batches_per_epoch(info, batch_size: int, shard=(1, 0)) -> int:
-    """Training batches in one pass over this shard's streams."""
+def stream_batches_per_epoch(info, batch_size: int, shard=(1, 0), seq_len: int = 0) -> int:
+    """Training batches in one pass over this shard's streams (rows of ``seq_len``)."""
     from distrain.preprocess.gutenberg import read_texts
 
     length = sum(len(t) for t in read_texts(info.data_dir, "train").values()) // shard[0]
-    return max(1, stream_steps(length, batch_size, int(info.metadata["seq_len"])))
+    return max(1, stream_steps(length, batch_size, seq_len or int(info.metadata["seq_len"])))
 
 
 # ---- models with state -----------------------------------------------------------------

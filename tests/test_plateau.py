@@ -42,6 +42,7 @@ def test_until_plateau_flag_config_and_pipeline_parameter():
     from distrain.pipelines.gutenberg import gutenberg_pipeline
 
     params = gutenberg_pipeline.pipeline_spec.root.input_definitions.parameters
+    assert "until_plateau" in params  # (a missing key would read as a default entry)
     assert params["until_plateau"].default_value.number_value == 0
 
 

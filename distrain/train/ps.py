@@ -355,6 +355,7 @@ class Worker:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
+        from distrain.lm import stream_training
         from distrain.train.inputs import make_dataset
         from distrain.train.replica import batch_gradients
 
@@ -378,8 +379,10 @@ class Worker:
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
             model, variables = rule.trained(g)
+            lm = stream_training(cfg.model)  # a language model's clipping, as in every mode
+            clip = lm.clip_norm if lm else 0.0
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
-                loss_sum, correct, grads = batch_gradients(model, variables, x, y)
+                loss_sum, correct, grads = batch_gradients(model, variables, x, y, clip)
             g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
             if variables is g.variables:
                 grads = g.staged(grads)  # [ps] onto the parameter servers before the push

@@ -124,6 +124,8 @@ class Replica:
         # contiguous streams with its state carried (the modes that carry state).
         self.lm = lm.stream_training(cfg.model)
         self.streams = self.lm is not None and cfg.run.impl.carries_state
+        if self.streams:  # an example is a row of a stream batch: bptt characters
+            self.labels_per_example = self.lm.bptt
         model = build_model(self.info, cfg.model, cfg.seed)
         if self.streams:
             model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
@@ -208,7 +210,8 @@ class Replica:
         if self.streams:
             from distrain.lm import stream_batches_per_epoch
 
-            return stream_batches_per_epoch(self.info, self.cfg.batch_size, (g.size, g.rank))
+            shard = (g.size, g.rank)
+            return stream_batches_per_epoch(self.info, self.cfg.batch_size, shard, self.lm.bptt)
         return max(1, self.info.splits["train"] // g.size // self.cfg.batch_size)
 
     def log(self, message: str) -> None:
@@ -231,7 +234,12 @@ class Replica:
 
             g = self.group
             return stream_dataset(
-                self.info, "train", self.cfg.batch_size, shard=(g.size, g.rank), repeat=True
+                self.info,
+                "train",
+                self.cfg.batch_size,
+                shard=(g.size, g.rank),  # [sync] each rank its own part of the text
+                repeat=True,
+                seq_len=self.lm.bptt,
             )
         return make_dataset(
             self.info,
