@@ -139,7 +139,9 @@ def render_prose(section: dict) -> list[str]:
         f"{section['characters_scored']:,} characters, each scored once, by every row, "
         "over the contiguous text (recurrent models carry their state). The baseline is "
         f"the best Kneser-Ney n-gram of orders 3-7 fitted on the training text (bits/char "
-        f"by order: {orders}). The whole run took {section['wall_seconds']:.0f} s; load "
+        f"by order: {orders}). Measured on {section.get('measured', '?')} by "
+        "`scripts/bench.sh --only prose`; the whole run took "
+        f"{section['wall_seconds']:.0f} s; one-minute load "
         f"average {section['load_before'][0]:.1f} before it, {section['load_after'][0]:.1f} "
         "after.",
         "",

@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model",
         help="default: the data set's (mlp, fasttext, lstm); also cnn, fc, cnn-seed, vgg11 "
-        "(MNIST), logreg, nbow (DBPedia), rnn (Gutenberg)",
+        "(MNIST), logreg, nbow (DBPedia), lstm-seed, rnn (Gutenberg)",
     )
     run.add_argument("--epochs", type=int, help="default: the data set's")
     _add_until_plateau(run)

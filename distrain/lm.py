@@ -51,8 +51,11 @@ def stream_training(model: str) -> StreamTraining | None:
     return STREAM_MODELS.get(model)
 
 
-def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 64, dropout=0.0):
+def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 64, dropout=0.25):
     """The default character language model: an embedding, LSTM layer(s), logits per step.
+
+    Dropout after each LSTM layer: without it, on 1 MB of real prose, the training text's
+    bits/char fell 0.26 below the validation text's within 7 epochs.
 
     Built for any batch and without state; training in a mode that carries state, and
     scoring, use its stateful copy (:func:`recurrent_copy`).
@@ -318,7 +321,8 @@ class StreamScorer:
 
     def _score_recurrent(self, texts, vocabulary, shard) -> Score:
         num_shards, index = shard
-        rows = _rows(texts, vocabulary, self.streams * num_shards, self.warmup)[index::num_shards]
+        # The same rows however many shards score them: the same number from every split.
+        rows = _rows(texts, vocabulary, self.streams, self.warmup)[index::num_shards]
         score = Score()
         b = self.streams
         for g in range(0, len(rows), b):
