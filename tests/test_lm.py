@@ -145,3 +145,38 @@ def test_a_model_carrying_state_scores_better_than_reset_every_window():
     carried_bits = carried.scores()["bits_per_char"]
     reset_bits = reset.scores()["bits_per_char"]
     assert carried_bits < 0.5 * reset_bits, (carried_bits, reset_bits)
+
+
+def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
+    """The replica of a mode that carries state trains a stateful copy on stream batches."""
+    from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+    from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.train.config import TrainConfig
+    from distrain.train.replica import Replica
+
+    raw, data = tmp_path / "raw", tmp_path / "data"
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=4000, seed=2))
+    options = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+    preprocess_gutenberg(GutenbergPreprocessConfig(str(raw), str(data), seq_len=20), options)
+
+    def replica(run):
+        cfg = TrainConfig(str(data), str(tmp_path / run), run=run, model="lstm", batch_size=4)
+        return Replica(cfg)
+
+    single = replica("single:1")
+    lstm = next(layer for layer in single.model.layers if type(layer).__name__ == "LSTM")
+    assert single.streams and lstm.stateful and single.model.input_shape == (4, None)
+    batches = iter(single.train_shard(seed=0))
+    (x1, y1), (x2, _) = next(batches), next(batches)
+    assert x1.shape == (4, single.lm.bptt)  # rows of bptt characters
+    # Each row of the next batch continues the same row of this one.
+    assert np.array_equal(x2.numpy()[:, 0], y1.numpy()[:, -1])
+    step = single.train_step()
+    step(x1, y1)
+    assert float(np.abs(lstm.states[0].numpy()).sum()) > 0  # the state is kept for x2
+    assert replica("sync:2").streams  # each rank its own part of the text (a shard)
+    # A mode that does not carry state trains the same model on windows from a zero state.
+    other = replica("async:2")
+    assert not other.streams and not any(
+        getattr(layer, "stateful", False) for layer in other.model.layers
+    )
