@@ -1736,6 +1736,10 @@ def render_markdown(results: dict) -> str:
         from benchmarks.model_parallel import render_models
 
         lines += ["", *render_models(results["models"])]
+    if results.get("prose"):
+        from benchmarks.prose import render_prose
+
+        lines += ["", *render_prose(results["prose"])]
     return "\n".join(lines) + "\n"
 
 
@@ -1789,7 +1793,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask", "models"],
+        choices=["peers", "dask", "models", "prose"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -1803,6 +1807,14 @@ def main(argv: list[str] | None = None) -> int:
             results = json.loads(Path(args.json).read_text())
             log("9/9 models under data and model parallelism (alone)")
             results["models"] = _models(cfg, tmp, results)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return _write(args, results)
+    if args.only == "prose":
+        try:
+            results = json.loads(Path(args.json).read_text())
+            log("10/10 real prose (alone)")
+            results["prose"] = _prose(cfg, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return _write(args, results)
@@ -1842,6 +1854,8 @@ def main(argv: list[str] | None = None) -> int:
         results["peers"] = bench_peers(cfg, tmp)
         log("9/9 models under data and model parallelism")
         results["models"] = _models(cfg, tmp, results)
+        log("10/10 real prose")
+        results["prose"] = _prose(cfg, tmp)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
@@ -1854,6 +1868,16 @@ def _models(cfg: SuiteConfig, tmp: Path, results: dict) -> dict:
     from benchmarks.model_parallel import bench_models
 
     return bench_models(cfg, tmp, fit_link(results["allreduce"]), log)
+
+
+def _prose(cfg: SuiteConfig, tmp: Path) -> dict | None:
+    """Section 10: the Gutenberg pipeline on real prose, when Debian's jargon-text is here."""
+    from benchmarks.prose import bench_prose
+
+    section = bench_prose(cfg.quick, tmp, log)
+    if section is not None:
+        section["measured"] = machine(cfg)["date"]
+    return section
 
 
 def _write(args, results: dict) -> int:

@@ -15,8 +15,9 @@ def baseline(
 ):
     """The count-based baseline of the model's task.
 
-    Majority class (classifiers), a character 5-gram (language models, and the
-    encoder-decoder's targets) or the training mean image (the autoencoder).
+    Majority class (classifiers), the best Kneser-Ney character n-gram (language models;
+    over the target lines alone for the encoder-decoder) or the training mean image (the
+    autoencoder).
     """
     import json
 

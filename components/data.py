@@ -67,6 +67,7 @@ def check_parameters(
     validation_fraction: float,
     launcher: str,
     controller: str = "auto",
+    until_plateau: int = 0,
 ):
     """Every pipeline parameter, checked before any step does work; all problems at once."""
     from distrain.failures import step_errors
@@ -79,6 +80,7 @@ def check_parameters(
             runs,
             model=model,
             epochs=epochs,
+            until_plateau=until_plateau,
             batch_size=batch_size,
             learning_rate=learning_rate,
             validation_fraction=validation_fraction,

@@ -139,6 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "runs": [str(s) for s in specs],
         "model": args.model or defaults.model,
         "epochs": args.epochs or defaults.epochs,
+        "until_plateau": args.until_plateau,
         "seed": args.seed,
         "sample_size": args.sample_size,
         "controller": args.controller,
@@ -190,6 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         checkpoint_every_steps=args.checkpoint_every_steps,
         validation_freq=args.validation_freq,
+        until_plateau=args.until_plateau,
         controller=args.controller,
     )
     print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
@@ -286,6 +288,19 @@ SAMPLE_HELP = (
 )
 
 
+def _add_until_plateau(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--until-plateau",
+        nargs="?",
+        type=int,
+        const=3,
+        default=0,
+        metavar="PATIENCE",
+        help="stop when the validation loss has not improved for PATIENCE epochs (3 if "
+        "not given) and keep the best epoch's weights; --epochs is then the most",
+    )
+
+
 def _add_controller(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--controller",
@@ -376,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--model", help=f"default: the data set's first; {_models_help()}")
     run.add_argument("--epochs", type=int, help="default: the data set's")
+    _add_until_plateau(run)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
@@ -392,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--run", default="single:1", help="MODE:WORKERS[:ps=P][:aggregate=A]")
     tr.add_argument("--model", default="mlp")
     tr.add_argument("--epochs", type=int, default=5)
+    _add_until_plateau(tr)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--batch-size", type=int, default=64, help="per worker")
     tr.add_argument(

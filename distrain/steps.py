@@ -85,6 +85,7 @@ def check_parameters(
     validation_fraction: float = 0.1,
     launcher: str = "local",
     controller: str = "auto",
+    until_plateau: int = 0,
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -100,6 +101,7 @@ def check_parameters(
         validation_fraction: Share of the training files held out.
         launcher: ``local``, ``kubernetes`` or ``trainjob``.
         controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
+        until_plateau: Patience of :attr:`TrainConfig.until_plateau` (0: off).
 
     Returns:
         The run names, in order.
@@ -148,6 +150,7 @@ def check_parameters(
                 batch_size=batch_size,
                 learning_rate=learning_rate,
                 controller=controller,
+                until_plateau=until_plateau,
             )
         except ConfigError as err:
             problems.append(f"run {spec.name}: {err}")
@@ -363,9 +366,10 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
     """The count-based baseline for a model's task on a data set, as a run report.
 
     Classifiers: always the most frequent training class, scored on ``test``. Language
-    models: a character 5-gram with absolute discounting, fitted on the training text and
-    scored on the validation text (the split the models are scored on). The
-    encoder-decoder: the same 5-gram over the target lines alone. The autoencoder: the
+    models: the best of character n-grams of orders 3 to 7 with interpolated Kneser-Ney
+    smoothing, fitted on the training text and scored as the models are
+    (:mod:`distrain.lm`: each validation character once); its order is in the row's name.
+    The encoder-decoder: the same over the target lines alone. The autoencoder: the
     training images' mean image.
 
     Args:

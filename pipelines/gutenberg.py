@@ -9,8 +9,9 @@ from distrain.pipelines.common import PipelineDefaults, build_pipeline
 DEFAULTS = PipelineDefaults(
     dataset="gutenberg",
     description="Project Gutenberg: Beam stripping of headers and licences, character "
-    "windows, a 2-layer character LSTM in each distributed mode, bits per character against "
-    "a 5-gram baseline, a generated sample, and a side-by-side comparison.",
+    "windows and streams, a character LSTM in each distributed mode, bits per character "
+    "over the contiguous validation text against the best Kneser-Ney n-gram, a generated "
+    "sample, and a side-by-side comparison.",
     model="lstm",
     epochs=10,
     batch_size=32,

@@ -483,6 +483,16 @@ def test_quick_suite_runs_end_to_end(tmp_path):
         assert trained == {t["run"] for t in p["time_to_target"]} == set(p["runs"]), dataset
         assert p["wall_seconds"] > p["compute_seconds"] > 0
     assert [b["batch"] for b in training["batch_sweep"]] == [128, 256]
+    # Real prose when Debian's jargon-text is installed: the n-gram and both runs scored.
+    from benchmarks.prose import JARGON
+
+    if JARGON.exists():
+        prose = results["prose"]
+        assert {r["run"] for r in prose["runs"]} == {"single:1", "sync:2"}
+        assert prose["baseline"]["name"].endswith("-gram KN")
+        assert "## 10. Real prose" in md.read_text()
+    else:
+        assert results["prose"] is None
 
 
 def test_committed_report_is_the_committed_results_rendered():

@@ -2,11 +2,9 @@
 
 import codecs
 import json
-import math
 
 import pytest
 
-from distrain.baselines import CharNgramModel
 from distrain.data.gutenberg_sample import GutenbergSampleConfig, book_text, write_gutenberg_sample
 from distrain.preprocess.common import BadRecordsError
 from distrain.preprocess.gutenberg import (
@@ -123,16 +121,6 @@ def test_job_rejects_counts_and_keeps_validation_out_of_vocabulary(tmp_path):
     assert sorted(d["reason"] for d in dead) == ["binary file (NUL bytes)", "no START marker"]
 
 
-def test_ngram_baseline_probabilities_and_learning():
-    model = CharNgramModel(order=3, discount=0.5, vocab_size=4).fit(["abcabcabcabc"])
-    total = sum(model.prob("ab", c) for c in "abc") + model.prob("ab", "d")
-    assert total == pytest.approx(1.0)
-    assert model.prob("ab", "c") > 0.8
-    assert model.nats_per_char(["abcabc"]) < math.log(4) / 2
-    with pytest.raises(ValueError):
-        CharNgramModel(order=0)
-
-
 @pytest.mark.case("gutenberg/mixed-encodings")
 def test_mixed_encodings_are_decoded_line_by_line():
     data = "Caf\u00e9 in UTF-8\n".encode() + b"Caf\xe9 in Latin-1\n" + "na\u00efve\n".encode()
@@ -157,11 +145,17 @@ def test_too_many_rejected_books_fail_the_job(tmp_path):
 
 
 def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
-    """The LM evaluation runs the model as a traced graph: same numbers as eager calls."""
+    """The LM evaluation runs the model as a traced graph: same numbers as eager calls.
+
+    Scoring is over the contiguous text, each character after a book's first once: one
+    eager call over each whole text is the reference (the scorer's rows begin up to 200
+    characters before their first scored one, which leaves a small difference).
+    """
     import numpy as np
     import tensorflow as tf
 
-    from distrain.train.inputs import DatasetInfo, make_dataset
+    from distrain.lm import encode
+    from distrain.train.inputs import DatasetInfo
     from distrain.train.models import build_model
     from distrain.train.predict import evaluate_language_model, generate_text, load_model
 
@@ -170,7 +164,7 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     cfg = GutenbergPreprocessConfig(str(raw), str(data), seq_len=20, stride=10)
     preprocess_gutenberg(cfg, OPTIONS)
     info = DatasetInfo.load(data)
-    model = build_model(info, "lstm", seed=3)
+    model = build_model(info, "lstm-seed", seed=3)
     model.save(tmp_path / "model.keras")
     model = load_model(tmp_path / "model.keras")
 
@@ -186,12 +180,14 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     assert generate_text(model, vocabulary, "The ", 12, 0.8, seed=0, context=8) == "".join(expected)
 
     nats = count = 0.0
-    for x, y in make_dataset(info, "validation", 7):
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x, training=False))
-        nats, count = nats + float(tf.reduce_sum(losses)), count + float(tf.size(y))
+    for text in read_texts(data, "validation").values():
+        ids = encode(text, vocabulary)
+        logits = model(ids[None, :-1], training=False)[0]
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(ids[1:], logits)
+        nats, count = nats + float(tf.reduce_sum(losses)), count + len(ids) - 1
     scores = evaluate_language_model(tmp_path / "model.keras", data, sample_length=5)
     assert scores["characters"] == count
-    assert scores["nats_per_char"] == pytest.approx(nats / count, rel=1e-5)
+    assert scores["nats_per_char"] == pytest.approx(nats / count, rel=1e-3)
     assert len(scores["sample"]) == 5
 
 

@@ -80,7 +80,7 @@ def test_split_lstm_run_trains_as_the_unsplit_one_and_saves_the_whole_model(
 
     from distrain.train.inputs import DatasetInfo
 
-    settings = {"model": "lstm", "epochs": 1, "batch_size": 16, "checkpoint_every_steps": 0}
+    settings = {"model": "lstm-seed", "epochs": 1, "batch_size": 16, "checkpoint_every_steps": 0}
     single = run_training(_cfg(gutenberg_examples, tmp_path / "single", "single:1", **settings))
     out = tmp_path / "out"
     first = run_training(_cfg(gutenberg_examples, out, "tensor:2", **settings), timeout=300)

@@ -150,7 +150,7 @@ source[:, STEPS - 3:] = 0
 source[0, 2:] = 0
 y = tf.constant(rng.randint(0, VOCAB, (BATCH, STEPS)).astype(np.int32))
 cases = {
-    "lstm": (build_model(info, "lstm", 3), tf.constant(tokens)),
+    "lstm": (build_model(info, "lstm-seed", 3), tf.constant(tokens)),
     "rnn": (build_model(info, "rnn", 3), tf.constant(tokens)),
     "encdec": (encoder_decoder(3), (tf.constant(source), tf.constant(tokens))),
 }

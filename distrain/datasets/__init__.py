@@ -37,6 +37,9 @@ class ModelSpec:
         stages: Whether pipeline stages can cut it: a ``Sequential`` model of fixed-shape
             inputs without masks (stages pass activations, not masks).
         summary: One line for ``--help`` and the README.
+        stream: A language model that trains on contiguous streams with its state carried
+            from batch to batch in the modes that carry state, and how
+            (:class:`distrain.lm.StreamTraining`); None: records in shuffled order.
     """
 
     build: Callable
@@ -44,6 +47,7 @@ class ModelSpec:
     view: str = ""
     stages: bool = True
     summary: str = ""
+    stream: object = None
 
 
 class DataSet:

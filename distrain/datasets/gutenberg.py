@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.lm import StreamTraining, char_lstm
 from distrain.train.models import keras_module, recurrent_lm
 from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
 
 
-def lstm(info, seed: int):
+def lstm_seed(info, seed: int):
     """Seed 000's two-layer character LSTM (200 and 100 units), next character everywhere."""
     return recurrent_lm(info, seed)
 
@@ -71,7 +72,16 @@ class Gutenberg(DataSet):
     summary = "Project Gutenberg books as plain text; characters predicted from the ones before"
     sample_size = 360_000  # characters over all books
     models = {
-        "lstm": ModelSpec(lstm, NEXT_CHARACTER, stages=False, summary="seed 000's char LSTM"),
+        "lstm": ModelSpec(
+            char_lstm,
+            NEXT_CHARACTER,
+            stages=False,
+            summary="512-unit char LSTM, stateful streams where the mode carries state",
+            stream=StreamTraining(decay_per_epoch=0.85),
+        ),
+        "lstm-seed": ModelSpec(
+            lstm_seed, NEXT_CHARACTER, stages=False, summary="seed 000's char LSTM (200/100)"
+        ),
         "rnn": ModelSpec(rnn, NEXT_CHARACTER, stages=False, summary="seed 000's char RNN"),
         "seq2seq": ModelSpec(
             seq2seq,

@@ -180,6 +180,9 @@ class TrainConfig:
             last), as Keras's ``validation_freq``; the other epochs' records have no
             validation numbers. Validation is work the training processes wait for
             (single, sync) or share the machine with (a parameter-server chief's).
+        until_plateau: Patience: stop when the validation loss has not improved for this
+            many epochs and give the model the best epoch's weights back (``epochs`` is
+            then the most); 0: train every epoch. Every epoch is validated.
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
@@ -211,6 +214,7 @@ class TrainConfig:
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 500
     validation_freq: int = 1
+    until_plateau: int = 0
     dump_rank_weights: bool = False
     start_timeout: int = 120
     elastic_commit_steps: int = 10
@@ -242,6 +246,10 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.until_plateau < 0:
+            raise ConfigError(
+                f"until_plateau must be 0 (off) or a patience, got {self.until_plateau}"
+            )
         if self.checkpoint_every_steps < 0:
             raise ConfigError("checkpoint_every_steps must be 0 (epoch ends only) or positive")
         if self.threads_per_worker < 0:

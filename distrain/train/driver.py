@@ -91,6 +91,52 @@ def step_spread(durations: list[float]) -> dict:
     return {"count": int(ms.size), "median": float(median), "p10": float(p10), "p90": float(p90)}
 
 
+class Plateau:
+    """Until-plateau bookkeeping: the best validation loss, its epoch, whether to stop.
+
+    As Keras's ``EarlyStopping(monitor="val_loss", restore_best_weights=True)``: training
+    stops when the validation loss has not improved for ``patience`` epochs in a row.
+
+    Args:
+        patience: Epochs without improvement that end training (0: never stop early).
+    """
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best: float | None = None
+        self.best_epoch = 0
+        self.last_epoch = 0
+
+    def update(self, epoch: int, val_loss: float | None) -> bool:
+        """Records epoch ``epoch``'s (1-based) validation loss; True if it is the best so far."""
+        if val_loss is None:
+            return False
+        self.last_epoch = epoch
+        if self.best is None or val_loss < self.best:
+            self.best, self.best_epoch = val_loss, epoch
+            return True
+        return False
+
+    @property
+    def stop(self) -> bool:
+        """Whether ``patience`` validated epochs have passed since the best one."""
+        return bool(self.patience) and self.last_epoch - self.best_epoch >= self.patience
+
+    def replay(self, epochs: list[dict]) -> None:
+        """The state after the epochs of a history (a resumed run's)."""
+        for record in epochs:
+            self.update(record["epoch"], record.get("val_loss"))
+
+    def to_dict(self) -> dict:
+        """The history's ``until_plateau`` record."""
+        return {
+            "patience": self.patience,
+            "best_epoch": self.best_epoch,
+            "best_val_loss": self.best,
+            "stopped_early": self.stop,
+        }
+
+
 def atomic_write_json(path: Path, data: dict) -> None:
     """Writes ``data`` to ``path`` through a temporary file and a rename."""
     tmp = path.with_name(path.name + ".tmp")
@@ -166,6 +212,7 @@ class EpochDriver:
         self.resumed_wall = 0.0
         self.step_durations: list[list[float]] = []
         self.examples_so_far: int | None = None  # set by engines whose world size varies
+        self.plateau = Plateau(cfg.until_plateau)
 
     def restore(self) -> None:
         """Resumes from the newest readable checkpoint and the history written with it."""
@@ -180,6 +227,7 @@ class EpochDriver:
             self.resumed_at = list(old.get("resumed_at_steps", []))
         self.resumed_at.append(r.step)
         self.resumed_wall = self.epochs[-1]["wall_seconds"] if self.epochs else 0.0
+        self.plateau.replay(self.epochs)
         r.log(f"resumed from {path} (step {r.step}, {r.epoch} epochs done)")
 
     def run(self) -> dict:
@@ -195,6 +243,8 @@ class EpochDriver:
         every = cfg.checkpoint_every_steps
         start = time.perf_counter()
         for epoch in range(first_epoch, cfg.epochs):
+            if self.plateau.stop:  # a resumed run that had stopped
+                break
             t0 = time.perf_counter()
             begin = position = done if epoch == first_epoch else 0
             loss_sum = correct = 0.0
@@ -215,10 +265,36 @@ class EpochDriver:
             self.end_epoch(epoch, loss_sum, correct, seen, seconds, start, durations)
         engine.finish()
         engine.refresh()
+        self.restore_best()
         r.save_model()
         if r.rank == 0:
             atomic_write_json(r.out / "history.json", self.history())
         return self.history()
+
+    def best_weights_path(self) -> Path:
+        """Where this process keeps the weights of the best validated epoch (until plateau)."""
+        return self.replica.out / "best-weights" / f"rank{self.replica.rank}.npz"
+
+    def keep_best(self) -> None:
+        """Writes the model's weights as the best so far (each process its own part)."""
+        path = self.best_weights_path()
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, *self.replica.model.get_weights())
+        os.replace(tmp, path)
+
+    def restore_best(self) -> None:
+        """Until plateau: the model gets the best validated epoch's weights back."""
+        if not self.plateau.patience or not self.best_weights_path().exists():
+            return
+        with np.load(self.best_weights_path()) as saved:
+            self.replica.model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
+        p = self.plateau
+        ended = f"no improvement for {p.patience} epoch(s)" if p.stop else "the last epoch"
+        self.replica.log(
+            f"until plateau: stopped after epoch {p.last_epoch} ({ended}); "
+            f"restored epoch {p.best_epoch}'s weights (val_loss {p.best:.4f})"
+        )
 
     def log_start(self) -> None:
         """The run's opening line: data, model, spec, batch, rate, threads."""
@@ -239,7 +315,8 @@ class EpochDriver:
         cfg, r, engine = self.cfg, self.replica, self.engine
         last = epoch + 1 == cfg.epochs
         val_loss = val_acc = None
-        if last or (epoch + 1) % cfg.validation_freq == 0:
+        # Until plateau: every epoch is validated, its loss decides whether to go on.
+        if last or (epoch + 1) % cfg.validation_freq == 0 or cfg.until_plateau:
             # Only for what reads the weights: a parameter-server chief copies them from
             # the servers, which costs their time while the workers go on.
             engine.refresh()
@@ -268,6 +345,8 @@ class EpochDriver:
             self.step_durations.append(list(durations))
         self.epochs.append(record)
         r.set_epoch(epoch + 1)
+        if self.plateau.update(epoch + 1, val_loss) and cfg.until_plateau:
+            self.keep_best()
         validation = (
             f"val_loss {val_loss:.4f}  val_acc {val_acc:.4f}  " if val_loss is not None else ""
         )
@@ -277,7 +356,7 @@ class EpochDriver:
             f"{record['wall_seconds']:.1f}s  {seen / max(step_seconds, 1e-9):,.0f} ex/s"
             f"{engine.epoch_note()}"
         )
-        if (epoch + 1) % cfg.checkpoint_every_epochs == 0 or last:
+        if (epoch + 1) % cfg.checkpoint_every_epochs == 0 or last or self.plateau.stop:
             r.checkpoint(r.step, engine)  # by the processes that write checkpoints
             if r.rank == 0:
                 atomic_write_json(r.out / "history.json", self.history())
@@ -305,6 +384,8 @@ class EpochDriver:
             # examples/second, the first epoch (tracing) is left out if there are more.
             steady = self.step_durations[1:] or self.step_durations
             history["step_ms"] = step_spread([d for epoch in steady for d in epoch])
+        if cfg.until_plateau:
+            history["until_plateau"] = self.plateau.to_dict()
         history.update(self.engine.history())
         if "staleness_summary" not in history and any(history["staleness"]):
             history["staleness_summary"] = summarize(history["staleness"])

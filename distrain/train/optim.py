@@ -31,11 +31,13 @@ class Adam(tf.Module):
         beta_1: Decay of the first-moment estimate.
         beta_2: Decay of the second-moment estimate.
         epsilon: Added to the denominator.
+        decay: The step size is multiplied by this at every update (1: constant).
     """
 
-    def __init__(self, learning_rate: float, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+    def __init__(self, learning_rate: float, beta_1=0.9, beta_2=0.999, epsilon=1e-7, decay=1.0):
         super().__init__(name="adam")
         self.learning_rate = float(learning_rate)
+        self.decay = float(decay)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.iterations = None
         self.m: list[tf.Variable] = []
@@ -59,7 +61,10 @@ class Adam(tf.Module):
         with tf.device(self.iterations.device):
             step = tf.cast(self.iterations.assign_add(1), tf.float32)
             b1_power, b2_power = self.beta_1**step, self.beta_2**step
-            lr = self.learning_rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
+            rate = self.learning_rate
+            if self.decay != 1.0:
+                rate = rate * tf.pow(self.decay, step - 1.0)
+            lr = rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2
         for (grad, var), m, v in zip(grads_and_vars, self.m, self.v, strict=True):
@@ -87,7 +92,7 @@ class Adam(tf.Module):
                             v=v.handle,
                             beta1_power=tf.cast(b1_power, var.dtype),
                             beta2_power=tf.cast(b2_power, var.dtype),
-                            lr=tf.cast(self.learning_rate, var.dtype),
+                            lr=tf.cast(rate, var.dtype),
                             beta1=tf.cast(b1, var.dtype),
                             beta2=tf.cast(b2, var.dtype),
                             epsilon=tf.cast(self.epsilon, var.dtype),

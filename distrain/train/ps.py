@@ -192,11 +192,12 @@ class PSGraph:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
-        from distrain.train.models import build_model, task_of
+        from distrain.datasets import model_spec
         from distrain.train.optim import Adam
 
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
-        self.task = task_of(info, cfg.model)
+        self.spec = model_spec(info.dataset, cfg.model)
+        self.task = self.spec.task
         # Updates per epoch, as the chief counts them: a step's loss goes to its epoch's.
         self.per_epoch = max(
             1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
@@ -211,7 +212,7 @@ class PSGraph:
             )
             # [ps] tf.device() refuses the setter's function in TF 2.21; the v1 scope takes it.
             with tf.compat.v1.device(setter):
-                self.model = build_model(info, cfg.model, cfg.seed)
+                self.model = self.spec.build(info, cfg.seed)
                 self.variables = self.model.trainable_variables
                 self.optimizer = Adam(cfg.effective_learning_rate)
                 self.optimizer.build(self.variables)
@@ -379,8 +380,10 @@ class Worker:
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
             model, variables = rule.trained(g)
+            stream = g.spec.stream  # a language model's clipping, as in every mode
+            clip = stream.clip_norm if stream else 0.0
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
-                loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task)
+                loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
             g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
             if variables is g.variables:
                 grads = g.staged(grads)  # [ps] onto the parameter servers before the push

@@ -66,7 +66,7 @@ class Group:
         return [float(v) for v in gathered.numpy()]
 
 
-def batch_gradients(model, variables, x, y, task=None):
+def batch_gradients(model, variables, x, y, task=None, clip_norm: float = 0.0):
     """One batch's summed loss, correct count and gradients: every mode's step computes these.
 
     Built in a graph (a traced step, or a parameter-server worker's graph). The gradients
@@ -82,6 +82,7 @@ def batch_gradients(model, variables, x, y, task=None):
         x: Features.
         y: Targets.
         task: What the model learns (:mod:`distrain.train.tasks`; default: classification).
+        clip_norm: Clip the gradients to this global norm (0: not clipped).
     """
     import tensorflow as tf
 
@@ -91,6 +92,8 @@ def batch_gradients(model, variables, x, y, task=None):
     outputs = model(x, training=True)
     losses = task.losses(y, outputs)
     grads = tf.gradients(tf.reduce_mean(losses), variables, gate_gradients=True)
+    if clip_norm:
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
     return tf.reduce_sum(losses), tf.reduce_sum(task.hits(y, outputs)), grads
 
 
@@ -116,10 +119,15 @@ class Replica:
         learning_rate: The optimizer's rate (default: the config's effective one).
     """
 
+    #: Whether a language model's validation scores the contiguous text with a stateful
+    #: copy of the model (a split model's layers have no stateful copy).
+    scores_text = True
+
     def __init__(self, cfg: TrainConfig, group: Group | None = None, learning_rate=None):
         import tensorflow as tf
         import tf_keras as keras
 
+        from distrain import lm
         from distrain.datasets import load_info, model_spec
         from distrain.train.optim import Adam
 
@@ -131,9 +139,21 @@ class Replica:
         spec = model_spec(self.info.dataset, cfg.model)
         self.task = spec.task
         self.labels_per_example = self.task.labels_per_example(self.info)
-        self.model = self.build_model(spec.build(self.info, cfg.seed))
+        # A stream language model's clipping and decay, and whether it trains on
+        # contiguous streams with its state carried (the modes that carry state).
+        self.lm = spec.stream
+        self.streams = self.lm is not None and cfg.run.impl.carries_state
+        if self.streams:  # an example is a row of a stream batch: bptt characters
+            self.labels_per_example = self.lm.bptt
+        model = spec.build(self.info, cfg.seed)
+        if self.streams:
+            model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
+        self.model = self.build_model(model)
         # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
-        self.optimizer = Adam(learning_rate or cfg.effective_learning_rate)
+        self.optimizer = Adam(
+            learning_rate or cfg.effective_learning_rate,
+            decay=self.lm.decay_per_update(self.batches_per_epoch()) if self.lm else 1.0,
+        )
         self.optimizer.build(self.model.trainable_variables)
         # The parameter version: +1 for every update applied to the variables.
         self.version = tf.Variable(0, dtype=tf.int64, trainable=False, name="version")
@@ -199,6 +219,20 @@ class Replica:
         )
         self.__dict__.pop("_val_iterator", None)
 
+    def batches_per_epoch(self) -> int:
+        """This process's training batches in one pass over its shard of the data.
+
+        [sync] Every rank runs the same number of steps on its 1/size (floor), or the last
+        step's allreduce would wait forever.
+        """
+        g = self.group
+        if self.streams:
+            from distrain.lm import stream_batches_per_epoch
+
+            shard = (g.size, g.rank)
+            return stream_batches_per_epoch(self.info, self.cfg.batch_size, shard, self.lm.bptt)
+        return max(1, self.info.splits["train"] // g.size // self.cfg.batch_size)
+
     def log(self, message: str) -> None:
         """A line on the run's output, from rank 0 only."""
         if self.rank == 0:
@@ -210,8 +244,22 @@ class Replica:
         """This process's training batches: shuffled with ``seed``, repeated, full batches.
 
         [sync] Each rank reads a disjoint 1/size of the split. ``selection``: more of
-        :func:`make_dataset`'s choice of records (``common_every``, ``held_out``).
+        :func:`make_dataset`'s choice of records (``common_every``, ``held_out``). A
+        stream model in a mode that carries state reads contiguous streams instead, in
+        order (:func:`distrain.lm.stream_dataset`).
         """
+        if self.streams:
+            from distrain.lm import stream_dataset
+
+            g = self.group
+            return stream_dataset(
+                self.info,
+                "train",
+                self.cfg.batch_size,
+                shard=(g.size, g.rank),  # [sync] each rank its own part of the text
+                repeat=True,
+                seq_len=self.lm.bptt,
+            )
         return make_dataset(
             self.info,
             "train",
@@ -233,9 +281,9 @@ class Replica:
             reduce: Combines the gradients with the other processes' ([sync] Horovod's
                 allreduce, :func:`allreduce_gradients`).
         """
-        loss_sum, correct, grads = batch_gradients(
-            self.model, self.model.trainable_variables, x, y, self.task
-        )
+        clip = self.lm.clip_norm if self.lm else 0.0
+        variables = self.model.trainable_variables
+        loss_sum, correct, grads = batch_gradients(self.model, variables, x, y, self.task, clip)
         if reduce is not None:
             grads = reduce(grads)
         return loss_sum, correct, grads
@@ -268,7 +316,15 @@ class Replica:
         return self._eval_step
 
     def evaluate(self) -> tuple[float, float]:
-        """Validation loss and accuracy per label, over the whole split (every rank's share)."""
+        """Validation loss and accuracy per label, over the whole split (every rank's share).
+
+        A language model is scored over the contiguous validation text, each character
+        once (:class:`distrain.lm.StreamScorer`), as the evaluate step scores it; a split
+        model (:attr:`scores_text` off) on the validation windows, its evaluate step on the
+        text.
+        """
+        if self.task.text_scoring and self.scores_text:
+            return self.evaluate_text()
         eval_step = self.eval_function()
         if "_val_iterator" not in self.__dict__:
             # One iterator over the repeated split: each evaluation takes exactly one pass.
@@ -285,6 +341,22 @@ class Replica:
             count += int(np.prod(y.shape))
         loss_sum, correct, count = self.group.sums(loss_sum, correct, count)  # [sync]
         return loss_sum / max(count, 1), correct / max(count, 1)
+
+    def evaluate_text(self) -> tuple[float, float]:
+        """A language model's validation nats and accuracy per character (every rank's rows)."""
+        from distrain.lm import StreamScorer
+        from distrain.preprocess.gutenberg import read_texts
+
+        if "_scorer" not in self.__dict__:
+            self._texts = list(read_texts(self.cfg.data_dir, "validation").values())
+            streams = self.lm.evaluation_streams if self.lm else 32
+            context = int(self.info.metadata["seq_len"])
+            self._scorer = StreamScorer(self.model, streams=streams, context=context)
+        self._scorer.set_weights(self.model)
+        g = self.group
+        score = self._scorer.score(self._texts, self.info.metadata["vocabulary"], (g.size, g.rank))
+        nats, correct, count = g.sums(score.nats, score.correct, score.count)  # [sync]
+        return nats / max(count, 1), correct / max(count, 1)
 
     # ---- checkpoints and the saved model ----------------------------------------------
 

@@ -29,6 +29,9 @@ class Task:
     name = ""
     split = "test"
     metrics: tuple[str, ...] = ()
+    #: Whether validation scores a contiguous text rather than records
+    #: (:meth:`distrain.train.replica.Replica.evaluate_text`).
+    text_scoring = False
 
     def labels_per_example(self, info) -> int:
         """Loss terms per example."""
@@ -121,6 +124,7 @@ class NextCharacter(Task):
     name = "language_model"
     split = "validation"
     metrics = ("bits_per_char", "nats_per_char", "perplexity", "accuracy")
+    text_scoring = True
 
     def labels_per_example(self, info) -> int:
         return int(info.metadata["seq_len"])
@@ -137,20 +141,18 @@ class NextCharacter(Task):
         return evaluate_language_model(model_path, info.data_dir, split)
 
     def baseline(self, info):
-        from distrain.baselines import CharNgramModel, language_model_scores
+        """The best Kneser-Ney character n-gram of orders 3-7, scored as the models are."""
+        from distrain.lm import score_ngrams
         from distrain.preprocess.gutenberg import read_texts
 
-        vocab = set(info.metadata["vocabulary"][1:])
-
-        def known(text: str) -> str:  # unknown characters are one symbol, as for the models
-            return "".join(c if c in vocab else "\x00" for c in text)
-
-        train = [known(t) for t in read_texts(info.data_dir, "train").values()]
-        valid = [known(t) for t in read_texts(info.data_dir, self.split).values()]
-        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
-        evaluation = language_model_scores(model.fit(train).nats_per_char(valid))
-        evaluation.update(split=self.split, characters=sum(len(t) for t in valid))
-        return {"name": "5-gram", "model": "char 5-gram"}, evaluation
+        order, evaluation = score_ngrams(
+            read_texts(info.data_dir, "train").values(),
+            read_texts(info.data_dir, self.split).values(),
+            info.metadata["vocabulary"],
+        )
+        evaluation["split"] = self.split
+        name = f"{order}-gram KN"
+        return {"name": name, "model": f"char {name}"}, evaluation
 
     def markdown(self, evaluation, title):
         return (
@@ -169,12 +171,13 @@ class Translation(NextCharacter):
     """
 
     name = "sequence_to_sequence"
+    text_scoring = False  # its targets are records: line pairs
 
     def labels_per_example(self, info) -> int:
         return int(info.metadata["target_len"])
 
     def evaluate(self, model_path, info, split):
-        from distrain.baselines import language_model_scores
+        from distrain.lm import language_model_scores
         from distrain.train.predict import load_model, targets_and_outputs
 
         nats = hits = count = 0.0
@@ -189,31 +192,27 @@ class Translation(NextCharacter):
         return evaluation
 
     def baseline(self, info):
-        """A character 5-gram over the targets alone: what the decoder does without a source.
+        """The best Kneser-Ney n-gram over the targets alone: the decoder without a source.
 
-        Fitted on the training text, it scores each target from the start of its line, as
-        the decoder sees it; a model below it has learnt something from the source line.
+        Fitted on the training text, it scores each target from the start of its line (the
+        line break before it is context only), as the decoder sees it; a model below it
+        has learnt something from the source line.
         """
-        from distrain.baselines import CharNgramModel, language_model_scores
+        from distrain.lm import score_ngrams
         from distrain.preprocess.gutenberg import read_texts
         from distrain.train.predict import split_labels
 
         vocabulary = info.metadata["vocabulary"]
-        index = set(vocabulary[1:])
-        train = [
-            "".join(c if c in index else "\x00" for c in t)
-            for t in read_texts(info.data_dir, "train").values()
-        ]
-        # Each target follows a line break: the n-gram sees it as the decoder does.
         targets = [
-            "\n" + "".join(vocabulary[i] if i else "\x00" for i in row)
+            "\n" + "".join(vocabulary[i] if i else "\x00" for i in row)  # 0: unknown
             for row in split_labels(info, self.split)
         ]
-        model = CharNgramModel(order=5, discount=0.75, vocab_size=info.metadata["vocab_size"])
-        nats = model.fit(train).nats_per_char(targets, skip_first=1)
-        evaluation = language_model_scores(nats)
-        evaluation.update(split=self.split, characters=sum(len(t) - 1 for t in targets))
-        return {"name": "5-gram (targets)", "model": "char 5-gram, no source"}, evaluation
+        order, evaluation = score_ngrams(
+            read_texts(info.data_dir, "train").values(), targets, vocabulary
+        )
+        evaluation["split"] = self.split
+        name = f"{order}-gram KN (targets)"
+        return {"name": name, "model": f"char {order}-gram KN, no source"}, evaluation
 
     def markdown(self, evaluation, title):
         return (

@@ -122,6 +122,10 @@ class Mode:
     #: Options that may be given as bare values after the worker count, in this order
     #: (``hybrid:2:2`` is ``hybrid:2:model=2``).
     positional: ClassVar[tuple[str, ...]] = ()
+    #: Whether a language model's state is carried from one batch to the next: stream
+    #: models (:mod:`distrain.lm`) then train on contiguous streams, one per batch row.
+    #: Modes that do not carry it train them on shuffled windows from a zero state.
+    carries_state: ClassVar[bool] = False
 
     def __init__(self, spec):
         self.spec = spec

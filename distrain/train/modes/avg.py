@@ -166,6 +166,7 @@ class Average(Sync):
     """Periodic model averaging over Horovod: local steps, an allreduce of weights every K."""
 
     name = "avg"
+    carries_state = False  # [avg] its held-out slices are records, not streams
     options = {
         "period": "steps between exchanges (required)",
         "init": "shared (default) or independent: one initialisation for all, or one each",

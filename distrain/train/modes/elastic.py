@@ -46,6 +46,8 @@ class ElasticSync(Sync):
     in the epoch, so a killed run resumes mid-epoch and ends at the same step count.
     """
 
+    carries_state = False  # [sync] elastic: a world that changes re-deals the data
+
     elastic = True
 
     @classmethod
@@ -156,7 +158,8 @@ class ElasticSync(Sync):
             seed = cfg.seed + replica.rank + 7919 * engine.resets + 104729 * replica.step
             iterator = iter(replica.train_shard(seed))
             step = replica.step
-            while replica.epoch < cfg.epochs:
+            # Until plateau: the validation loss is every rank's (allreduced), so is the stop.
+            while replica.epoch < cfg.epochs and not driver.plateau.stop:
                 epoch = replica.epoch
                 t0 = time.perf_counter()
                 local = [0.0, 0.0]
@@ -191,6 +194,7 @@ class ElasticSync(Sync):
                 state.commit()
 
         train_elastic(state)
+        driver.restore_best()
         replica.save_model()
         history = driver.history()
         hvd.join()

@@ -32,10 +32,7 @@ class LocalSteps:
         self.iterator = None
 
     def updates_per_epoch(self) -> int:
-        g = self.replica.group
-        # [sync] every rank runs the same number of steps on its 1/size (floor), or the
-        # last step's allreduce would wait forever.
-        return max(1, self.replica.info.splits["train"] // g.size // self.cfg.batch_size)
+        return self.replica.batches_per_epoch()
 
     def dataset(self):
         """This process's training batches, from the first (before a resumed run's skip)."""
@@ -111,6 +108,7 @@ class Single(Mode):
 
     name = "single"
     fixed_workers = 1
+    carries_state = True
 
     def needs_cluster(self) -> bool:
         return False

@@ -53,6 +53,7 @@ class Sync(Mode):
     options = {"min": "elastic Horovod: training goes on while at least this many workers live"}
     #: Whether the world may shrink during the run (the elastic variant).
     elastic = False
+    carries_state = True
 
     @classmethod
     def variant(cls, options: dict) -> type[Mode]:

@@ -15,6 +15,9 @@ from distrain.train.replica import Group, Replica
 class SplitReplica(Replica):
     """[tensor] A replica whose model is this rank's share of a split model.
 
+    A language model's validation reads the windows (a split layer has no stateful copy);
+    the evaluate step scores the saved whole model on the contiguous text.
+
     Every rank of a model group holds its columns of each dense layer and its units of
     each recurrent one (and the whole of the other layers), reads the same batches as
     the others of its group, and saves its own checkpoints (``checkpoints/part-R-of-M``).
@@ -26,6 +29,8 @@ class SplitReplica(Replica):
         group: The data-parallel group (one rank per model group; alone for ``tensor``).
         model_group: The ranks this rank's model is split over.
     """
+
+    scores_text = False  # [tensor]
 
     #: How the model is split (the comparison's "parallelism" column).
     parallelism = "tensor"

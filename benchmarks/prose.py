@@ -1,0 +1,168 @@
+"""Section 10 of the suite: the Gutenberg pipeline on real English prose, when it is here.
+
+Debian's ``jargon-text`` package holds the Jargon File (about 1.6 MB of English prose);
+its first ~1 MB, wrapped in Gutenberg START/END markers, is one book. One ``distrain run
+gutenberg`` trains the default model with ``single:1`` and ``sync:2`` and puts them beside
+the best Kneser-Ney n-gram, all scored the same way (bits per character over the
+contiguous validation text, each character once: :mod:`distrain.lm`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+JARGON = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
+# The book's length, the runs and the epochs: single:1's training stays within 10
+# minutes on the 2-core development machine.
+CHARS = 1_000_000
+RUNS = ["single:1", "sync:2"]
+EPOCHS = 7
+START = "*** START OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
+END = "*** END OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
+
+
+def write_prose_book(out: Path, chars: int = CHARS, source: Path = JARGON) -> dict:
+    """``out/jargon.txt``: the first ``chars`` characters (whole lines) of the Jargon File.
+
+    Returns:
+        What was used: the source file, its sha256, the characters kept.
+    """
+    data = source.read_bytes()
+    text = gzip.decompress(data).decode("utf-8")
+    body = text[:chars]
+    body = body[: body.rfind("\n") + 1]
+    out.mkdir(parents=True, exist_ok=True)
+    book = f"The Project Gutenberg eBook of The Jargon File\n\n{START}\n\n{body}\n{END}\n"
+    (out / "jargon.txt").write_text(book, encoding="utf-8")
+    return {
+        "source": str(source),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "source_chars": len(text),
+        "chars": len(body),
+    }
+
+
+def time_to_bits(epochs: list[dict], target: float) -> float | None:
+    """Training wall-clock seconds until the validation bits/char first reached ``target``.
+
+    Interpolated between the epochs around it (``None``: never reached).
+    """
+    prev_t, prev_v = 0.0, None
+    for e in epochs:
+        value, t = e["val_loss"] / math.log(2), e["wall_seconds"]
+        if value <= target:
+            if prev_v is None or value == prev_v:
+                return t
+            frac = (prev_v - target) / (prev_v - value)
+            return prev_t + max(0.0, min(1.0, frac)) * (t - prev_t)
+        prev_t, prev_v = t, value
+    return None
+
+
+def bench_prose(quick: bool, tmp: Path, log=print) -> dict | None:
+    """Runs the Gutenberg pipeline on the Jargon File (None when the package is absent)."""
+    if not JARGON.exists():
+        log(f"{JARGON} is absent (apt-get install jargon-text): no real-prose section")
+        return None
+    chars, epochs = (100_000, 1) if quick else (CHARS, EPOCHS)
+    books = tmp / "prose-books"
+    text = write_prose_book(books, chars)
+    work = tmp / "prose-run"
+    cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
+    cmd += ["--output", str(work), "--runs", ",".join(RUNS), "--epochs", str(epochs)]
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    comparison = json.loads((work / "comparison.json").read_text())
+    baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
+    ngram = baseline["evaluation"]["bits_per_char"]
+    runs = []
+    for report in (r for r in comparison["runs"] if r.get("history")):
+        history, evaluation = report["history"], report["evaluation"]
+        runs.append(
+            {
+                "run": report["run"]["name"],
+                "model": report["run"]["model"],
+                "bits_per_char": evaluation["bits_per_char"],
+                "accuracy": evaluation["accuracy"],
+                "train_seconds": history["train_seconds"],
+                "epochs": len(history["epochs"]),
+                "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
+                "wall_seconds": [e["wall_seconds"] for e in history["epochs"]],
+                "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
+                "sample": evaluation.get("sample", ""),
+            }
+        )
+    log(f"real prose: {wall:.0f} s; {baseline['run']['name']} {ngram:.3f} bits/char")
+    return {
+        "text": text,
+        "characters_scored": baseline["evaluation"]["characters"],
+        "epochs": epochs,
+        "baseline": {
+            "name": baseline["run"]["name"],
+            "bits_per_char": ngram,
+            "by_order": baseline["evaluation"]["bits_per_char_by_order"],
+            "seconds": baseline.get("seconds"),
+        },
+        "runs": runs,
+        "wall_seconds": wall,
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+    }
+
+
+def render_prose(section: dict) -> list[str]:
+    """Section 10 of BENCHMARKS.md."""
+    text, base = section["text"], section["baseline"]
+    orders = ", ".join(f"{n}: {b:.3f}" for n, b in sorted(base["by_order"].items()))
+    lines = [
+        "## 10. Real prose",
+        "",
+        f"The first {text['chars']:,} characters of the Jargon File (`{text['source']}`, "
+        f"Debian's `jargon-text`, sha256 `{text['sha256'][:16]}…`, {text['source_chars']:,} "
+        "characters in all), wrapped in Gutenberg markers as one book, through one "
+        f"`distrain run gutenberg --runs {','.join(r['run'] for r in section['runs'])} "
+        f"--epochs {section['epochs']}` (its default model, batch and learning rate). The "
+        "last 10 % of the book is the validation text: "
+        f"{section['characters_scored']:,} characters, each scored once, by every row, "
+        "over the contiguous text (recurrent models carry their state). The baseline is "
+        f"the best Kneser-Ney n-gram of orders 3-7 fitted on the training text (bits/char "
+        f"by order: {orders}). Measured on {section.get('measured', '?')} by "
+        "`scripts/bench.sh --only prose`; the whole run took "
+        f"{section['wall_seconds']:.0f} s; one-minute load "
+        f"average {section['load_before'][0]:.1f} before it, {section['load_after'][0]:.1f} "
+        "after.",
+        "",
+        "| run | model | bits/char | vs n-gram | next-char accuracy | epochs | train s "
+        "| s to the n-gram's bits/char |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {base['name']} | baseline | {base['bits_per_char']:.3f} | — | — | — | — | — |",
+    ]
+    for r in section["runs"]:
+        reached = r["seconds_to_ngram"]
+        lines.append(
+            f"| {r['run']} | {r['model']} | {r['bits_per_char']:.3f} | "
+            f"{r['bits_per_char'] - base['bits_per_char']:+.3f} | {r['accuracy']:.4f} | "
+            f"{r['epochs']} | {r['train_seconds']:.0f} | "
+            + ("not reached" if reached is None else f"{reached:.0f}")
+            + " |"
+        )
+    lines += ["", "Validation bits/char after each epoch (training wall-clock seconds):", ""]
+    for r in section["runs"]:
+        points = ", ".join(
+            f"{b:.3f} ({t:.0f})" for b, t in zip(r["val_bits"], r["wall_seconds"], strict=True)
+        )
+        lines.append(f"- {r['run']}: {points}")
+    return lines
