@@ -262,9 +262,16 @@ def test_sync_epoch_totals_sum_the_ranks_sums_but_not_the_examples_seen():
     class TwoRanks:
         """Two ranks with the same sums: Group.sums over them doubles each value."""
 
+        size = 2
+
         def sums(self, *values):
             return [2 * v for v in values]
 
+        def gather(self, value):
+            return [value, value + 1.0]  # the other rank's loss is one more
+
     replica = type("R", (), {"cfg": None, "group": TwoRanks()})()
     # The driver's count of examples is every rank's already (updates x ranks x batch).
-    assert LocalSteps(replica, None).epoch_totals(3.0, 5.0, 640) == (6.0, 10.0, 640)
+    steps = LocalSteps(replica, None)
+    assert steps.epoch_totals(3.0, 5.0, 640) == (6.0, 10.0, 640)
+    assert steps.rank_loss_sums == [3.0, 4.0]  # each rank's own, for the history
