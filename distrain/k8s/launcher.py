@@ -523,7 +523,17 @@ class ClusterRun:
         return {obj_name for _, obj_name in self.created}
 
     def _events(self) -> list:
-        found = self.call("list events", self.api.core.list_namespaced_event, self.namespace).items
+        """The namespace's warning events, oldest first.
+
+        Filtered by the API server (a field selector): a busy namespace's normal events,
+        most of all of them, are not sent at every poll.
+        """
+        found = self.call(
+            "list events",
+            self.api.core.list_namespaced_event,
+            self.namespace,
+            field_selector="type=Warning",
+        ).items
         return sorted(
             found,
             key=lambda e: str(e.last_timestamp or e.event_time or e.first_timestamp or ""),
