@@ -12,7 +12,7 @@ import pytest
 
 from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training
-from tests.test_sync_rule import _two_ranks
+from tests.ranks import run_on_ranks
 
 _AVG = """
 import json, sys
@@ -70,7 +70,7 @@ def test_avg_replaces_weights_by_their_mean_at_each_exchange_only(mnist_examples
         run="avg:2:period=4",
     )
     config = cfg.save(tmp_path / "config.json")
-    for result in _two_ranks(tmp_path, _AVG, str(config)):
+    for result in run_on_ranks(tmp_path, _AVG, str(config)):
         rank = float(result["rank"])
         for step, seen in enumerate(result["seen"], 1):
             assert seen == ([0.5] if step % 4 == 0 else [rank]), step

@@ -12,7 +12,7 @@ import pytest
 
 from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.modes.pipeline import stage_bounds
-from tests.test_sync_rule import _two_ranks
+from tests.ranks import run_on_ranks
 
 
 def test_stage_bounds_make_the_costliest_stage_as_cheap_as_it_can_be():
@@ -110,7 +110,7 @@ def test_stages_gradients_over_micro_batches_equal_the_unsplit_models(mnist_exam
         data_dir=str(mnist_examples), output_dir=str(tmp_path / "o"), run="pipeline:2:micro=4"
     )
     config = cfg.save(tmp_path / "config.json")
-    first, last = _two_ranks(tmp_path, _STAGES, str(config))
+    first, last = run_on_ranks(tmp_path, _STAGES, str(config))
     for name in ("mlp", "cnn"):
         # The loss and accuracy are the last stage's: the first computes none.
         whole, split = last[name]["loss"]

@@ -7,15 +7,10 @@ updates as one step a call.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from distrain.train.config import TrainConfig
-from distrain.train.launch import launch_env, sync_command
+from tests.ranks import run_on_ranks
 
 _RULE = """
 import json, sys
@@ -70,30 +65,9 @@ open(f"{sys.argv[1]}/result-{hvd.rank()}.json", "w").write(json.dumps(result))
 """
 
 
-def _two_ranks(tmp_path, script: str, *args: str, ranks: int = 2, **cfg_kw) -> list[dict]:
-    """Runs ``script`` on ``ranks`` Horovod ranks; returns each rank's result, in rank order."""
-    cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run=f"sync:{ranks}", **cfg_kw)
-    path = tmp_path / "script.py"
-    path.write_text(script)
-    env = {**os.environ, **launch_env(cfg), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
-        sync_command(cfg, [sys.executable, str(path), str(tmp_path), *args]),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    # Each rank writes its own file: the ranks share one stdout, their lines interleave.
-    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("result-*.json"))]
-    results.sort(key=lambda r: r["rank"])
-    assert [r["rank"] for r in results] == list(range(ranks))
-    return results
-
-
 @pytest.mark.horovod
 def test_sync_reduces_each_gradient_to_the_ranks_mean(tmp_path):
-    for result in _two_ranks(tmp_path, _RULE):
+    for result in run_on_ranks(tmp_path, _RULE):
         assert result["dense"] == [1.5, 3.0]  # ([1, 2] + [2, 4]) / 2
         # Rank 0's row 0 (10) and rank 1's row 1 (20), each divided by the 2 ranks.
         assert result["sparse"] == [[5.0], [10.0]]
@@ -104,7 +78,7 @@ def test_sync_reduces_each_gradient_to_the_ranks_mean(tmp_path):
 def test_sync_steps_traced_four_to_a_call_make_the_updates_of_one_a_call(mnist_examples, tmp_path):
     cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(tmp_path / "out"), run="sync:2")
     config = cfg.save(tmp_path / "config.json")
-    for result in _two_ranks(tmp_path, _CALLS, str(config)):
+    for result in run_on_ranks(tmp_path, _CALLS, str(config)):
         assert result["steps"] == 8
         assert result["same"], result
         one, four = result["losses"]

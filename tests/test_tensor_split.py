@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from distrain.train.config import TrainConfig
-from tests.test_sync_rule import _two_ranks
+from tests.ranks import run_on_ranks
 
 _SPLIT = """
 import json, sys
@@ -82,7 +82,7 @@ open(f"{sys.argv[1]}/result-{hvd.rank()}.json", "w").write(json.dumps(result))
 def test_split_losses_and_gradients_equal_the_unsplit_models(mnist_examples, tmp_path):
     cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(tmp_path / "o"), run="tensor:2")
     config = cfg.save(tmp_path / "config.json")
-    for result in _two_ranks(tmp_path, _SPLIT, str(config)):
+    for result in run_on_ranks(tmp_path, _SPLIT, str(config)):
         for name, dense_layers in (("mlp", 3), ("cnn", 2)):
             r = result[name]
             whole, split = r["loss"]
@@ -201,7 +201,7 @@ def test_split_recurrent_models_losses_and_gradients_equal_the_unsplit_models(tm
         "rnn": ["ColumnSimpleRNN", "ColumnSimpleRNN", "ColumnDense"],
         "encdec": ["ColumnLSTM", "ColumnLSTM", "ColumnDense"],
     }
-    for result in _two_ranks(tmp_path, _RECURRENT, str(config)):
+    for result in run_on_ranks(tmp_path, _RECURRENT, str(config)):
         for name, split_layers in layers.items():
             r = result[name]
             whole, split = r["loss"]
@@ -312,7 +312,7 @@ def test_hybrid_gradients_are_the_unsplit_models_mean_over_the_data_groups(
         data_dir=str(mnist_examples), output_dir=str(tmp_path / "o"), run="hybrid:2:2"
     )
     config = cfg.save(tmp_path / "config.json")
-    results = _two_ranks(tmp_path, _HYBRID, str(config), ranks=4)
+    results = run_on_ranks(tmp_path, _HYBRID, str(config), ranks=4)
     assert [(r["data"], r["model"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(r["worst"] <= 1e-5 for r in results)
 
