@@ -25,51 +25,17 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import time
 from pathlib import Path
 
 FLOAT = 4  # bytes
 
 
-class RankMemory:
-    """Peak resident memory of each training process this one starts (sampled).
+def _is_rank(command: list[str]) -> bool:
+    """Whether a command line is a rank's or a worker's: ``python -m distrain worker``.
 
-    Every descendant whose command line runs ``distrain worker`` is a rank (or the
-    chief); the peak of each is kept by pid and reported in order of start.
+    Not mpirun, nor a child caught between fork and exec.
     """
-
-    def __init__(self, interval: float = 0.05):
-        self.interval, self.peaks, self._stop = interval, {}, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="rank-memory")
-
-    def _run(self) -> None:
-        import psutil
-
-        me = psutil.Process()
-        while not self._stop.is_set():
-            for child in me.children(recursive=True):
-                try:
-                    command = child.cmdline()
-                    # A rank or a worker: ``python -m distrain worker`` (not mpirun, nor
-                    # a child caught between fork and exec).
-                    if command[1:4] == ["-m", "distrain", "worker"]:
-                        rss = child.memory_info().rss
-                        self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), rss)
-                except psutil.Error:
-                    continue
-            time.sleep(self.interval)
-
-    def __enter__(self) -> RankMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def per_rank(self) -> list[int]:
-        return [self.peaks[pid] for pid in sorted(self.peaks)]
+    return command[1:4] == ["-m", "distrain", "worker"]
 
 
 def dense_layers(model) -> list[dict]:
@@ -183,6 +149,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
     from benchmarks.suite import _sample
     from distrain.datasets import load_info
+    from distrain.memory import PeakProcessMemory
     from distrain.steps import preprocess
     from distrain.train.config import ConfigError, TrainConfig
     from distrain.train.launch import run_training
@@ -226,7 +193,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
             if cores == "1 core":
                 os.sched_setaffinity(0, {min(allowed)})
             try:
-                with RankMemory() as memory:
+                with PeakProcessMemory(_is_rank) as memory:
                     history = run_training(tc)
             finally:
                 os.sched_setaffinity(0, allowed)
@@ -237,7 +204,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
                 "epoch_seconds": per_epoch,
                 "step_seconds": per_epoch / steps,
                 "val_accuracy": history["epochs"][-1]["val_accuracy"],
-                "peak_memory_per_rank": memory.per_rank(),
+                "peak_memory_per_rank": memory.per_process(),
                 "parameters_per_rank": history.get("parameters_per_rank"),
             }
             log(f"  {dataset}/{model_name} {key}: {per_epoch:.2f} s/epoch")
