@@ -152,6 +152,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     from distrain.memory import PeakProcessMemory
     from distrain.steps import preprocess
     from distrain.train.config import ConfigError, TrainConfig
+    from distrain.train.driver import steady
     from distrain.train.launch import run_training
     from distrain.train.models import build_model
 
@@ -197,7 +198,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
                     history = run_training(tc)
             finally:
                 os.sched_setaffinity(0, allowed)
-            epochs = history["epochs"][1:] or history["epochs"]
+            epochs = steady(history["epochs"])
             per_epoch = sum(e["step_seconds"] for e in epochs) / len(epochs)
             steps = history["steps"] / len(history["epochs"])
             runs[key] = {

@@ -74,9 +74,10 @@ def _rank_loss(history: dict) -> str | None:
 
 def _epoch_seconds(history: dict) -> float | None:
     """Training seconds per epoch, over the epochs after the first (tracing) if there are more."""
-    epochs = [e for e in history.get("epochs") or [] if "step_seconds" in e]
-    steady = epochs[1:] or epochs
-    return sum(e["step_seconds"] for e in steady) / len(steady) if steady else None
+    from distrain.train.driver import steady
+
+    epochs = steady([e for e in history.get("epochs") or [] if "step_seconds" in e])
+    return sum(e["step_seconds"] for e in epochs) / len(epochs) if epochs else None
 
 
 @dataclass(frozen=True)

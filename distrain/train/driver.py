@@ -71,16 +71,21 @@ def resume_point(step: int, epoch: int, per_epoch: int, epochs: int, where: str)
     return epoch, max(done, 0)
 
 
-def steady_throughput(epochs: list[dict]) -> float:
-    """Examples per second over the epochs after the first (which pays for tracing and set-up).
+def steady(epochs: list):
+    """The epochs a run's speed is read from: all but the first, which pays for tracing.
 
     With one epoch there is nothing else to use.
     """
+    return epochs[1:] or epochs
+
+
+def steady_throughput(epochs: list[dict]) -> float:
+    """Examples per second over the :func:`steady` epochs."""
     if not epochs:
         return 0.0
-    steady = epochs[1:] or epochs
+    steady_epochs = steady(epochs)
     examples = epochs[-1]["examples"] - (epochs[0]["examples"] if len(epochs) > 1 else 0)
-    seconds = sum(e["step_seconds"] for e in steady)
+    seconds = sum(e["step_seconds"] for e in steady_epochs)
     return examples / seconds if seconds else 0.0
 
 
@@ -382,8 +387,8 @@ class EpochDriver:
             # The typical step beside the mean that examples/second gives: on a shared
             # host the two part when bursts of another load slow some steps down. As for
             # examples/second, the first epoch (tracing) is left out if there are more.
-            steady = self.step_durations[1:] or self.step_durations
-            history["step_ms"] = step_spread([d for epoch in steady for d in epoch])
+            durations = steady(self.step_durations)
+            history["step_ms"] = step_spread([d for epoch in durations for d in epoch])
         if cfg.until_plateau:
             history["until_plateau"] = self.plateau.to_dict()
         history.update(self.engine.history())
