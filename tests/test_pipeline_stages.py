@@ -50,11 +50,12 @@ from distrain.train.inputs import DatasetInfo
 from distrain.train.models import build_model
 from distrain.train.modes.pipeline import PipelineReplica
 from distrain.train.replica import batch_gradients
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.runtime import configure_tensorflow, keep_collectives_in_order, start_horovod
 from distrain.train.split import ModelGroup
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)
+keep_collectives_in_order()  # as the pipeline mode sets its processes up
 hvd, _ = start_horovod(False)
 info = DatasetInfo.load(cfg.data_dir)
 shape = tuple(info.metadata.get("image_shape", [28, 28]))

@@ -25,6 +25,19 @@ def configure_tensorflow(cfg) -> None:
     np.random.seed(cfg.seed)
 
 
+def keep_collectives_in_order() -> None:
+    """Keeps the control edges that order a process's Horovod collectives.
+
+    Grappler's dependency optimizer drops control edges between ops it takes to be free
+    of side effects, and Horovod's ops are not marked stateful: with it on, a pipeline
+    stage started a backward receive before its forward sends, and both stages waited for
+    ever. Off for the whole process, before any function is traced.
+    """
+    import tensorflow as tf
+
+    tf.config.optimizer.set_experimental_options({"dependency_optimization": False})
+
+
 def bind_rank_to_cores() -> set[int] | None:
     """[sync] Binds this rank to its own slice of the cores it may use.
 

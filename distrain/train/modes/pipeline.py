@@ -100,13 +100,6 @@ class PipelineReplica(SplitReplica):
     parallelism = "pipeline"
 
     def __init__(self, cfg, model_group, micro: int, links: list):
-        import tensorflow as tf
-
-        # [pipeline] Grappler's dependency optimizer drops control edges between ops it
-        # takes to be free of side effects, and Horovod's ops are not marked stateful:
-        # with it on, a stage started a backward receive before its forward sends, and
-        # both stages waited for ever. Off for this process, the transfers keep their order.
-        tf.config.optimizer.set_experimental_options({"dependency_optimization": False})
         self.micro, self.links = micro, links
         super().__init__(cfg, Group(0, 1, None, world_rank=model_group.rank), model_group)
 
@@ -310,9 +303,10 @@ class Pipeline(Tensor):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import start_horovod
+        from distrain.train.runtime import keep_collectives_in_order, start_horovod
         from distrain.train.split import ModelGroup
 
+        keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers
         # [pipeline] a process set for each pair of neighbouring stages (two stages: the world)
         pairs = [hvd.ProcessSet([s, s + 1]) for s in range(stages - 1)] if stages > 2 else []
