@@ -211,6 +211,15 @@ def test_split_recurrent_models_losses_and_gradients_equal_the_unsplit_models(tm
             assert r["gathered_equal"], name
 
 
+def test_split_modes_train_a_stream_language_model_on_windows():
+    from distrain.train.modes import mode_class
+
+    # A split layer has no stateful copy: the default LSTM must not be made stateful.
+    for mode in ("tensor", "pipeline", "hybrid"):
+        assert mode_class(mode).carries_state is False, mode
+    assert mode_class("sync").carries_state and mode_class("single").carries_state
+
+
 def test_recurrent_models_are_accepted_by_the_split_modes(tmp_path):
     for run in ("tensor:2", "hybrid:1:2"):
         for model in ("lstm", "rnn"):

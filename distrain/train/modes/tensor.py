@@ -126,6 +126,9 @@ class Tensor(Sync):
 
     name = "tensor"
     options = {}
+    # [tensor] a split recurrent layer has no stateful copy: a stream language model
+    # trains on windows from a zero state here (the evaluate step still scores the text).
+    carries_state = False
 
     @classmethod
     def variant(cls, options: dict):
