@@ -196,10 +196,10 @@ def test_averaging_sentences_follow_the_numbers():
         "to 0.8600 every 64 steps (a spread of 0.0400 over 4 periods): averaging less often cost"
         in text
     )
-    assert "cnn's accuracy -0.2000 (0.6800 against 0.8800), its replicas 3.0x as far" in text
-    assert "softmax's accuracy no real change (0.8790 against 0.8800)" in text
+    assert "moved cnn's accuracy by -0.2000 (0.6800 against 0.8800), its replicas 3.0x as far" in text
+    assert "left softmax's accuracy within 0.005 (0.8790 against 0.8800)" in text
     assert "It mattered most for cnn (non-convex)" in text
-    assert "10 % common examples (every 16 steps) changed softmax's accuracy +0.0200" in text
+    assert "10 % common examples (every 16 steps) moved softmax's accuracy by +0.0200" in text
 
     def rising(k):
         return 0.8 + 0.01 * {1: 0, 4: 1, 16: 2, 64: 4}[k["period"]] * (k["model"] == "cnn")

@@ -243,17 +243,18 @@ def variant_sentences(rows: list[dict], middle: int, negligible: float) -> list[
         parts = []
         for model, base, varied in effects:
             diff = varied["accuracy"] - base["accuracy"]
-            size = "no real change" if abs(diff) < negligible else f"{diff:+.4f}"
-            part = (
-                f"{model}'s accuracy {size} "
-                f"({varied['accuracy']:.4f} against {base['accuracy']:.4f})"
+            moved = (
+                f"left {model}'s accuracy within {negligible}"
+                if abs(diff) < negligible
+                else f"moved {model}'s accuracy by {diff:+.4f}"
             )
+            part = f"{moved} ({varied['accuracy']:.4f} against {base['accuracy']:.4f})"
             if knob == "init" and base["divergence_mean"] and varied["divergence_mean"]:
                 ratio = varied["divergence_mean"] / base["divergence_mean"]
                 part += f", its replicas {ratio:.1f}x as far from their average at exchanges"
             parts.append(part)
         biggest = max(effects, key=lambda e: abs(e[2]["accuracy"] - e[1]["accuracy"]))
-        text = f"{words} ({every(middle)}) changed " + "; ".join(parts)
+        text = f"{words} ({every(middle)}) " + "; ".join(parts)
         if len(effects) > 1:
             text += f". It mattered most for {biggest[0]} ({biggest[1]['loss']})"
         out.append(text + ".")
