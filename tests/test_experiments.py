@@ -18,7 +18,7 @@ from distrain.steps import StepError
 from distrain.train.config import ConfigError, RunSpec
 from tests.conftest import ROOT, VENV_BIN
 
-NAMES = ("consistency", "averaging")
+NAMES = ("consistency", "averaging", "parallelism")
 
 
 def test_every_experiment_is_registered():
@@ -196,7 +196,9 @@ def test_averaging_sentences_follow_the_numbers():
         "to 0.8600 every 64 steps (a spread of 0.0400 over 4 periods): averaging less often cost"
         in text
     )
-    assert "moved cnn's accuracy by -0.2000 (0.6800 against 0.8800), its replicas 3.0x as far" in text
+    assert (
+        "moved cnn's accuracy by -0.2000 (0.6800 against 0.8800), its replicas 3.0x as far" in text
+    )
     assert "left softmax's accuracy within 0.005 (0.8790 against 0.8800)" in text
     assert "It mattered most for cnn (non-convex)" in text
     assert "10 % common examples (every 16 steps) moved softmax's accuracy by +0.0200" in text
@@ -212,6 +214,69 @@ def test_averaging_sentences_follow_the_numbers():
         "every 64 steps (a spread of 0.0000 over 4 periods): the period made no difference"
     ) in text
     assert "The period moved cnn's (non-convex) accuracy most (0.0400)" in text
+
+
+def parallelism_reports(cfg, numbers):
+    """``numbers[(model, split)]`` = (seconds per epoch, quality, parameters per rank, MB)."""
+    reports = []
+    for p in cfg.points:
+        seconds, quality, parameters, mb = numbers[(p.model, p.knobs["split"])]
+        report = fake_report(
+            p,
+            quality,
+            history={"parameters_per_rank": parameters, "peak_memory_per_rank": [mb * 2**20]},
+        )
+        for epoch in report["history"]["epochs"]:
+            epoch["step_seconds"] = seconds
+        reports.append(report)
+    return reports
+
+
+def test_parallelism_sentences_follow_the_numbers():
+    cfg = experiments.get("parallelism").config("tiny")
+    numbers = {
+        ("mlp", "one process"): (1.0, 0.90, [1000], 300),
+        ("mlp", "tensor-parallel"): (3.0, 0.88, [500, 500], 250),
+        ("nbow", "one process"): (2.0, 0.80, [4000], 400),
+        ("nbow", "tensor-parallel"): (1.0, 0.80, [3000, 3000], 390),
+    }
+    text = "\n".join(
+        build_report(cfg, parallelism_reports(cfg, numbers), figures=False)["sentences"]
+    )
+    assert (
+        "For mlp, one process had the shortest epoch (1.00 s) and tensor-parallel the "
+        "longest (3.00 s, 3.0x as long)." in text
+    )
+    assert "share of mlp's 1,000 parameters: tensor-parallel 50%." in text
+    assert "the split furthest from it was tensor-parallel (0.8800, worse by 0.0200)" in text
+    assert "nbow's accuracy was 0.8000 alone and the same under every split (1)." in text
+    assert "Some split beat a single process's time per epoch for 1 of the 2 models (nbow)." in text
+
+    numbers[("nbow", "tensor-parallel")] = (5.0, 0.85, [3000, 3000], 390)
+    text = "\n".join(
+        build_report(cfg, parallelism_reports(cfg, numbers), figures=False)["sentences"]
+    )
+    assert "No split beat a single process's time per epoch for any of the 2 models" in text
+    assert "tensor-parallel (0.8500, better by 0.0500)" in text
+
+
+def test_parallelism_shows_a_split_a_model_cannot_take_as_refused():
+    cfg = experiments.get("parallelism").config("small")
+    refused = {(r["model"], r["run"]) for r in cfg.settings["refused"]}
+    assert refused == {("nbow", "pipeline:2:micro=4"), ("seq2seq", "pipeline:2:micro=4")}
+    assert not any(
+        p.run.startswith("pipeline") and p.model in ("nbow", "seq2seq") for p in cfg.points
+    )
+    numbers = {}
+    for p in cfg.points:
+        numbers[(p.model, p.knobs["split"])] = (1.0, 0.9, [10], 100)
+    report = build_report(cfg, parallelism_reports(cfg, numbers), figures=False)
+    assert any(
+        s.startswith("pipeline:2:micro=4 refused nbow, seq2seq: ") and "cannot be cut" in s
+        for s in report["sentences"]
+    )
+    rows = report["tables"][0]["rows"]
+    assert ["nbow", "pipeline-parallel", "pipeline:2:micro=4", "refused"] == rows[-2][:4]
 
 
 def test_report_files_hold_the_sentences_tables_and_figures(tmp_path):

@@ -20,7 +20,7 @@ from distrain.train.config import ConfigError, RunSpec
 
 SCALES = ("tiny", "small", "full")
 # Experiments that ship with distrain, in the order the CLI lists them.
-BUILT_IN = ("consistency", "averaging")
+BUILT_IN = ("consistency", "averaging", "parallelism")
 FORMAT_VERSION = 1
 
 _REGISTRY: dict[str, type[Experiment]] = {}
