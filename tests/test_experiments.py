@@ -250,13 +250,19 @@ def test_parallelism_sentences_follow_the_numbers():
     assert "share of mlp's 1,000 parameters: tensor-parallel 50%." in text
     assert "the split furthest from it was tensor-parallel (0.8800, worse by 0.0200)" in text
     assert "nbow's accuracy was 0.8000 alone and the same under every split (1)." in text
-    assert "Some split beat a single process's time per epoch for 1 of the 2 models (nbow)." in text
+    assert (
+        "A split of the model (tensor, pipeline or hybrid) beat one process's time per epoch "
+        "for 1 of the 2 models: nbow (tensor-parallel)."
+    ) in text
+    assert "Data parallelism beat one process's time per epoch for none of the 2 models." in text
 
     numbers[("nbow", "tensor-parallel")] = (5.0, 0.85, [3000, 3000], 390)
     text = "\n".join(
         build_report(cfg, parallelism_reports(cfg, numbers), figures=False)["sentences"]
     )
-    assert "No split beat a single process's time per epoch for any of the 2 models" in text
+    assert (
+        "(tensor, pipeline or hybrid) beat one process's time per epoch for none of the 2" in text
+    )
     assert "tensor-parallel (0.8500, better by 0.0500)" in text
 
 
@@ -272,7 +278,8 @@ def test_parallelism_shows_a_split_a_model_cannot_take_as_refused():
         numbers[(p.model, p.knobs["split"])] = (1.0, 0.9, [10], 100)
     report = build_report(cfg, parallelism_reports(cfg, numbers), figures=False)
     assert any(
-        s.startswith("pipeline:2:micro=4 refused nbow, seq2seq: ") and "cannot be cut" in s
+        s.startswith("pipeline:2:micro=4 refused nbow and seq2seq; its reason for nbow: ")
+        and "cannot be cut into stages" in s
         for s in report["sentences"]
     )
     rows = report["tables"][0]["rows"]

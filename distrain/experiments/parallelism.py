@@ -145,9 +145,8 @@ class Parallelism(Experiment):
             )
         for item in refused:
             table.rows.append(
-                [item["model"], RUNS.get(item["run"], item["run"]), item["run"]]
-                + ["refused"] * 4
-                + [item["reason"][:60]]
+                [item["model"], RUNS.get(item["run"], item["run"]), item["run"], "refused"]
+                + ["—", item["reason"], "—", "—"]
             )
         return {
             "sentences": sentences,
@@ -186,7 +185,7 @@ def row_of(r: Result) -> dict:
 def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
     """What the splits cost and bought, model by model, in words from the numbers."""
     out = []
-    faster = []
+    faster: list[tuple[str, str]] = []  # (model, split) faster than one process
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         timed = [r for r in mine if r["epoch_seconds"] is not None]
@@ -201,12 +200,9 @@ def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
                 f"{slow['epoch_seconds'] / quick['epoch_seconds']:.1f}x as long)."
             )
         if single and single["epoch_seconds"]:
-            if any(
-                r["epoch_seconds"] is not None and r["epoch_seconds"] < single["epoch_seconds"]
-                for r in mine
-                if r is not single
-            ):
-                faster.append(model)
+            for r in mine:
+                if r is not single and (r["epoch_seconds"] or np.inf) < single["epoch_seconds"]:
+                    faster.append((model, r["split"]))
         if single and single["parameters"]:
             split = [r for r in mine if r["split"] in SPLITS and r["parameters"] is not None]
             if split:
@@ -235,23 +231,30 @@ def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
                     f"{'better' if better else 'worse'} by {abs(diff):.4f})."
                 )
     models = list(dict.fromkeys(r["model"] for r in rows))
-    if models:
-        if faster:
+    for kinds, words in (
+        ((RUNS["sync:2"],), "Data parallelism"),
+        (SPLITS, "A split of the model (tensor, pipeline or hybrid)"),
+    ):
+        won = [f"{m} ({split})" for m, split in faster if split in kinds]
+        count = len({m for m, split in faster if split in kinds})
+        if won:
             out.append(
-                f"Some split beat a single process's time per epoch for {len(faster)} of the "
-                f"{len(models)} models ({', '.join(faster)})."
+                f"{words} beat one process's time per epoch for {count} of the {len(models)} "
+                f"models: {', '.join(won)}."
             )
-        else:
+        elif models:
             out.append(
-                f"No split beat a single process's time per epoch for any of the {len(models)} "
-                "models on this machine."
+                f"{words} beat one process's time per epoch for none of the {len(models)} models."
             )
     by_run: dict[str, list[str]] = {}
     for item in refused:
         by_run.setdefault(item["run"], []).append(item["model"])
     for run, models_refused in by_run.items():
-        reason = next(i["reason"] for i in refused if i["run"] == run)
-        out.append(f"{run} refused {', '.join(models_refused)}: {reason}.")
+        first = next(i for i in refused if i["run"] == run)
+        out.append(
+            f"{run} refused {' and '.join(models_refused)}; its reason for {first['model']}: "
+            f"{first['reason']}."
+        )
     return out
 
 
