@@ -6,6 +6,7 @@ distrain preprocess mnist --data RAW --output EXAMPLES [-- BEAM OPTIONS]   the B
 distrain compile mnist --output mnist.yaml    compile the KFP pipeline
 distrain run mnist [--data DIR] --output OUT  run the pipeline locally (kfp.local)
 distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
+distrain experiment consistency --output OUT  a seed paper's study, ending in one report
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import time
 from pathlib import Path
 
 import distrain
-from distrain import datasets
+from distrain import datasets, experiments
 from distrain.train.config import CONTROLLERS, DEFAULT_RUNS
 
 PIPELINES = tuple(datasets.names())
+EXPERIMENTS = tuple(experiments.names())
 
 
 def _defaults(name: str):
@@ -91,12 +93,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     from distrain.pipelines.common import build_pipeline
 
-    pipeline = build_pipeline(
-        _defaults(args.pipeline),
-        gpu=args.gpu,
-        launcher=args.launcher,
-        workspace_size=args.workspace_size,
-    )
+    if args.pipeline in EXPERIMENTS:
+        from distrain.pipelines.experiments.common import build_experiment_pipeline
+
+        pipeline = build_experiment_pipeline(experiments.get(args.pipeline).config(args.scale))
+    else:
+        pipeline = build_pipeline(
+            _defaults(args.pipeline),
+            gpu=args.gpu,
+            launcher=args.launcher,
+            workspace_size=args.workspace_size,
+        )
     compiler.Compiler().compile(pipeline, args.output)
     print(f"compiled {args.pipeline} pipeline to {args.output}")
     return 0
@@ -109,10 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     transient failure is retried as the step's retry policy says. Either way the run ends
     with the failed step's one line (:mod:`distrain.failures`).
     """
-    from kfp import local
-
     from distrain.compare import render_text_table
-    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
     from distrain.train.config import ConfigError, parse_run_specs
 
     # Refuse bad parameters before any work starts.
@@ -128,12 +132,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     defaults = _defaults(args.pipeline)
     out = Path(args.output).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
-        pipeline_root=str(out / "kfp"),
-        raise_on_error=True,
-    )
     params = {
         "source": str(Path(args.data).resolve()) if args.data else "sample",
         "runs": [str(s) for s in specs],
@@ -150,13 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         params["gate"] = args.gate
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
-    with local_retries_stop_on_permanent_errors() as failures:
-        try:
-            task = build_pipeline(defaults, parallelism=1, cluster=False)(**params)
-        except (RuntimeError, StepFailed) as err:
-            if failures:  # the step's own words, not kfp.local's "inner task failed"
-                raise StepFailed(failures[-1]) from err
-            raise
+    task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
     comparison_dir = Path(task.output.path)
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
@@ -167,6 +159,116 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"wrote {out}/comparison.json, comparison.md, comparison.html")
     page = out / "comparison.html"
     print(f"comparison (table and plots): {page.as_uri()}")
+    if args.open:
+        import webbrowser
+
+        if not webbrowser.open(page.as_uri()):
+            print("distrain: no web browser to open it with here", file=sys.stderr)
+    return 0
+
+
+def _run_locally(pipeline, params: dict, out: Path):
+    """Runs ``pipeline(**params)`` with kfp.local, one step at a time, under ``out/kfp``.
+
+    A step that fails permanently ends the run at once with its own line; a transient
+    failure goes back to the step's retry policy.
+    """
+    from kfp import local
+
+    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
+
+    out.mkdir(parents=True, exist_ok=True)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(out / "kfp"),
+        raise_on_error=True,
+    )
+    with local_retries_stop_on_permanent_errors() as failures:
+        try:
+            return pipeline(**params)
+        except (RuntimeError, StepFailed) as err:
+            if failures:  # the step's own words, not kfp.local's "inner task failed"
+                raise StepFailed(failures[-1]) from err
+            raise
+
+
+def _data_sources(given: list[str], names: list[str]) -> dict[str, str]:
+    """``--data`` values (``DIR``, or ``DATASET=DIR`` per data set) as data set -> directory."""
+    from distrain.train.config import ConfigError
+
+    sources = {}
+    for value in given:
+        name, sep, directory = value.partition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ConfigError(f"--data {value}: say which data set, one of {', '.join(names)}")
+            name, directory = names[0], value
+        if name not in names:
+            raise ConfigError(f"--data {value}: the experiment has no data set {name!r}")
+        if not Path(directory).is_dir():
+            raise ConfigError(f"data directory {directory} does not exist")
+        sources[name] = str(Path(directory).resolve())
+    return sources
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """``distrain experiment``: a study of a seed paper, run locally, ending in one report.
+
+    The configuration (``experiment.json``, written first) holds every run and seed;
+    ``--from`` runs one again exactly.
+    """
+    import dataclasses
+
+    from distrain.experiments import DataSource, load_config
+    from distrain.pipelines.experiments.common import (
+        build_experiment_pipeline,
+        pipeline_arguments,
+    )
+    from distrain.train.config import ConfigError
+
+    if args.from_file:
+        if args.name or args.scale or args.seed is not None:
+            raise ConfigError("--from runs a configuration as it is: no NAME, --scale or --seed")
+        cfg = load_config(args.from_file)
+    elif args.name:
+        seed = args.seed if args.seed is not None else 0
+        cfg = experiments.get(args.name).config(args.scale or "small", seed=seed)
+    else:
+        raise ConfigError(f"name an experiment ({', '.join(EXPERIMENTS)}) or give --from")
+    sources = _data_sources(args.data or [], cfg.datasets())
+    if sources:
+        cfg = dataclasses.replace(
+            cfg,
+            data=tuple(
+                DataSource(d.dataset, sources[d.dataset], 0) if d.dataset in sources else d
+                for d in cfg.data
+            ),
+        )
+    out = Path(args.output or f"out/experiments/{cfg.experiment}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.json").write_text(cfg.to_json())
+    print(
+        f"distrain: experiment {cfg.experiment} ({cfg.scale}): {len(cfg.points)} runs on "
+        f"{', '.join(cfg.datasets())}; configuration in {out}/experiment.json"
+    )
+    start = time.perf_counter()
+    pipeline = build_experiment_pipeline(cfg, parallelism=1)
+    task = _run_locally(pipeline, pipeline_arguments(cfg), out)
+    report_dir = Path(task.output.path)
+    for item in report_dir.iterdir():
+        target = out / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(item, target)
+    report = json.loads((out / "report.json").read_text())
+    print()
+    for sentence in report["sentences"]:
+        print(f"- {sentence}")
+    print(f"\nexperiment finished in {time.perf_counter() - start:.0f} s; ", end="")
+    print(f"wrote {out}/report.json, report.md, report.html")
+    page = out / "report.html"
+    print(f"report (tables, plots, findings): {page.as_uri()}")
     if args.open:
         import webbrowser
 
@@ -358,8 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
     pre.set_defaults(func=cmd_preprocess)
 
-    comp = add("compile", help="compile a pipeline to KFP YAML")
-    comp.add_argument("pipeline", choices=PIPELINES)
+    comp = add("compile", help="compile a pipeline (a data set's or an experiment's) to KFP YAML")
+    comp.add_argument("pipeline", choices=PIPELINES + EXPERIMENTS)
     comp.add_argument("--output", required=True)
     comp.add_argument(
         "--gpu",
@@ -378,7 +480,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="give the pipeline a KFP workspace of this size (e.g. 100Gi) for the training "
         "data and checkpoints, instead of the volume_claim parameter's claim",
     )
+    comp.add_argument(
+        "--scale",
+        choices=experiments.SCALES,
+        default="small",
+        help="an experiment's scale, which sets its parameters' defaults",
+    )
     comp.set_defaults(func=cmd_compile)
+
+    ex = add(
+        "experiment",
+        help="rerun a seed paper's study locally (kfp.local), ending in one report",
+        description="Run an experiment: its training runs through kfp.local, then one report "
+        "(report.json, .md, .html) of tables, plots and findings computed from the numbers. "
+        f"Experiments: {', '.join(EXPERIMENTS)}.",
+    )
+    ex.add_argument("name", nargs="?", choices=EXPERIMENTS)
+    ex.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="EXPERIMENT_JSON",
+        help="run the configuration an earlier run wrote (same runs, seeds and splits)",
+    )
+    ex.add_argument(
+        "--data",
+        action="append",
+        metavar="[DATASET=]DIR",
+        help="raw data directory (default: the generated sample); DATASET=DIR per data set",
+    )
+    ex.add_argument("--output", help="default: out/experiments/NAME")
+    ex.add_argument(
+        "--scale",
+        choices=experiments.SCALES,
+        help="small (default: minutes on 2 cores), full, or tiny (tests)",
+    )
+    ex.add_argument("--seed", type=int, help="seed of the samples, splits and weights (default 0)")
+    ex.add_argument("--open", action="store_true", help="open report.html at the end")
+    ex.set_defaults(func=cmd_experiment)
 
     run = add("run", help="run a pipeline locally (kfp.local)")
     run.add_argument("pipeline", choices=PIPELINES)
@@ -491,6 +629,8 @@ def _step_name(args: argparse.Namespace) -> str:
     """What a failure of the command is called in its one line."""
     if args.command == "train":
         return f"train {args.run}"
+    if args.command == "experiment":
+        return f"experiment {args.name or args.from_file}"
     if args.command in ("data", "run", "compile", "submit"):
         return f"{args.command} {getattr(args, 'dataset', None) or args.pipeline}"
     return args.command

@@ -395,3 +395,30 @@ def compare(
     from distrain.compare import CompareConfig, write_comparison
 
     return write_comparison(output_dir, reports, CompareConfig(target_accuracy=target_accuracy))
+
+
+def gather_results(paths: list[str], earlier: str | None = None) -> list[dict]:
+    """The evaluate steps' reports at ``paths`` after the list in ``earlier``, as one list."""
+    runs = json.loads(Path(earlier).read_text()) if earlier else []
+    return runs + [json.loads(Path(p).read_text()) for p in paths]
+
+
+@_timed
+def experiment_report(config: str, reports: list[dict], output_dir: str | os.PathLike) -> dict:
+    """Writes an experiment's report (``report.{json,md,html}``, ``experiment.json``, figures).
+
+    Args:
+        config: The experiment's configuration, JSON (:class:`ExperimentConfig`).
+        reports: The evaluate steps' reports, one per point of the configuration.
+        output_dir: Where the report goes.
+
+    Returns:
+        The report (what ``report.json`` holds).
+    """
+    from distrain.experiments import ExperimentConfig
+    from distrain.experiments.report import build_report, write_report
+
+    cfg = ExperimentConfig.from_dict(json.loads(config))
+    report = build_report(cfg, reports)
+    write_report(output_dir, report)
+    return report

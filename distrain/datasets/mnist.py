@@ -39,6 +39,37 @@ def cnn(info, seed: int):
     )
 
 
+# The L2 penalty of ``softmax-l2`` (added to the mean cross-entropy): strongly convex.
+SOFTMAX_L2 = 1e-3
+
+
+def softmax(info, seed: int, l2: float = 0.0):
+    """Softmax regression (seed 002's convex case): one dense layer from pixels to logits.
+
+    With ``l2`` > 0, ``l2 * ||W||^2`` is added to the loss, which makes it strongly convex.
+    """
+    keras = keras_module()
+    shape = _shape(info)
+    penalty = keras.regularizers.L2(l2) if l2 else None
+    return keras.Sequential(
+        [
+            keras.layers.Input(shape=shape),
+            keras.layers.Flatten(),
+            keras.layers.Dense(
+                info.num_classes,
+                kernel_initializer=keras.initializers.GlorotUniform(seed),
+                kernel_regularizer=penalty,
+            ),
+        ],
+        name="mnist_softmax_l2" if l2 else "mnist_softmax",
+    )
+
+
+def softmax_l2(info, seed: int):
+    """Softmax regression with an L2 penalty (seed 002's strongly convex case)."""
+    return softmax(info, seed, SOFTMAX_L2)
+
+
 def fc(info, seed: int):
     """Seed 000's fully connected net: 784-480-160-10, ReLU; outputs logits."""
     return perceptron(info, seed, (480, 160), "mnist_fc")
@@ -156,6 +187,10 @@ class Mnist(DataSet):
         "mlp": ModelSpec(mlp, CLASSIFICATION, summary="784-256-128-10 perceptron"),
         "cnn": ModelSpec(cnn, CLASSIFICATION, summary="two conv + pool blocks, a dense layer"),
         "fc": ModelSpec(fc, CLASSIFICATION, summary="seed 000's 784-480-160-10 net"),
+        "softmax": ModelSpec(softmax, CLASSIFICATION, summary="softmax regression (convex)"),
+        "softmax-l2": ModelSpec(
+            softmax_l2, CLASSIFICATION, summary=f"softmax regression, L2 {SOFTMAX_L2:g}"
+        ),
         "cnn-seed": ModelSpec(cnn_seed, CLASSIFICATION, summary="seed 000's CNN, mean pooling"),
         "vgg11": ModelSpec(vgg11, CLASSIFICATION, summary="VGG11 at quarter widths, 32x32"),
         "convae": ModelSpec(

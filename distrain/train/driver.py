@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -391,6 +392,15 @@ class EpochDriver:
             history["step_ms"] = step_spread([d for epoch in durations for d in epoch])
         if cfg.until_plateau:
             history["until_plateau"] = self.plateau.to_dict()
+        # This process's parameters and peak memory (resident set); modes that split the
+        # model report every rank's instead.
+        model = getattr(r, "model", None)  # (test doubles of a replica have none)
+        if model is not None:
+            weights = model.trainable_variables
+            history["parameters_per_rank"] = [int(sum(v.shape.num_elements() for v in weights))]
+        history["peak_memory_per_rank"] = [
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+        ]
         history.update(self.engine.history())
         if "staleness_summary" not in history and any(history["staleness"]):
             history["staleness_summary"] = summarize(history["staleness"])

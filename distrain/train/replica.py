@@ -91,7 +91,10 @@ def batch_gradients(model, variables, x, y, task=None, clip_norm: float = 0.0):
     task = task or CLASSIFICATION
     outputs = model(x, training=True)
     losses = task.losses(y, outputs)
-    grads = tf.gradients(tf.reduce_mean(losses), variables, gate_gradients=True)
+    objective = tf.reduce_mean(losses)
+    if model.losses:  # the layers' penalties (an L2 regulariser), as Keras's fit adds them
+        objective += tf.add_n(model.losses)
+    grads = tf.gradients(objective, variables, gate_gradients=True)
     if clip_norm:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm)
     return tf.reduce_sum(losses), tf.reduce_sum(task.hits(y, outputs)), grads
