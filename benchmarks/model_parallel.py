@@ -128,10 +128,15 @@ def pipeline_step(
 def seed000_epoch(model, examples: int, f: int, bandwidth: float, latency: float) -> dict:
     """Seed 000's communication cost of one epoch, eqs. (4)-(9), for the dense layers.
 
+    None for a model with recurrent layers, which the equations do not cover.
+
     b_0 is the first dense layer's inputs, b_1..b_{n-2} the hidden layers' units, b_{n-1}
     the outputs; messages go one example at a time.
     """
-    layers = [layer for layer in dense_layers(model) if "steps" not in layer]  # FC nets only
+    every = dense_layers(model)
+    if any("steps" in layer for layer in every):
+        return None  # the equations are for feed-forward nets: no count for recurrent ones
+    layers = every
     if not layers or f < 2:
         return {"K": 0, "N": 0.0, "seconds": 0.0}
     b = [layers[0]["in"], *[layer["out"] for layer in layers]]
@@ -302,9 +307,12 @@ def render_models(section: dict) -> list[str]:
             p = pred[key]["step"]
             return f"{p * 1e3:.1f} | {measured * 1e3:.1f} | {p / measured - 1:+.0%}"
 
+        counted = (
+            f"{seed['K']:,.0f} | {seed['N']:,.0f} | {seed['seconds']:.2f}" if seed else "— | — | —"
+        )
         lines.append(
             f"| {row['dataset']}/{row['model']} | {t1 * 1e3:.1f} | {pair('tensor:2')} | "
-            f"{pair(pipe)} | {seed['K']:,.0f} | {seed['N']:,.0f} | {seed['seconds']:.2f} |"
+            f"{pair(pipe)} | {counted} |"
         )
     lines.append("")
     return lines
