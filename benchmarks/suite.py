@@ -1783,6 +1783,37 @@ def _mpi_version() -> str | None:
     return " ".join(first.replace("(", "").replace(")", "").split()[1:]) or None
 
 
+def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
+    """``--only SECTION``: measures one section and merges it into the existing results."""
+    results: dict = {}
+
+    def peers() -> dict:
+        section = bench_peers(cfg, tmp)
+        section["measured_alone"] = machine(cfg)["date"]
+        return section
+
+    sections = {  # --only name: (results key, progress line, measure)
+        "models": (
+            "models",
+            "9/9 models under data and model parallelism",
+            lambda: _models(cfg, tmp, results),
+        ),
+        "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp)),
+        "dask": ("dask", "1b/9 Beam's Dask runner", lambda: bench_dask(cfg, tmp)),
+        "peers": ("peers", "8/9 each mode against its plain-TensorFlow peer", peers),
+    }
+    key, line, measure = sections[args.only]
+    try:
+        results.update(json.loads(Path(args.json).read_text()))
+        log(f"{line} (alone)")
+        results[key] = measure()
+        if key == "peers":
+            results["targets"] = targets(results)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _write(args, results)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the suite and writes the Markdown report and the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1802,40 +1833,8 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="distrain-bench-"))
-    if args.only == "models":
-        try:
-            results = json.loads(Path(args.json).read_text())
-            log("9/9 models under data and model parallelism (alone)")
-            results["models"] = _models(cfg, tmp, results)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return _write(args, results)
-    if args.only == "prose":
-        try:
-            results = json.loads(Path(args.json).read_text())
-            log("10/10 real prose (alone)")
-            results["prose"] = _prose(cfg, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return _write(args, results)
-    if args.only == "dask":
-        try:
-            results = json.loads(Path(args.json).read_text())
-            log("1b/9 Beam's Dask runner (alone)")
-            results["dask"] = bench_dask(cfg, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return _write(args, results)
     if args.only:
-        try:
-            results = json.loads(Path(args.json).read_text())
-            log("8/9 each mode against its plain-TensorFlow peer (alone)")
-            results["peers"] = bench_peers(cfg, tmp)
-            results["peers"]["measured_alone"] = machine(cfg)["date"]
-            results["targets"] = targets(results)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return _write(args, results)
+        return _measure_alone(args, cfg, tmp)
     try:
         results: dict = {"machine": machine(cfg), "config": cfg.__dict__}
         log("1/9 preprocessing")
