@@ -155,16 +155,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     comparison = json.loads((out / "comparison.json").read_text())
     print()
     print(render_text_table(comparison))
-    print(f"\npipeline finished in {time.perf_counter() - start:.0f} s; ", end="")
-    print(f"wrote {out}/comparison.json, comparison.md, comparison.html")
-    page = out / "comparison.html"
-    print(f"comparison (table and plots): {page.as_uri()}")
-    if args.open:
+    _finished(out, "pipeline", "comparison", "table and plots", start, args.open)
+    return 0
+
+
+def _finished(out: Path, what: str, name: str, holds: str, start: float, open_page: bool):
+    """The closing lines of a local run: its time, what it wrote, the page (opened if asked)."""
+    print(f"\n{what} finished in {time.perf_counter() - start:.0f} s; ", end="")
+    print(f"wrote {out}/{name}.json, {name}.md, {name}.html")
+    page = out / f"{name}.html"
+    print(f"{name} ({holds}): {page.as_uri()}")
+    if open_page:
         import webbrowser
 
         if not webbrowser.open(page.as_uri()):
             print("distrain: no web browser to open it with here", file=sys.stderr)
-    return 0
 
 
 def _run_locally(pipeline, params: dict, out: Path):
@@ -265,15 +270,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     print()
     for sentence in report["sentences"]:
         print(f"- {sentence}")
-    print(f"\nexperiment finished in {time.perf_counter() - start:.0f} s; ", end="")
-    print(f"wrote {out}/report.json, report.md, report.html")
-    page = out / "report.html"
-    print(f"report (tables, plots, findings): {page.as_uri()}")
-    if args.open:
-        import webbrowser
-
-        if not webbrowser.open(page.as_uri()):
-            print("distrain: no web browser to open it with here", file=sys.stderr)
+    _finished(out, "experiment", "report", "tables, plots, findings", start, args.open)
     return 0
 
 
