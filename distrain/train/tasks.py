@@ -142,17 +142,9 @@ class NextCharacter(Task):
 
     def baseline(self, info):
         """The best Kneser-Ney character n-gram of orders 3-7, scored as the models are."""
-        from distrain.lm import score_ngrams
         from distrain.preprocess.gutenberg import read_texts
 
-        order, evaluation = score_ngrams(
-            read_texts(info.data_dir, "train").values(),
-            read_texts(info.data_dir, self.split).values(),
-            info.metadata["vocabulary"],
-        )
-        evaluation["split"] = self.split
-        name = f"{order}-gram KN"
-        return {"name": name, "model": f"char {name}"}, evaluation
+        return _ngram_baseline(info, read_texts(info.data_dir, self.split).values(), self.split)
 
     def markdown(self, evaluation, title):
         return (
@@ -198,8 +190,6 @@ class Translation(NextCharacter):
         line break before it is context only), as the decoder sees it; a model below it
         has learnt something from the source line.
         """
-        from distrain.lm import score_ngrams
-        from distrain.preprocess.gutenberg import read_texts
         from distrain.train.predict import split_labels
 
         vocabulary = info.metadata["vocabulary"]
@@ -207,12 +197,7 @@ class Translation(NextCharacter):
             "\n" + "".join(vocabulary[i] if i else "\x00" for i in row)  # 0: unknown
             for row in split_labels(info, self.split)
         ]
-        order, evaluation = score_ngrams(
-            read_texts(info.data_dir, "train").values(), targets, vocabulary
-        )
-        evaluation["split"] = self.split
-        name = f"{order}-gram KN (targets)"
-        return {"name": name, "model": f"char {order}-gram KN, no source"}, evaluation
+        return _ngram_baseline(info, targets, self.split, " (targets)", ", no source")
 
     def markdown(self, evaluation, title):
         return (
@@ -220,6 +205,18 @@ class Translation(NextCharacter):
             f"- perplexity: {evaluation['perplexity']:.3f}\n- character accuracy: "
             f"{evaluation['accuracy']:.4f}\n"
         )
+
+
+def _ngram_baseline(info, texts, split: str, name_note: str = "", model_note: str = ""):
+    """The best Kneser-Ney n-gram, fitted on the training text, scored on ``texts``."""
+    from distrain.lm import score_ngrams
+    from distrain.preprocess.gutenberg import read_texts
+
+    train = read_texts(info.data_dir, "train").values()
+    order, evaluation = score_ngrams(train, texts, info.metadata["vocabulary"])
+    evaluation["split"] = split
+    name = f"{order}-gram KN"
+    return {"name": name + name_note, "model": f"char {name}{model_note}"}, evaluation
 
 
 class Reconstruction(Task):
