@@ -18,25 +18,41 @@ def mlp(info, seed: int):
     return perceptron(info, seed, (256, 128), "mnist_mlp")
 
 
-def cnn(info, seed: int):
-    """A small LeNet-like network: two 3x3 conv + pool blocks, then a dense layer."""
+def conv_classifier(info, seed: int, convs, pooling: str, hidden: tuple[int, ...], name: str):
+    """Convolutions over the image, then dense ReLU layers and the logits.
+
+    Args:
+        info: The data set's metadata.
+        seed: Initialisers' seed: the layers with weights take seed, seed + 1, ...
+        convs: ``(maps, kernel, pooled)`` of each convolution (ReLU), pooled 2x2 after it
+            when ``pooled``.
+        pooling: ``max`` or ``mean``.
+        hidden: Units of each dense layer before the logits.
+        name: The model's name.
+    """
     keras = keras_module()
     init = keras.initializers.GlorotUniform
     shape = _shape(info)
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=shape),
-            keras.layers.Reshape((*shape, 1)),
-            keras.layers.Conv2D(16, 3, activation="relu", kernel_initializer=init(seed)),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(32, 3, activation="relu", kernel_initializer=init(seed + 1)),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(128, activation="relu", kernel_initializer=init(seed + 2)),
-            keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + 3)),
-        ],
-        name="mnist_cnn",
+    pool = {"max": keras.layers.MaxPooling2D, "mean": keras.layers.AveragePooling2D}[pooling]
+    layers = [keras.layers.Input(shape=shape), keras.layers.Reshape((*shape, 1))]
+    for i, (maps, kernel, pooled) in enumerate(convs):
+        layers.append(
+            keras.layers.Conv2D(maps, kernel, activation="relu", kernel_initializer=init(seed + i))
+        )
+        if pooled:
+            layers.append(pool())
+    layers.append(keras.layers.Flatten())
+    for i, units in enumerate(hidden, start=len(convs)):
+        layers.append(keras.layers.Dense(units, "relu", kernel_initializer=init(seed + i)))
+    logits = keras.layers.Dense(
+        info.num_classes, kernel_initializer=init(seed + len(convs) + len(hidden))
     )
+    return keras.Sequential([*layers, logits], name=name)
+
+
+def cnn(info, seed: int):
+    """A small LeNet-like network: two 3x3 conv + pool blocks, then a dense layer."""
+    return conv_classifier(info, seed, [(16, 3, True), (32, 3, True)], "max", (128,), "mnist_cnn")
 
 
 # The L2 penalty of ``softmax-l2`` (added to the mean cross-entropy): strongly convex.
@@ -81,23 +97,8 @@ def cnn_seed(info, seed: int):
     The first two convolutions are each followed by 2x2 mean pooling; the last maps its
     4x4 input to 1x1, and one dense layer gives the logits.
     """
-    keras = keras_module()
-    init = keras.initializers.GlorotUniform
-    shape = _shape(info)
-    return keras.Sequential(
-        [
-            keras.layers.Input(shape=shape),
-            keras.layers.Reshape((*shape, 1)),
-            keras.layers.Conv2D(6, 5, activation="relu", kernel_initializer=init(seed)),
-            keras.layers.AveragePooling2D(),
-            keras.layers.Conv2D(12, 5, activation="relu", kernel_initializer=init(seed + 1)),
-            keras.layers.AveragePooling2D(),
-            keras.layers.Conv2D(12, 4, activation="relu", kernel_initializer=init(seed + 2)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(info.num_classes, kernel_initializer=init(seed + 3)),
-        ],
-        name="mnist_cnn_seed",
-    )
+    convs = [(6, 5, True), (12, 5, True), (12, 4, False)]
+    return conv_classifier(info, seed, convs, "mean", (), "mnist_cnn_seed")
 
 
 # VGG11's convolutions ("M": 2x2 max pooling), at a quarter of the original widths: the
