@@ -2,32 +2,17 @@
 
 For each model: time per epoch and peak memory per rank of ``single:1``, ``sync:2``,
 ``tensor:2`` and ``pipeline:2:micro=M`` (where the model can be split that way), and the
-cost model's predicted step time of each split beside the measured one:
-
-* **tensor** (seed 000, §2.3, as distrain does it): a step is the replicated layers' time,
-  the split dense layers' time over N, and per split dense layer an allgather of its
-  output (N-1 messages of B*out/N floats) and, when layers with weights come before it,
-  an allreduce of its input's gradient (2(N-1) messages of B*in/N floats), each message
-  costing T_lat + bytes/B on the link the suite measured in section 4. Beside it, seed
-  000's own count for one epoch of example-at-a-time messages: eqs. (4)-(9), K messages
-  and N1 + N2 + N3 data.
-* **pipeline** (GPipe): the costliest stage's share of the step, stretched by the bubble
-  (M+N-1)/M, and every transfer: distrain chains a stage's transfers in the schedule's
-  order, so each micro-batch's activations forward and gradient back, at each of the N-1
-  boundaries, is a message on the step's path (2M(N-1) of them).
-
+cost model's predicted step time of each split beside the measured one
+(:mod:`distrain.costmodel`: tensor and pipeline steps, and seed 000's own count of one
+epoch's example-at-a-time messages, eqs. 4-9), on the link the suite fitted in section 4.
 The step time of one process on one core (``single:1`` pinned to a core) is the compute
-both predictions start from; shares of it go by multiply-adds per layer
-(:func:`distrain.train.modes.pipeline.layer_costs`).
+both predictions start from.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-
-FLOAT = 4  # bytes
 
 
 def _is_rank(command: list[str]) -> bool:
@@ -38,121 +23,10 @@ def _is_rank(command: list[str]) -> bool:
     return command[1:4] == ["-m", "distrain", "worker"]
 
 
-def dense_layers(model) -> list[dict]:
-    """Each split layer's inputs and units, and whether layers with weights come before it.
-
-    Dense layers, and recurrent ones (``steps``: their time steps, each a matrix product
-    of the input and the previous state with ``gates`` x units columns, split like a
-    dense layer's: an allgather of the state forward at every step).
-    """
-    import tf_keras as keras
-
-    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
-    out, weighted = [], False
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.Dense):
-            out.append(
-                {
-                    "in": int(layer.kernel.shape[0]),
-                    "out": int(layer.units),
-                    "after": weighted,
-                    # Rows per example: a dense layer over a sequence acts at every position.
-                    "positions": int(math.prod(d or 1 for d in layer.output_shape[1:-1])),
-                }
-            )
-        elif isinstance(layer, recurrent):
-            shape = (
-                layer.input_shape[0] if isinstance(layer.input_shape, list) else layer.input_shape
-            )
-            out.append(
-                {
-                    "in": int(layer.cell.kernel.shape[0]) + int(layer.units),  # input and state
-                    "out": int(layer.units),
-                    "after": True,  # the state before it always has weights
-                    "steps": int(shape[1] or 1),
-                }
-            )
-        weighted = weighted or bool(layer.trainable_weights)
-    return out
-
-
-def dense_share(model) -> float:
-    """The dense layers' share of a step's multiply-adds."""
-    import tf_keras as keras
-
-    from distrain.train.modes.pipeline import layer_costs
-
-    split = (keras.layers.Dense, keras.layers.LSTM, keras.layers.SimpleRNN)
-    costs = layer_costs(model)
-    dense = sum(c for c, layer in zip(costs, model.layers, strict=True) if isinstance(layer, split))
-    return dense / sum(costs)
-
-
-def tensor_step(t1: float, model, batch: int, n: int, bandwidth: float, latency: float) -> dict:
-    """Predicted step seconds of ``tensor:n``, and its communication part."""
-    f = dense_share(model)
-    comm = 0.0
-    for layer in dense_layers(model):
-        rows = batch * layer.get("positions", 1)
-        once = (n - 1) * (latency + rows * layer["out"] * FLOAT / n / bandwidth)
-        if layer["after"]:
-            once += 2 * (n - 1) * (latency + rows * layer["in"] * FLOAT / n / bandwidth)
-        comm += once * layer.get("steps", 1)  # a recurrent layer's collectives, step by step
-    return {"step": t1 * (1 - f) + t1 * f / n + comm, "comm": comm, "dense_share": f}
-
-
-def pipeline_step(
-    t1: float, model, batch: int, n: int, micro: int, bandwidth: float, latency: float
-) -> dict:
-    """Predicted step seconds of ``pipeline:n:micro=M``: costliest stage, bubble, transfers."""
-    import numpy as np
-
-    from distrain.train.modes.pipeline import layer_costs, stage_bounds
-
-    costs = layer_costs(model)
-    bounds = stage_bounds(costs, n)
-    shares = [sum(costs[a:b]) / sum(costs) for a, b in bounds]
-    bubble = (micro + n - 1) / micro
-    comm = 0.0
-    for _, b in bounds[:-1]:
-        size = batch / micro * float(np.prod(model.layers[b - 1].output_shape[1:])) * FLOAT
-        comm += 2 * micro * (latency + size / bandwidth)  # forward and back, each micro-batch
-    return {
-        "step": t1 * max(shares) * bubble + comm,
-        "comm": comm,
-        "bubble": bubble,
-        "stage_shares": shares,
-    }
-
-
-def seed000_epoch(model, examples: int, f: int, bandwidth: float, latency: float) -> dict:
-    """Seed 000's communication cost of one epoch, eqs. (4)-(9), for the dense layers.
-
-    None for a model with recurrent layers, which the equations do not cover.
-
-    b_0 is the first dense layer's inputs, b_1..b_{n-2} the hidden layers' units, b_{n-1}
-    the outputs; messages go one example at a time.
-    """
-    every = dense_layers(model)
-    if any("steps" in layer for layer in every):
-        return None  # the equations are for feed-forward nets: no count for recurrent ones
-    layers = every
-    if not layers or f < 2:
-        return {"K": 0, "N": 0.0, "seconds": 0.0}
-    b = [layers[0]["in"], *[layer["out"] for layer in layers]]
-    hidden = b[1:-1]
-    log_f = math.log2(f)
-    k = examples * ((f - 1) + len(hidden) * (f * log_f + 2 * (f - 1)))
-    n1 = (f - 1) * (b[0] + b[-1] / f) * FLOAT
-    n2 = sum(f * log_f * bi / f for bi in hidden) * FLOAT
-    n3 = sum((f - 1) * b[i + 1] + (f - 1) * b[i] / f for i in range(1, len(b) - 1)) * FLOAT
-    data = examples * (n1 + n2 + n3)  # eqs. (6)-(8) are per example
-    return {"K": k, "N": data / k if k else 0.0, "seconds": k * latency + data / bandwidth}
-
-
 def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
     from benchmarks.suite import _sample
+    from distrain.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
     from distrain.datasets import load_info
     from distrain.memory import PeakProcessMemory
     from distrain.steps import preprocess
@@ -171,6 +45,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
             preprocess(dataset, _sample(tmp, dataset, size), data)
         info = load_info(str(data), model_name)
         model = build_model(info, model_name, 0)
+        prof = profile(model)
         runs = {}
         for run, cores in (
             ("single:1", "1 core"),
@@ -217,10 +92,10 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
         t1 = runs["single:1 (1 core)"]["step_seconds"]
         pipe = f"pipeline:2:micro={micro}"
         predictions = {  # a split the model refuses gets no prediction
-            "tensor:2": tensor_step(t1, model, cfg.model_batch, 2, bandwidth, latency)
+            "tensor:2": tensor_step(t1, prof, cfg.model_batch, 2, bandwidth, latency)
             if "refused" not in runs["tensor:2"]
             else None,
-            pipe: pipeline_step(t1, model, cfg.model_batch, 2, micro, bandwidth, latency)
+            pipe: pipeline_step(t1, prof, cfg.model_batch, 2, micro, bandwidth, latency)
             if "refused" not in runs[pipe]
             else None,
         }
@@ -231,10 +106,10 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
                 "model": model_name,
                 "size": size,
                 "examples": examples,
-                "parameters": int(sum(v.shape.num_elements() for v in model.trainable_variables)),
+                "parameters": prof["parameters"],
                 "runs": runs,
                 "predicted": predictions,
-                "seed000": seed000_epoch(model, examples, 2, bandwidth, latency),
+                "seed000": seed000_epoch(prof, examples, 2, bandwidth, latency),
             }
         )
     return {

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS first)
+from distrain.costmodel import fit_link, ps_throughput, ring_step
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -1040,46 +1041,6 @@ def bench_allreduce(cfg: SuiteConfig, tmp: Path) -> dict:
 
 
 # -- 7. the scaling plan ---------------------------------------------------------------
-
-
-def ring_step(t_comp: float, size: float, n: int, bandwidth: float, latency: float) -> float:
-    """Step time of sync data parallelism: compute, then a ring allreduce.
-
-    The ring sends K = 2(N-1) messages of S/N bytes each per step (reduce-scatter, then
-    all-gather): T_comm = K (T_lat + (S/N) T_data) with T_data = 1/B.
-    """
-    if n == 1:
-        return t_comp
-    return t_comp + 2 * (n - 1) * (latency + size / n / bandwidth)
-
-
-def ps_throughput(
-    t_comp: float, size: float, n: int, p: int, bandwidth: float, latency: float, batch: int
-) -> float:
-    """Examples/second of async parameter-server training with N workers and P servers.
-
-    Each worker step pushes its gradient and pulls the parameters, S bytes each way split
-    over P servers: K = 2P messages of S/P bytes, T_comm = K (T_lat + (S/P) T_data). The
-    servers' links carry 2S per step of every worker: at most P B / (2S) steps/second.
-    """
-    step = t_comp + 2 * p * (latency + size / p / bandwidth)
-    return min(n * batch / step, p * bandwidth / (2 * size) * batch)
-
-
-def fit_link(allreduce: dict) -> tuple[float, float]:
-    """Bandwidth and per-message latency that best explain the measured allreduce times.
-
-    Least squares of t(S) = 2(N-1) T_lat + 2(N-1)/N S / B over the measured sizes: the
-    effective link as Horovod sees it (its negotiation cycle and copies included).
-    """
-    import numpy as np
-
-    n = allreduce["ranks"]
-    sizes = np.array([r["bytes"] for r in allreduce["rows"]], float)
-    times = np.array([r["seconds"] for r in allreduce["rows"]], float)
-    design = np.stack([np.full_like(sizes, 2 * (n - 1)), 2 * (n - 1) / n * sizes], axis=1)
-    (latency, inv_bw), *_ = np.linalg.lstsq(design, times, rcond=None)
-    return 1.0 / max(inv_bw, 1e-15), max(latency, 0.0)
 
 
 def scaling_plan(cfg: SuiteConfig, training: dict, allreduce: dict) -> dict:

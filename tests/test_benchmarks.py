@@ -11,44 +11,13 @@ from benchmarks.suite import (
     bracketed,
     interleave,
     paired_efficiency,
-    ps_throughput,
     render_markdown,
-    ring_step,
     speed,
     targets,
     tile_sample,
 )
 
 from .conftest import ROOT
-
-
-def test_ring_allreduce_cost_model():
-    # N = 1: no communication. N = 4: K = 2(N-1) = 6 messages of S/N bytes.
-    assert ring_step(0.1, 8e6, 1, 1e9, 1e-5) == 0.1
-    assert ring_step(0.1, 8e6, 4, 1e9, 1e-5) == pytest.approx(0.1 + 6 * (1e-5 + 2e6 / 1e9))
-    # More workers on the same link: longer steps, never shorter.
-    steps = [ring_step(0.05, 1e8, n, 1.25e9, 2e-5) for n in (2, 4, 8, 16)]
-    assert steps == sorted(steps)
-
-
-def test_parameter_server_cost_model_saturates_the_servers():
-    # Small model: compute-bound, throughput grows with workers.
-    small = [ps_throughput(0.1, 1e5, n, 1, 1e9, 1e-5, 100) for n in (1, 2, 4)]
-    assert small[1] == pytest.approx(2 * small[0])
-    # Big model: the servers' links cap it at P B / (2 S) steps/second.
-    cap = 1 * 1e9 / (2 * 1e9) * 100
-    assert ps_throughput(0.001, 1e9, 64, 1, 1e9, 1e-5, 100) == pytest.approx(cap)
-    assert ps_throughput(0.001, 1e9, 64, 4, 1e9, 1e-5, 100) == pytest.approx(4 * cap)
-
-
-def test_link_fitted_to_allreduce_times():
-    from benchmarks.suite import fit_link
-
-    # 2 ranks, 1 ms per message, 1 GB/s: t = 2e-3 + S / 1e9.
-    rows = [{"bytes": s, "seconds": 2e-3 + s / 1e9} for s in (4, 4096, 2**20, 2**24)]
-    bandwidth, latency = fit_link({"ranks": 2, "rows": rows})
-    assert bandwidth == pytest.approx(1e9, rel=1e-6)
-    assert latency == pytest.approx(1e-3, rel=1e-6)
 
 
 def test_each_setup_is_set_against_the_reference_runs_either_side():

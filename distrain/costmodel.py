@@ -1,0 +1,231 @@
+"""The cost model: step times of data, tensor and pipeline parallelism from one core's step.
+
+Seed 000's model of communication (``../shared/papers/000_79ab81518f612185.txt``, eq. 4):
+a step's messages cost ``T_comm = K (T_lat + N T_data)``, K messages of N bytes each on a
+link of latency ``T_lat`` and ``1 / T_data`` bytes per second. Compute starts from the
+measured step time of one process on one core, ``t1``, and shares of it go by multiply-adds
+per layer (:func:`distrain.train.modes.pipeline.layer_costs`).
+
+* **sync** (ring allreduce): ``K = 2(N-1)`` messages of ``S/N`` bytes per step, S the
+  gradients' bytes (:func:`ring_step`).
+* **async** (parameter servers): ``K = 2P`` messages of ``S/P`` bytes per worker step, the
+  servers' links capping the cluster (:func:`ps_throughput`).
+* **tensor** (seed 000, section 2.3, as distrain splits): the replicated layers' time, the
+  split layers' time over N, and per split layer an allgather of its output and, when
+  layers with weights come before it, an allreduce of its input's gradient
+  (:func:`tensor_step`).
+* **pipeline** (GPipe): the costliest stage stretched by the bubble, and every
+  micro-batch's transfers at every stage boundary (:func:`pipeline_step`).
+
+A model enters as its :func:`profile` (plain numbers, JSON), so that a report can predict
+from what a run recorded without building the model again. Workers that share cores run
+slower by :func:`contention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+FLOAT = 4  # bytes of a float32
+
+
+def dense_layers(model) -> list[dict]:
+    """Each layer the column split covers: inputs, units, and whether weights come before.
+
+    Dense layers, and recurrent ones (``steps``: their time steps, each a matrix product
+    of the input and the previous state with ``gates`` x units columns, split like a
+    dense layer's: an allgather of the state forward at every step).
+    """
+    import tf_keras as keras
+
+    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
+    out, weighted = [], False
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Dense):
+            out.append(
+                {
+                    "in": int(layer.kernel.shape[0]),
+                    "out": int(layer.units),
+                    "after": weighted,
+                    # Rows per example: a dense layer over a sequence acts at every position.
+                    "positions": int(math.prod(d or 1 for d in layer.output_shape[1:-1])),
+                }
+            )
+        elif isinstance(layer, recurrent):
+            shape = (
+                layer.input_shape[0] if isinstance(layer.input_shape, list) else layer.input_shape
+            )
+            out.append(
+                {
+                    "in": int(layer.cell.kernel.shape[0]) + int(layer.units),  # input and state
+                    "out": int(layer.units),
+                    "after": True,  # the state before it always has weights
+                    "steps": int(shape[1] or 1),
+                }
+            )
+        weighted = weighted or bool(layer.trainable_weights)
+    return out
+
+
+def profile(model) -> dict:
+    """What the cost model needs of a built model, as plain numbers.
+
+    Returns:
+        ``parameters`` (trainable), ``layer_costs`` (multiply-adds per example, layer by
+        layer), ``output_sizes`` (numbers each layer outputs per example), ``split_layers``
+        (:func:`dense_layers`) and ``dense_share`` (the split layers' share of the
+        multiply-adds).
+    """
+    import tf_keras as keras
+
+    from distrain.train.modes.pipeline import layer_costs
+
+    costs = layer_costs(model)
+    split = (keras.layers.Dense, keras.layers.LSTM, keras.layers.SimpleRNN)
+    dense = sum(c for c, layer in zip(costs, model.layers, strict=True) if isinstance(layer, split))
+    sizes = []
+    for layer in model.layers:
+        shape = layer.output_shape
+        shape = shape[0] if isinstance(shape, list) else shape
+        sizes.append(float(math.prod(d or 1 for d in shape[1:])))
+    return {
+        "parameters": int(sum(v.shape.num_elements() for v in model.trainable_variables)),
+        "layer_costs": [float(c) for c in costs],
+        "output_sizes": sizes,
+        "split_layers": dense_layers(model),
+        "dense_share": dense / sum(costs),
+    }
+
+
+def contention(workers: int, threads: int, cores: int | None) -> float:
+    """How much slower each worker computes when ``workers`` x ``threads`` share ``cores``.
+
+    1 while every thread has a core of its own (or the cores are unknown: one machine per
+    worker); beyond, the cores are shared evenly.
+    """
+    if not cores:
+        return 1.0
+    return max(1.0, workers * max(threads, 1) / cores)
+
+
+def ring_step(t_comp: float, size: float, n: int, bandwidth: float, latency: float) -> float:
+    """Step time of sync data parallelism: compute, then a ring allreduce of ``size`` bytes.
+
+    The ring sends K = 2(N-1) messages of S/N bytes each per step (reduce-scatter, then
+    all-gather): T_comm = K (T_lat + (S/N) T_data) with T_data = 1/B.
+    """
+    if n == 1:
+        return t_comp
+    return t_comp + 2 * (n - 1) * (latency + size / n / bandwidth)
+
+
+def ps_throughput(
+    t_comp: float, size: float, n: int, p: int, bandwidth: float, latency: float, batch: int
+) -> float:
+    """Examples/second of async parameter-server training with N workers and P servers.
+
+    Each worker step pushes its gradient and pulls the parameters, S bytes each way split
+    over P servers: K = 2P messages of S/P bytes, T_comm = K (T_lat + (S/P) T_data). The
+    servers' links carry 2S per step of every worker: at most P B / (2S) steps/second.
+    """
+    step = t_comp + 2 * p * (latency + size / p / bandwidth)
+    return min(n * batch / step, p * bandwidth / (2 * size) * batch)
+
+
+def fit_link(allreduce: dict) -> tuple[float, float]:
+    """Bandwidth and per-message latency that best explain measured allreduce times.
+
+    Least squares of t(S) = 2(N-1) T_lat + 2(N-1)/N S / B over the measured sizes: the
+    effective link as Horovod sees it (its negotiation cycle and copies included).
+
+    Args:
+        allreduce: ``{"ranks": N, "rows": [{"bytes", "seconds"}, ...]}``, at least two sizes.
+
+    Raises:
+        ValueError: Fewer than two sizes, or fewer than two ranks.
+    """
+    import numpy as np
+
+    n = int(allreduce["ranks"])
+    sizes = np.array([r["bytes"] for r in allreduce["rows"]], float)
+    if n < 2 or len(set(sizes.tolist())) < 2:
+        raise ValueError("a link is fitted to allreduce times of two ranks or more, two sizes")
+    times = np.array([r["seconds"] for r in allreduce["rows"]], float)
+    design = np.stack([np.full_like(sizes, 2 * (n - 1)), 2 * (n - 1) / n * sizes], axis=1)
+    (latency, inv_bw), *_ = np.linalg.lstsq(design, times, rcond=None)
+    return 1.0 / max(inv_bw, 1e-15), max(latency, 0.0)
+
+
+def tensor_step(
+    t1: float, prof: dict, batch: int, n: int, bandwidth: float, latency: float, slow=1.0
+) -> dict:
+    """Predicted step seconds of ``tensor:n`` on a model's :func:`profile`.
+
+    Args:
+        t1: One process's step on one core.
+        prof: The model's :func:`profile`.
+        batch: Examples per step.
+        n: Ranks the split layers are split over.
+        bandwidth: Link bytes per second.
+        latency: Link seconds per message.
+        slow: Each rank's compute slowdown from shared cores (:func:`contention`).
+
+    Returns:
+        ``step`` seconds, its ``comm`` part and the model's ``dense_share``.
+    """
+    f = prof["dense_share"]
+    comm = 0.0
+    for layer in prof["split_layers"]:
+        rows = batch * layer.get("positions", 1)
+        once = (n - 1) * (latency + rows * layer["out"] * FLOAT / n / bandwidth)
+        if layer["after"]:
+            once += 2 * (n - 1) * (latency + rows * layer["in"] * FLOAT / n / bandwidth)
+        comm += once * layer.get("steps", 1)  # a recurrent layer's collectives, step by step
+    compute = (t1 * (1 - f) + t1 * f / n) * slow
+    return {"step": compute + comm, "comm": comm, "dense_share": f}
+
+
+def pipeline_step(
+    t1: float, prof: dict, batch: int, n: int, micro: int, bandwidth: float, latency: float
+) -> dict:
+    """Predicted step seconds of ``pipeline:n:micro=M``: costliest stage, bubble, transfers."""
+    from distrain.train.modes.pipeline import stage_bounds
+
+    costs = prof["layer_costs"]
+    bounds = stage_bounds(costs, n)
+    shares = [sum(costs[a:b]) / sum(costs) for a, b in bounds]
+    bubble = (micro + n - 1) / micro
+    comm = 0.0
+    for _, b in bounds[:-1]:
+        size = batch / micro * prof["output_sizes"][b - 1] * FLOAT
+        comm += 2 * micro * (latency + size / bandwidth)  # forward and back, each micro-batch
+    return {
+        "step": t1 * max(shares) * bubble + comm,
+        "comm": comm,
+        "bubble": bubble,
+        "stage_shares": shares,
+    }
+
+
+def seed000_epoch(prof: dict, examples: int, f: int, bandwidth: float, latency: float) -> dict:
+    """Seed 000's communication cost of one epoch, eqs. (4)-(9), for the dense layers.
+
+    None for a model with recurrent layers, which the equations do not cover.
+
+    b_0 is the first dense layer's inputs, b_1..b_{n-2} the hidden layers' units, b_{n-1}
+    the outputs; messages go one example at a time.
+    """
+    layers = prof["split_layers"]
+    if any("steps" in layer for layer in layers):
+        return None  # the equations are for feed-forward nets: no count for recurrent ones
+    if not layers or f < 2:
+        return {"K": 0, "N": 0.0, "seconds": 0.0}
+    b = [layers[0]["in"], *[layer["out"] for layer in layers]]
+    hidden = b[1:-1]
+    log_f = math.log2(f)
+    k = examples * ((f - 1) + len(hidden) * (f * log_f + 2 * (f - 1)))
+    n1 = (f - 1) * (b[0] + b[-1] / f) * FLOAT
+    n2 = sum(f * log_f * bi / f for bi in hidden) * FLOAT
+    n3 = sum((f - 1) * b[i + 1] + (f - 1) * b[i] / f for i in range(1, len(b) - 1)) * FLOAT
+    data = examples * (n1 + n2 + n3)  # eqs. (6)-(8) are per example
+    return {"K": k, "N": data / k if k else 0.0, "seconds": k * latency + data / bandwidth}
