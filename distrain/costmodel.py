@@ -157,18 +157,18 @@ def fit_link(allreduce: dict) -> tuple[float, float]:
 
 
 def tensor_step(
-    t1: float, prof: dict, batch: int, n: int, bandwidth: float, latency: float, slow=1.0
+    t1: float, prof: dict, batch: int, n: int, bandwidth: float, latency: float
 ) -> dict:
     """Predicted step seconds of ``tensor:n`` on a model's :func:`profile`.
 
     Args:
-        t1: One process's step on one core.
+        t1: One process's step on one core (times :func:`contention` when ranks share
+            cores: the compute stretches, the messages do not).
         prof: The model's :func:`profile`.
         batch: Examples per step.
         n: Ranks the split layers are split over.
         bandwidth: Link bytes per second.
         latency: Link seconds per message.
-        slow: Each rank's compute slowdown from shared cores (:func:`contention`).
 
     Returns:
         ``step`` seconds, its ``comm`` part and the model's ``dense_share``.
@@ -181,8 +181,7 @@ def tensor_step(
         if layer["after"]:
             once += 2 * (n - 1) * (latency + rows * layer["in"] * FLOAT / n / bandwidth)
         comm += once * layer.get("steps", 1)  # a recurrent layer's collectives, step by step
-    compute = (t1 * (1 - f) + t1 * f / n) * slow
-    return {"step": compute + comm, "comm": comm, "dense_share": f}
+    return {"step": t1 * (1 - f) + t1 * f / n + comm, "comm": comm, "dense_share": f}
 
 
 def pipeline_step(

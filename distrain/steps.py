@@ -349,7 +349,9 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     Returns:
         ``{"run", "history", "evaluation"}``, the input of the comparison.
     """
+    from distrain.costmodel import profile
     from distrain.datasets import load_info, model_spec
+    from distrain.train.models import build_model
 
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
@@ -358,6 +360,9 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     task = model_spec(info.dataset, model).task
     evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
     evaluation["task"] = task.name
+    # What the cost model needs of the model (distrain.costmodel), for reports that
+    # predict step times from what the run measured.
+    evaluation["model_profile"] = profile(build_model(info, model, history["config"]["seed"]))
     return {"run": history["run"], "history": history, "evaluation": evaluation}
 
 

@@ -90,12 +90,9 @@ def test_tensor_step_adds_each_split_layers_collectives():
     got = tensor_step(0.1, prof, batch, 2, bw, lat)
     assert got["comm"] == pytest.approx(first + second)
     assert got["step"] == pytest.approx(0.1 * 0.5 + 0.1 * 0.5 / 2 + first + second)
-    # Ranks on shared cores: the compute stretches, the messages do not.
-    slowed = tensor_step(0.1, prof, batch, 2, bw, lat, slow=2.0)
-    assert slowed["step"] == pytest.approx(2 * 0.075 + first + second)
     # A recurrent layer's collectives come at every time step.
     rnn = {"dense_share": 1.0, "split_layers": [{"in": 6, "out": 4, "after": True, "steps": 5}]}
-    assert tensor_step(0.1, rnn, batch, 2, bw, lat)["comm"] == pytest.approx(5 * second / 1)
+    assert tensor_step(0.1, rnn, batch, 2, bw, lat)["comm"] == pytest.approx(5 * second)
 
 
 def test_pipeline_step_is_the_costliest_stage_stretched_by_the_bubble():

@@ -383,6 +383,8 @@ class EpochDriver:
             "resumed_at_steps": self.resumed_at,
             "python": sys.version.split()[0],
             "staleness": [0] * r.step,  # modes with stale gradients say otherwise
+            # The cores the run's processes shared (a local run; None: a node each).
+            "host_cores": int(os.environ.get("DISTRAIN_HOST_CORES") or 0) or None,
         }
         if self.step_durations:
             # The typical step beside the mean that examples/second gives: on a shared

@@ -447,6 +447,8 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
     env.pop("TF_CONFIG", None)
+    # The cores the run's processes share on this host (its history records them).
+    env["DISTRAIN_HOST_CORES"] = str(len(os.sched_getaffinity(0)))
     # One temporary directory for all the run's processes, removed with the run: what they
     # leave in it (autograph's generated modules, which a process removes only at a normal
     # exit, and parameter-server processes end with os._exit or are stopped) goes too.

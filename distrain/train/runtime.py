@@ -116,6 +116,39 @@ def start_horovod(idle_threads: bool = False, process_sets=(), ranks: int | None
     return hvd, lowered
 
 
+# Sizes of the link probe's allreduces, in bytes (float32), and repeats of each.
+PROBE_SIZES = (4, 64 * 2**10, 2**20, 4 * 2**20)
+PROBE_REPEATS = 5
+
+
+def probe_link(hvd) -> dict | None:
+    """[sync] Times allreduces of a few sizes over all ranks: the link this run trains on.
+
+    A few tens of milliseconds at the start; a report fits a latency and a bandwidth to
+    them (:func:`distrain.costmodel.fit_link`) to predict what the run's messages cost.
+    A collective: every rank calls it, in the same order.
+
+    Returns:
+        ``{"ranks", "rows": [{"bytes", "seconds"}]}``, or None with one rank.
+    """
+    import time
+
+    import tensorflow as tf
+
+    if hvd.size() < 2:
+        return None
+    rows = []
+    for size in PROBE_SIZES:
+        x = tf.ones([size // 4], tf.float32)
+        name = f"link_probe_{size}"
+        hvd.allreduce(x, op=hvd.Sum, name=name).numpy()  # warm-up: the name's negotiation
+        start = time.perf_counter()
+        for _ in range(PROBE_REPEATS):
+            hvd.allreduce(x, op=hvd.Sum, name=name).numpy()
+        rows.append({"bytes": size, "seconds": (time.perf_counter() - start) / PROBE_REPEATS})
+    return {"ranks": hvd.size(), "rows": rows}
+
+
 def die_with_launcher() -> None:
     """[sync] Makes this rank end when the process that started it does (Linux).
 

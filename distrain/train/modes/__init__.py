@@ -233,6 +233,25 @@ class Mode:
         """Trains in this process, in the role the mode gave it; returns the history."""
         raise NotImplementedError
 
+    # ---- the cost model ------------------------------------------------------------------
+
+    def predicted_step(self, t1: float, prof: dict, batch: int, link: dict | None):
+        """The cost model's seconds of one of this run's steps (:mod:`distrain.costmodel`).
+
+        Args:
+            t1: One process's step on one core with the same model and batch per worker,
+                stretched by :func:`distrain.costmodel.contention` when the run's
+                processes share cores.
+            prof: The model's :func:`distrain.costmodel.profile`.
+            batch: Examples per step per worker.
+            link: ``bytes_per_second`` and ``latency_seconds`` of the run's link (None:
+                not measured).
+
+        Returns:
+            Seconds, or None: no equation for this mode, or it needs a link.
+        """
+        return None
+
     # ---- the comparison ------------------------------------------------------------------
 
     @classmethod

@@ -237,6 +237,16 @@ class Average(Sync):
         hvd.join()
         return history
 
+    def predicted_step(self, t1, prof, batch, link):
+        from distrain.costmodel import FLOAT, ring_step
+
+        if not link:
+            return None
+        # [avg] one ring allreduce of the weights every `period` steps
+        b, lat = link["bytes_per_second"], link["latency_seconds"]
+        exchange = ring_step(0.0, prof["parameters"] * FLOAT, self.spec.workers, b, lat)
+        return t1 + exchange / int(self.spec.option("period"))
+
     @classmethod
     def columns(cls, run: dict, history: dict) -> dict:
         divergence = history.get("divergence") or []

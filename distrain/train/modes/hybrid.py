@@ -46,19 +46,32 @@ class Hybrid(Tensor):
     def short_name(self) -> str:
         return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"
 
+    def predicted_step(self, t1, prof, batch, link):
+        from distrain.costmodel import FLOAT, ring_step, tensor_step
+
+        if not link:
+            return None
+        # [hybrid] a tensor group's step, then a ring allreduce of each rank's share of
+        # the gradients over the D groups
+        b, lat = link["bytes_per_second"], link["latency_seconds"]
+        m = self.spec.option("model")
+        split = tensor_step(t1, prof, batch, m, b, lat)["step"]
+        return ring_step(split, prof["parameters"] * FLOAT / m, self.spec.workers, b, lat)
+
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import start_horovod
+        from distrain.train.runtime import probe_link, start_horovod
 
         data, model = cfg.run.workers, self.spec.option("model")
         sets = process_sets(hvd, data, model)
         hvd, _ = start_horovod(
             cfg.idle_horovod_threads, process_sets=[*sets[0], *sets[1]], ranks=data * model
         )
+        link = probe_link(hvd)  # [hybrid] what a message costs on this run's link
         group, model_group, reduce = groups(hvd, data, model, sets)
         replica = SplitReplica(cfg, group, model_group)
-        history = EpochDriver(cfg, replica, SplitSteps(replica, reduce)).run()
+        history = EpochDriver(cfg, replica, SplitSteps(replica, reduce, link)).run()
         hvd.join()
         return history
 

@@ -284,6 +284,16 @@ class Pipeline(Tensor):
     def short_name(self) -> str:
         return f"{self.spec.mode}:{self.spec.workers}:micro={self.spec.option('micro')}"
 
+    def predicted_step(self, t1, prof, batch, link):
+        from distrain.costmodel import pipeline_step
+
+        if not link:
+            return None
+        # [pipeline] the costliest stage, the bubble, each micro-batch's transfers
+        b, lat = link["bytes_per_second"], link["latency_seconds"]
+        n, micro = self.spec.workers, self.spec.option("micro")
+        return pipeline_step(t1, prof, batch, n, micro, b, lat)["step"]
+
     def check_config(self, cfg) -> None:
         from distrain.datasets import find_model
 
@@ -303,7 +313,7 @@ class Pipeline(Tensor):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import keep_collectives_in_order, start_horovod
+        from distrain.train.runtime import keep_collectives_in_order, probe_link, start_horovod
         from distrain.train.split import ModelGroup
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
@@ -311,9 +321,10 @@ class Pipeline(Tensor):
         # [pipeline] a process set for each pair of neighbouring stages (two stages: the world)
         pairs = [hvd.ProcessSet([s, s + 1]) for s in range(stages - 1)] if stages > 2 else []
         hvd, _ = start_horovod(cfg.idle_horovod_threads, process_sets=pairs, ranks=stages)
+        link = probe_link(hvd)  # [pipeline] what a message costs on this run's link
         links = pairs or [hvd.global_process_set]
         group = ModelGroup(hvd, hvd.rank(), stages)
         replica = PipelineReplica(cfg, group, self.spec.option("micro"), links)
-        history = EpochDriver(cfg, replica, PipelineSteps(replica)).run()
+        history = EpochDriver(cfg, replica, PipelineSteps(replica, link=link)).run()
         hvd.join()
         return history

@@ -17,15 +17,17 @@ class SyncSteps(LocalSteps):
     Args:
         replica: This rank's replica (its group holds Horovod).
         lowered: Horovod's threads lowered to idle priority (for the history).
+        link: The run's link probe (:func:`distrain.train.runtime.probe_link`), for the
+            history.
     """
 
-    def __init__(self, replica, lowered: list[int] = ()):
+    def __init__(self, replica, lowered: list[int] = (), link: dict | None = None):
         from distrain.train.replica import allreduce_gradients
 
         hvd = replica.group.hvd
         # [sync] the gradients averaged over the ranks.
         super().__init__(replica, replica.train_step(allreduce_gradients(hvd)))
-        self.hvd, self.lowered = hvd, list(lowered)
+        self.hvd, self.lowered, self.link = hvd, list(lowered), link
         self.gradients_per_update = replica.group.size
 
     def start(self) -> None:
@@ -42,6 +44,8 @@ class SyncSteps(LocalSteps):
             "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
             # [sync] Horovod's threads that rank 0 runs at idle priority (0: none)
             "idle_horovod_threads": len(self.lowered),
+            # [sync] allreduce times of a few sizes on this run's ranks
+            "link_probe": self.link,
         }
 
 
@@ -94,14 +98,25 @@ class Sync(Mode):
 
     def train(self, cfg) -> dict:
         from distrain.train.replica import Group, Replica
-        from distrain.train.runtime import start_horovod
+        from distrain.train.runtime import probe_link, start_horovod
 
         # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
         hvd, lowered = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
+        link = probe_link(hvd)  # [sync] what a message costs on this run's link
         replica = Replica(cfg, Group(hvd.rank(), hvd.size(), hvd))
-        history = EpochDriver(cfg, replica, SyncSteps(replica, lowered)).run()
+        history = EpochDriver(cfg, replica, SyncSteps(replica, lowered, link)).run()
         hvd.join()  # [sync] no rank leaves before the others are done
         return history
+
+    def predicted_step(self, t1, prof, batch, link):
+        from distrain.costmodel import FLOAT, ring_step
+
+        if not link:
+            return None
+        # [sync] the compute, then a ring allreduce of every gradient
+        size = prof["parameters"] * FLOAT
+        n = self.spec.workers
+        return ring_step(t1, size, n, link["bytes_per_second"], link["latency_seconds"])
 
     @classmethod
     def columns(cls, run: dict, history: dict) -> dict:

@@ -81,10 +81,13 @@ class SplitSteps(LocalSteps):
     Args:
         replica: This rank's :class:`SplitReplica`.
         reduce: The gradients' mean over the data-parallel group (hybrid), or None.
+        link: The run's link probe (:func:`distrain.train.runtime.probe_link`), for the
+            history.
     """
 
-    def __init__(self, replica: SplitReplica, reduce=None):
+    def __init__(self, replica: SplitReplica, reduce=None, link: dict | None = None):
         super().__init__(replica, replica.train_step(reduce))
+        self.link = link
         self.gradients_per_update = replica.group.size
 
     def dataset(self):
@@ -117,6 +120,8 @@ class SplitSteps(LocalSteps):
             # process's peak resident memory in bytes.
             "parameters_per_rank": stats.get("parameters"),
             "peak_memory_per_rank": stats.get("peak_memory"),
+            # [tensor] allreduce times of a few sizes on this run's ranks
+            "link_probe": self.link,
         }
 
 
@@ -137,16 +142,26 @@ class Tensor(Sync):
     def gradients_per_update(self) -> int:
         return 1  # [tensor] one batch a step, shared by the group
 
+    def predicted_step(self, t1, prof, batch, link):
+        from distrain.costmodel import tensor_step
+
+        if not link:
+            return None
+        # [tensor] the split layers' share over N, their collectives on every step
+        b, lat = link["bytes_per_second"], link["latency_seconds"]
+        return tensor_step(t1, prof, batch, self.spec.workers, b, lat)["step"]
+
     def train(self, cfg) -> dict:
-        from distrain.train.runtime import start_horovod
+        from distrain.train.runtime import probe_link, start_horovod
         from distrain.train.split import ModelGroup
 
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
+        link = probe_link(hvd)  # [tensor] what a message costs on this run's link
         model_group = ModelGroup(hvd, hvd.rank(), hvd.size())
         # [tensor] no data parallelism: one data group, every rank on the same batches.
         alone = Group(0, 1, None, world_rank=hvd.rank())
         replica = SplitReplica(cfg, alone, model_group)
-        history = EpochDriver(cfg, replica, SplitSteps(replica)).run()
+        history = EpochDriver(cfg, replica, SplitSteps(replica, link=link)).run()
         hvd.join()
         return history
 
