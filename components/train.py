@@ -33,6 +33,7 @@ def train(
     batch_size: int = 64,
     learning_rate: float = 0.001,
     seed: int = 0,
+    threads_per_worker: int = 0,
     launcher: str = "local",
     controller: str = "auto",
     worker_image: str = "",
@@ -70,6 +71,7 @@ def train(
     task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
     Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
+    ``threads_per_worker``: TensorFlow's threads in each process (0: the cores shared out).
 
     On Kubernetes, the run's directory on the claim is keyed by ``trained``'s path, which
     KFP fixes once per task (a retry re-runs this pod with the same path; another pipeline
@@ -111,6 +113,7 @@ def train(
             batch_size=batch_size,
             learning_rate=learning_rate,
             seed=seed,
+            threads_per_worker=threads_per_worker,
             controller=controller,
         )
     trained.metadata.update(

@@ -20,7 +20,7 @@ from distrain.train.config import ConfigError, RunSpec
 
 SCALES = ("tiny", "small", "full")
 # Experiments that ship with distrain, in the order the CLI lists them.
-BUILT_IN = ("consistency", "averaging", "parallelism")
+BUILT_IN = ("consistency", "averaging", "parallelism", "scaling")
 FORMAT_VERSION = 1
 
 _REGISTRY: dict[str, type[Experiment]] = {}
@@ -41,6 +41,8 @@ class Point:
         seed: Seed of the weights and of the order of the examples.
         knobs: What the study varies at this point (``{"period": 8, "init": "shared"}``),
             which the analysis groups by.
+        threads: TensorFlow's threads in each of the run's processes (0: the cores
+            shared out among them).
     """
 
     dataset: str
@@ -51,10 +53,11 @@ class Point:
     learning_rate: float
     seed: int = 0
     knobs: dict = field(default_factory=dict)
+    threads: int = 0
 
     def key(self) -> tuple:
         """What identifies the point's result: a training history carries the same."""
-        return (self.dataset, self.model, self.run, self.seed, self.epochs)
+        return (self.dataset, self.model, self.run, self.seed, self.epochs, self.threads)
 
     def params(self) -> dict:
         """The point as a pipeline loop item (the training step's arguments)."""
@@ -65,6 +68,7 @@ class Point:
             "batch_size": self.batch_size,
             "learning_rate": self.learning_rate,
             "seed": self.seed,
+            "threads": self.threads,
         }
 
 
@@ -167,6 +171,8 @@ class ExperimentConfig:
                 raise ConfigError(f"point {p.model} {p.run}: {err}") from err
             if p.epochs < 1 or p.batch_size < 1 or p.learning_rate <= 0:
                 raise ConfigError(f"point {p.model} {p.run}: epochs, batch and rate must be > 0")
+            if p.threads < 0:
+                raise ConfigError(f"point {p.model} {p.run}: threads must be 0 (automatic) or more")
             canonical = dataclasses.replace(p, run=str(RunSpec.parse(p.run)))
             if canonical.key() in seen:
                 raise ConfigError(f"two points are the same run: {canonical.key()}")

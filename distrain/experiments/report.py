@@ -85,7 +85,7 @@ def match_results(config: ExperimentConfig, reports: list[dict]) -> list[Result]
         history = report["history"]
         cfg = history["config"]
         key = (report["run"]["dataset"], cfg["model"], report["run"]["spec"], cfg["seed"])
-        key = (*key, cfg["epochs"])
+        key = (*key, cfg["epochs"], cfg.get("threads_per_worker", 0))
         if key not in by_key:
             raise StepError(f"a result matches no point of the configuration: {key}")
         results[key] = Result(by_key[key], history, report["evaluation"])

@@ -77,6 +77,7 @@ def build_experiment_pipeline(config: ExperimentConfig, parallelism: int = 0):
                     batch_size=point.batch_size,
                     learning_rate=point.learning_rate,
                     seed=point.seed,
+                    threads_per_worker=point.threads,
                     launcher=params["launcher"],
                     controller=params["controller"],
                     worker_image=params["trainer_image"],
