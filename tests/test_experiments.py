@@ -18,7 +18,7 @@ from distrain.steps import StepError
 from distrain.train.config import ConfigError, RunSpec
 from tests.conftest import ROOT, VENV_BIN
 
-NAMES = ("consistency", "averaging", "parallelism")
+NAMES = ("consistency", "averaging", "parallelism", "scaling")
 
 
 def test_every_experiment_is_registered():
@@ -77,7 +77,12 @@ def fake_report(point, accuracy, *, seconds=10.0, val=None, history=None):
     return {
         "run": {"dataset": point.dataset, "spec": point.run, "name": point.run},
         "history": {
-            "config": {"model": point.model, "seed": point.seed, "epochs": point.epochs},
+            "config": {
+                "model": point.model,
+                "seed": point.seed,
+                "epochs": point.epochs,
+                "threads_per_worker": point.threads,
+            },
             "epochs": epochs,
             "train_seconds": seconds,
             "global_batch_size": 64,
@@ -284,6 +289,105 @@ def test_parallelism_shows_a_split_a_model_cannot_take_as_refused():
     )
     rows = report["tables"][0]["rows"]
     assert ["nbow", "pipeline-parallel", "pipeline:2:micro=4", "refused"] == rows[-2][:4]
+
+
+def scaling_reports(cfg, epoch_seconds, cores=2, latency=1e-3, bandwidth=1e9):
+    """``epoch_seconds[(width, run)]``: each run's steady epoch; one worker takes 10 steps
+    an epoch (sync:N, 10 / N); each run's probe is exactly the link given."""
+    reports = []
+    for p in cfg.points:
+        spec = RunSpec.parse(p.run)
+        width, n = p.knobs["width"], spec.workers
+        steps = 10 // n if spec.mode == "sync" else 10
+        report = fake_report(p, 0.9, val=[0.8, 0.85, 0.9])
+        history = report["history"]
+        history["steps"] = steps * 3
+        for epoch in history["epochs"]:
+            epoch["step_seconds"] = epoch_seconds[(width, p.run)]
+        history["epochs"][0]["step_seconds"] *= 5  # the first epoch traces: left out
+        history["host_cores"] = cores
+        if n > 1:
+            sizes = (4, 2**16, 2**20, 2**22)
+            history["link_probe"] = {
+                "ranks": n,
+                "rows": [
+                    {"bytes": b, "seconds": 2 * (n - 1) * (latency + b / n / bandwidth)}
+                    for b in sizes
+                ],
+            }
+        report["evaluation"]["model_profile"] = {
+            "parameters": 1000 * width,
+            "dense_share": 0.5,
+            "split_layers": [{"in": 100, "out": 100 * width, "after": False}],
+            "layer_costs": [1.0],
+            "output_sizes": [1.0],
+        }
+        reports.append(report)
+    return reports
+
+
+def test_scaling_predictions_and_sentences_follow_the_numbers():
+    cfg = experiments.get("scaling").config("small")
+    assert {p.threads for p in cfg.points} == {1}  # a worker is one core
+    epochs = {}
+    for p in cfg.points:
+        width, mode = p.knobs["width"], RunSpec.parse(p.run).mode
+        # One worker: 1 s an epoch at width 1, 8 s at width 8. sync:2 halves it, sync:4
+        # (4 workers on 2 cores) does no better; the split gains with width.
+        single = 1.0 * width
+        epochs[(width, p.run)] = {
+            "single": single,
+            "sync": single / 2 * 1.1,
+            "tensor": single * (1.5 if width == 1 else 0.8),
+        }[mode]
+    epochs[(4, "sync:4")] = 4.0 / 1.9
+    report = build_report(cfg, scaling_reports(cfg, epochs), figures=False)
+    rows = {(r["width"], r["run"]): r for r in report["numbers"]["rows"]}
+    link = report["numbers"]["link"]
+    assert link["bytes_per_second"] == pytest.approx(1e9)
+    assert link["latency_seconds"] == pytest.approx(1e-3)
+
+    # sync:2 at width 1: one worker's step (0.1 s), then a ring allreduce of 4,000 bytes,
+    # on each of 5 steps an epoch.
+    t1 = 1.0 / 10
+    sync = rows[(1, "sync:2")]
+    assert sync["predicted_epoch_seconds"] == pytest.approx(5 * (t1 + 2 * (1e-3 + 2000 / 1e9)))
+    assert sync["speedup"] == pytest.approx(1 / 0.55)
+    assert sync["predicted_speedup"] == pytest.approx(1.0 / sync["predicted_epoch_seconds"])
+    # sync:4 at width 4: 4 one-thread workers on 2 cores compute at half speed.
+    t1 = 4.0 / 10
+    four = rows[(4, "sync:4")]
+    ring = 6 * (1e-3 + 4000 * 4 / 4 / 1e9)
+    assert four["predicted_epoch_seconds"] == pytest.approx(2 * (2 * t1 + ring))
+    # tensor:2 at width 8: half the dense half, plus an allgather of 256 x 800 floats.
+    t1 = 8.0 / 10
+    tensor = rows[(8, "tensor:2")]
+    gather = 1e-3 + 256 * 800 * 4 / 2 / 1e9
+    assert tensor["predicted_epoch_seconds"] == pytest.approx(10 * (0.75 * t1 + gather))
+
+    text = "\n".join(report["sentences"])
+    assert "allreduce probes (2 ranks): 1.00 GB/s and 1000 µs a message." in text
+    assert (
+        "At 2 workers, data-parallel (sync)'s speedup over one worker was 1.82x at 1,000 "
+        "parameters and stayed near 1.82x at 8,000; its best was 1.82x (fc)."
+    ) in text
+    assert (
+        "At 2 workers, tensor split's speedup over one worker was 0.67x at 1,000 parameters "
+        "and rose to 1.25x at 8,000; its best was 1.25x (fc-x2)."
+    ) in text
+    assert "With fc-x4, data-parallel (sync) ran at 1.82x on 2 workers, 1.90x on 4 workers." in text
+    assert "This host has 2 cores: beyond 2 workers they share them" in text
+    assert "over 10 runs." in text
+
+    # Make the split lose ground with width: the sentence turns with it.
+    for width in (2, 4, 8):
+        epochs[(width, "tensor:2")] = width * 1.6
+    report = build_report(cfg, scaling_reports(cfg, epochs), figures=False)
+    text = "\n".join(report["sentences"])
+    assert (
+        "tensor split's speedup over one worker was 0.67x at 1,000 parameters and fell to 0.62x"
+        in text
+    )
 
 
 def test_report_files_hold_the_sentences_tables_and_figures(tmp_path):

@@ -91,6 +91,20 @@ def fc(info, seed: int):
     return perceptron(info, seed, (480, 160), "mnist_fc")
 
 
+# Seed 000's net with its hidden layers this many times as wide: its study of speedup
+# against model size scales the parameters by layer width.
+FC_WIDTHS = (2, 4, 8)
+
+
+def fc_wide(width: int):
+    """A builder of seed 000's net with hidden layers ``width`` times as wide."""
+
+    def build(info, seed: int):
+        return perceptron(info, seed, (480 * width, 160 * width), f"mnist_fc_x{width}")
+
+    return build
+
+
 def cnn_seed(info, seed: int):
     """Seed 000's CNN: 5x5 convolutions with 6, 12 and (4x4) 12 maps, mean pooling, softmax.
 
@@ -188,6 +202,12 @@ class Mnist(DataSet):
         "mlp": ModelSpec(mlp, CLASSIFICATION, summary="784-256-128-10 perceptron"),
         "cnn": ModelSpec(cnn, CLASSIFICATION, summary="two conv + pool blocks, a dense layer"),
         "fc": ModelSpec(fc, CLASSIFICATION, summary="seed 000's 784-480-160-10 net"),
+        **{
+            f"fc-x{w}": ModelSpec(
+                fc_wide(w), CLASSIFICATION, summary=f"seed 000's net {w}x as wide"
+            )
+            for w in FC_WIDTHS
+        },
         "softmax": ModelSpec(softmax, CLASSIFICATION, summary="softmax regression (convex)"),
         "softmax-l2": ModelSpec(
             softmax_l2, CLASSIFICATION, summary=f"softmax regression, L2 {SOFTMAX_L2:g}"
