@@ -30,12 +30,16 @@ class StreamTraining:
             updates (smoothly, per update; 1: constant).
         evaluation_streams: Streams scored side by side in validation.
         bptt: Characters per batch row: the steps backpropagation goes back through.
+        anneal: The learning rate falls along a half cosine to zero over the run's
+            epochs (with ``--until-plateau``, the most it may run): the last updates are
+            small, which averages out their noise.
     """
 
     clip_norm: float = 1.0
     decay_per_epoch: float = 1.0
     evaluation_streams: int = 32
     bptt: int = 50
+    anneal: bool = False
 
     def decay_per_update(self, updates_per_epoch: int) -> float:
         """The learning rate's factor per update that makes :attr:`decay_per_epoch` an epoch."""

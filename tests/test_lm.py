@@ -180,3 +180,18 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
     assert not other.streams and not any(
         getattr(layer, "stateful", False) for layer in other.model.layers
     )
+
+
+def test_the_learning_rate_anneals_along_a_half_cosine_to_zero():
+    import math
+
+    from distrain.train.optim import Adam
+
+    opt = Adam(0.004, anneal_updates=100)
+    rate = [float(opt.step_size(float(s))) for s in (1, 51, 101, 150)]
+    assert rate == pytest.approx([0.004, 0.002, 0.0, 0.0], abs=1e-9)
+    assert float(opt.step_size(26.0)) == pytest.approx(0.004 * 0.5 * (1 + math.cos(math.pi / 4)))
+    # With the per-epoch decay too, the two multiply.
+    both = Adam(0.004, decay=0.99, anneal_updates=100)
+    assert float(both.step_size(51.0)) == pytest.approx(0.004 * 0.99**50 * 0.5)
+    assert float(Adam(0.004).step_size(1000.0)) == pytest.approx(0.004)  # neither: constant

@@ -13,6 +13,8 @@ gradients of the same values give the same result.
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 
@@ -32,12 +34,23 @@ class Adam(tf.Module):
         beta_2: Decay of the second-moment estimate.
         epsilon: Added to the denominator.
         decay: The step size is multiplied by this at every update (1: constant).
+        anneal_updates: If set, the step size also follows a half cosine from its value
+            down to zero over this many updates, and stays at zero after.
     """
 
-    def __init__(self, learning_rate: float, beta_1=0.9, beta_2=0.999, epsilon=1e-7, decay=1.0):
+    def __init__(
+        self,
+        learning_rate: float,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        decay=1.0,
+        anneal_updates: int = 0,
+    ):
         super().__init__(name="adam")
         self.learning_rate = float(learning_rate)
         self.decay = float(decay)
+        self.anneal_updates = int(anneal_updates)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.iterations = None
         self.m: list[tf.Variable] = []
@@ -53,6 +66,19 @@ class Adam(tf.Module):
                 self.m.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False))
                 self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False))
 
+    def step_size(self, step):
+        """The step size of update ``step`` (1 for the first), before bias correction.
+
+        The learning rate, decayed and annealed as configured.
+        """
+        rate = self.learning_rate
+        if self.decay != 1.0:
+            rate = rate * tf.pow(self.decay, step - 1.0)
+        if self.anneal_updates:
+            done = tf.minimum(step - 1.0, float(self.anneal_updates)) / self.anneal_updates
+            rate = rate * 0.5 * (1.0 + tf.cos(math.pi * done))
+        return rate
+
     def apply_gradients(self, grads_and_vars):
         """Applies one update; returns an op that is done when every variable is updated."""
         grads_and_vars = list(grads_and_vars)
@@ -61,9 +87,7 @@ class Adam(tf.Module):
         with tf.device(self.iterations.device):
             step = tf.cast(self.iterations.assign_add(1), tf.float32)
             b1_power, b2_power = self.beta_1**step, self.beta_2**step
-            rate = self.learning_rate
-            if self.decay != 1.0:
-                rate = rate * tf.pow(self.decay, step - 1.0)
+            rate = self.step_size(step)
             lr = rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2

@@ -153,9 +153,11 @@ class Replica:
             model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
         self.model = self.build_model(model)
         # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
+        updates = self.batches_per_epoch()
         self.optimizer = Adam(
             learning_rate or cfg.effective_learning_rate,
-            decay=self.lm.decay_per_update(self.batches_per_epoch()) if self.lm else 1.0,
+            decay=self.lm.decay_per_update(updates) if self.lm else 1.0,
+            anneal_updates=updates * cfg.epochs if self.lm and self.lm.anneal else 0,
         )
         self.optimizer.build(self.model.trainable_variables)
         # The parameter version: +1 for every update applied to the variables.
