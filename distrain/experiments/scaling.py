@@ -296,6 +296,7 @@ def _figures(rows: list[dict], sweep_width: int | None) -> list[tuple[str, str]]
     ax.set(
         xlabel="workers", ylabel="speedup over one worker", title=f"Speedup with workers ({model})"
     )
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     figures.append(("Speedup against workers", png(fig)))
@@ -307,12 +308,12 @@ def _figures(rows: list[dict], sweep_width: int | None) -> list[tuple[str, str]]
         if not mine:
             continue
         x = [r["parameters"] for r in mine]
-        ax.plot(x, [r["speedup"] for r in mine], "o-", color=colours[mode],
-                label=f"{words}:{mine[0]['workers']}")  # fmt: skip
+        label = f"{mode}:{mine[0]['workers']}, {words}"
+        ax.plot(x, [r["speedup"] for r in mine], "o-", color=colours[mode], label=label)
         pred = [(r["parameters"], r["predicted_speedup"]) for r in mine if r["predicted_speedup"]]
         if pred:
             ax.plot(*zip(*pred, strict=True), "s--", mfc="none", color=colours[mode],
-                    label=f"{words}:{mine[0]['workers']}, predicted")  # fmt: skip
+                    label=f"{label}, predicted")  # fmt: skip
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xscale("log")
     ax.set(xlabel="parameters (hidden layers widened)", ylabel="speedup over one worker",
