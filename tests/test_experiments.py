@@ -375,6 +375,12 @@ def test_scaling_predictions_and_sentences_follow_the_numbers():
         "At 2 workers, tensor split's speedup over one worker was 0.67x at 1,000 parameters "
         "and rose to 1.25x at 8,000; its best was 1.25x (fc-x2)."
     ) in text
+    # Measured and predicted trends compared: both level for sync; the split's prediction
+    # stays level while the measured speedup rises.
+    assert "The cost model predicted 1.96x and 1.99x: the same trend." in text
+    assert (
+        "The cost model predicted 1.31x and 1.33x: it stayed level where the measured speedup rose."
+    ) in text
     assert "With fc-x4, data-parallel (sync) ran at 1.82x on 2 workers, 1.90x on 4 workers." in text
     assert "This host has 2 cores: beyond 2 workers they share them" in text
     assert "over 10 runs." in text

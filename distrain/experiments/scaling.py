@@ -196,6 +196,13 @@ def _trend(first: float, last: float) -> str:
     return "rose to" if last > first else "fell to"
 
 
+def _direction(first: float, last: float) -> str:
+    """Whether a value rose, fell or stayed within 5 % of where it started."""
+    if abs(last - first) < 0.05 * max(abs(first), 1e-12):
+        return "stayed level"
+    return "rose" if last > first else "fell"
+
+
 def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -> list[str]:
     """What the speedups were, how they moved with width and workers, and the model's error."""
     out = []
@@ -224,13 +231,16 @@ def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -
             f"{last['parameters']:,}; its best was {best['speedup']:.2f}x ({best['model']})."
         )
         if first["predicted_speedup"] and last["predicted_speedup"]:
-            agree = (last["speedup"] - first["speedup"]) * (
-                last["predicted_speedup"] - first["predicted_speedup"]
-            ) > 0
+            measured = _direction(first["speedup"], last["speedup"])
+            predicted = _direction(first["predicted_speedup"], last["predicted_speedup"])
             sentence += (
                 f" The cost model predicted {first['predicted_speedup']:.2f}x and "
                 f"{last['predicted_speedup']:.2f}x: "
-                f"{'the same direction' if agree else 'not the direction measured'}."
+                + (
+                    "the same trend."
+                    if measured == predicted
+                    else f"it {predicted} where the measured speedup {measured}."
+                )
             )
         out.append(sentence)
     at_width = [r for r in rows if r["width"] == sweep_width and r["speedup"] is not None]
@@ -275,7 +285,7 @@ def _figures(rows: list[dict], sweep_width: int | None) -> list[tuple[str, str]]
     plt = pyplot()
     colours = {"sync": "tab:blue", "tensor": "tab:orange"}
     figures = []
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
     at_width = [r for r in rows if r["width"] == sweep_width and r["speedup"] is not None]
     model = next((r["model"] for r in at_width), "")
     for mode, words in MODES.items():
@@ -298,10 +308,11 @@ def _figures(rows: list[dict], sweep_width: int | None) -> list[tuple[str, str]]
     )
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     figures.append(("Speedup against workers", png(fig)))
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
     width_rows = [r for r in rows if r["sweep"] == "width" and r["speedup"] is not None]
     for mode, words in MODES.items():
         mine = sorted((r for r in width_rows if r["mode"] == mode), key=lambda r: r["parameters"])
@@ -316,9 +327,14 @@ def _figures(rows: list[dict], sweep_width: int | None) -> list[tuple[str, str]]
                     label=f"{label}, predicted")  # fmt: skip
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xscale("log")
+    # One tick per width, in millions of parameters (a log axis's own minor labels crowd).
+    sizes = sorted({r["parameters"] for r in width_rows if r["parameters"]})
+    ax.set_xticks(sizes, [f"{n / 1e6:.2g}M" for n in sizes])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set(xlabel="parameters (hidden layers widened)", ylabel="speedup over one worker",
            title="Speedup with model size")  # fmt: skip
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
     figures.append(("Speedup against model size", png(fig)))
     return figures
