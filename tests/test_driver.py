@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from distrain.train.config import ConfigError, RunSpec, TrainConfig, TrainingError
+from distrain.train.config import ConfigError, RunSpec, TrainConfig
 from distrain.train.driver import (
     EpochDriver,
     next_checkpoint,
@@ -49,8 +49,12 @@ def test_resume_point_from_a_checkpoint():
     assert resume_point(0, 0, 10, 3, "ckpt") == (0, 0)
     assert resume_point(14, 1, 10, 3, "ckpt") == (1, 4)  # mid-epoch 2
     assert resume_point(30, 3, 10, 3, "ckpt") == (3, 0)  # done
-    with pytest.raises(TrainingError, match="does not fit epochs of 10 updates"):
+    with pytest.raises(ConfigError, match="does not fit epochs of 10 updates") as err:
         resume_point(25, 1, 10, 3, "ckpt")  # written with another batch size
+    # A retry would find the same checkpoint: the error is permanent, not retried.
+    from distrain.failures import classify
+
+    assert classify(err.value) is False
 
 
 def test_throughput_leaves_out_the_first_epoch():

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.staleness import summarize
 
 
@@ -59,12 +59,13 @@ def resume_point(step: int, epoch: int, per_epoch: int, epochs: int, where: str)
     """(first epoch, updates already done in it) for a run restored at ``step`` after ``epoch``.
 
     Raises:
-        TrainingError: The checkpoint does not fit epochs of ``per_epoch`` updates (the
-            batch size, workers or data changed since it was written).
+        ConfigError: The checkpoint does not fit epochs of ``per_epoch`` updates (the
+            batch size, workers or data changed since it was written). Permanent: a
+            retry finds the same checkpoint.
     """
     done = step - epoch * per_epoch
     if epoch < epochs and not 0 <= done < per_epoch:
-        raise TrainingError(
+        raise ConfigError(
             f"the checkpoint in {where} is at step {step} after {epoch} epochs, which does "
             f"not fit epochs of {per_epoch} updates: the batch size, workers or data "
             "changed; use a new output directory"
