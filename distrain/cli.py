@@ -276,6 +276,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``distrain train``: one training run with local processes, no pipeline."""
+    from distrain.datasets import default_model
     from distrain.steps import train
     from distrain.train.config import RunSpec
 
@@ -284,7 +285,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.data,
         args.output,
         args.run,
-        model=args.model,
+        model=args.model or default_model(args.data),
         epochs=args.epochs,
         seed=args.seed,
         batch_size=args.batch_size,
@@ -541,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data", required=True, help="preprocessed data directory")
     tr.add_argument("--output", required=True)
     tr.add_argument("--run", default="single:1", help="MODE:WORKERS[:ps=P][:aggregate=A]")
-    tr.add_argument("--model", default="mlp")
+    tr.add_argument("--model", default="", help="default: the data set's first")
     tr.add_argument("--epochs", type=int, default=5)
     _add_until_plateau(tr)
     tr.add_argument("--seed", type=int, default=0)

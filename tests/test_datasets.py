@@ -195,3 +195,9 @@ def test_convae_and_seq2seq_train_and_are_scored_in_their_terms(
     assert evaluate(mnist_examples, tmp_path / "convae")["evaluation"]["reconstruction_mse"] < (
         mean_image
     )
+
+
+def test_the_default_model_is_the_preprocessed_data_sets_own(mnist_examples, gutenberg_examples):
+    # distrain train without --model trains the data set's default, not MNIST's mlp.
+    assert datasets.default_model(mnist_examples) == "mlp"
+    assert datasets.default_model(gutenberg_examples) == "lstm"

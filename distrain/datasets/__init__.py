@@ -187,6 +187,13 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
     return info.view(spec.view) if spec.view else info
 
 
+def default_model(data_dir: str | os.PathLike) -> str:
+    """The default model of the data set preprocessed in ``data_dir``."""
+    from distrain.train.inputs import DatasetInfo
+
+    return get(DatasetInfo.load(data_dir).dataset).default_model
+
+
 # The data sets, in the order the CLI and the README list them.
 # isort: off
 from distrain.datasets import mnist  # noqa: E402
