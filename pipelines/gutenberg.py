@@ -14,8 +14,8 @@ DEFAULTS = PipelineDefaults(
     "sample, and a side-by-side comparison.",
     model="lstm",
     epochs=10,
-    batch_size=32,
-    learning_rate=0.003,
+    batch_size=64,
+    learning_rate=0.004,
     target_accuracy=0.5,
     runs=["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"],
 )

@@ -171,6 +171,8 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
     assert x1.shape == (4, single.lm.bptt)  # rows of bptt characters
     # Each row of the next batch continues the same row of this one.
     assert np.array_equal(x2.numpy()[:, 0], y1.numpy()[:, -1])
+    # The default LSTM's rate anneals to zero over the run's updates (5 epochs by default).
+    assert single.optimizer.anneal_updates == single.batches_per_epoch() * 5 > 0
     step = single.train_step()
     step(x1, y1)
     assert float(np.abs(lstm.states[0].numpy()).sum()) > 0  # the state is kept for x2

@@ -77,7 +77,7 @@ class Gutenberg(DataSet):
             NEXT_CHARACTER,
             stages=False,
             summary="512-unit char LSTM, stateful streams where the mode carries state",
-            stream=StreamTraining(decay_per_epoch=0.85),
+            stream=StreamTraining(anneal=True),
         ),
         "lstm-seed": ModelSpec(
             lstm_seed, NEXT_CHARACTER, stages=False, summary="seed 000's char LSTM (200/100)"
