@@ -24,7 +24,7 @@ JARGON = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
 # minutes on the 2-core development machine.
 CHARS = 1_000_000
 RUNS = ["single:1", "sync:2"]
-EPOCHS = 7
+EPOCHS = 13
 START = "*** START OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
 END = "*** END OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
 
