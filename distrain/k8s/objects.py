@@ -56,6 +56,11 @@ def run_name(cfg: TrainConfig) -> str:
     return f"{base[:40]}-{secrets.token_hex(3)}"
 
 
+def _metadata(name: str, k: KubernetesConfig, role: str) -> dict:
+    """An object's name, namespace and labels."""
+    return {"name": name, "namespace": k.resolved_namespace(), "labels": _labels(name, role)}
+
+
 def _labels(name: str, role: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "distrain",
@@ -194,11 +199,7 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
     return {
         "apiVersion": f"{MPIJOB_API[0]}/{MPIJOB_API[1]}",
         "kind": "MPIJob",
-        "metadata": {
-            "name": name,
-            "namespace": k.resolved_namespace(),
-            "labels": _labels(name, "mpijob"),
-        },
+        "metadata": _metadata(name, k, "mpijob"),
         "spec": {
             "slotsPerWorker": slots,
             "runPolicy": run_policy,
@@ -294,11 +295,7 @@ def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str)
     return {
         "apiVersion": f"{TRAINJOB_API[0]}/{TRAINJOB_API[1]}",
         "kind": "TrainJob",
-        "metadata": {
-            "name": name,
-            "namespace": k.resolved_namespace(),
-            "labels": _labels(name, "trainjob"),
-        },
+        "metadata": _metadata(name, k, "trainjob"),
         "spec": spec,
     }
 
