@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from distrain.train import launch
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
 from distrain.train.launch import (
     MPIRUN_OPTIONS,
@@ -324,3 +324,27 @@ def test_sync_ranks_bind_to_their_own_cores(monkeypatch):
     monkeypatch.delenv("DISTRAIN_BIND_CORES")
     assert worker.bind_rank_to_cores() is None  # not a Horovod rank
     assert calls == [{2, 3}]
+
+
+def test_a_dead_parameter_server_is_named_even_when_the_chief_fails_right_after(
+    mnist_examples, tmp_path, monkeypatch
+):
+    """Both end between two of the launcher's looks: the cause named is the server."""
+    from distrain.train.modes import Process
+    from distrain.train.modes.asynchronous import Async
+
+    def processes(self, cfg, config_path, logs):
+        return [
+            Process(
+                "ps:0",
+                ["sh", "-c", "sleep 0.1; exit 3"],
+                critical=True,
+                what="parameter server ps:0",
+            ),
+            Process("chief", ["sh", "-c", "sleep 0.15; exit 1"], main=True),
+        ]
+
+    monkeypatch.setattr(Async, "local_processes", processes)
+    cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(tmp_path / "r"), run="async:2")
+    with pytest.raises(TrainingError, match="parameter server ps:0 exited with code 3"):
+        launch.run_training(cfg, timeout=60)

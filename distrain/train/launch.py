@@ -479,7 +479,8 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
             forward = threading.Thread(target=_forward, args=(main.stdout, bar), daemon=True)
             forward.start()
         critical = [p for p in processes if p.critical]
-        while main.poll() is None:
+
+        def check_critical() -> None:
             for p in critical:
                 code = procs.procs[p.name].poll()
                 if code is not None:
@@ -487,6 +488,9 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                         out,
                         f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
                     )
+
+        while main.poll() is None:
+            check_critical()
             if deadline and time.monotonic() > deadline:
                 if main_spec.stacks_on_timeout:  # `distrain worker` itself
                     main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr
@@ -494,6 +498,10 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                 raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
             time.sleep(0.2)
         if main.returncode != 0:
+            # A critical process (a parameter server) that died is the cause of the main
+            # process's failure that followed it, even when both ended between two looks.
+            time.sleep(0.2)
+            check_critical()
             raise process_failure(
                 out,
                 f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
