@@ -73,7 +73,7 @@ class Cluster:
                     return g.record(i, update, counted, recorded, delay, 1.5, 1.0)
 
                 pushed = g.staged(grads) if variables is g.variables else grads
-                go_on, done, wait = g.rule.push(g, pushed, read, record)
+                go_on, done, wait = g.push(pushed, read, record)  # as a worker builds it
                 if wait is None:
                     wait = tf.constant(False)
             sess = g.session(self.servers["worker", i])
@@ -183,6 +183,9 @@ def test_async_applies_each_gradient_and_counts_its_delay(graph_rule):
     chief.sess.run(chief.set_limit, {chief.new_limit: 2})
     assert not c.push(2, 2.0, read=2)  # at the limit: not applied
     assert c.counters()["applied"] == 2
+    # The push decides inline (Switch and Merge), with no functional If on the servers.
+    kinds = {op.type for op in c.workers[0][0].graph.get_operations()}
+    assert {"Switch", "Merge"} <= kinds and not kinds & {"If", "StatelessIf"}
 
 
 # ---- ssp ------------------------------------------------------------------------------------

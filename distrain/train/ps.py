@@ -250,6 +250,24 @@ class PSGraph:
         # A worker's step's mean loss per label (set by the worker before its push).
         self.step_loss = None
 
+    def push(self, grads, read_version, record):
+        """The mode's push of ``grads`` (:meth:`PushRule.push`), its conds built inline.
+
+        [ps] A TF2 cond is a functional ``If``: each run calls its branch as a function
+        with its own executor, on the critical path of every step (decide, apply, count)
+        on the parameter server. The push's conds are built as TF1's Switch and Merge,
+        which run inline in the server's part of the step. The model's own loops (an
+        LSTM's) were built before, as TF2 control flow.
+        """
+        tf = self.tf
+        was = tf.compat.v1.control_flow_v2_enabled()
+        tf.compat.v1.disable_control_flow_v2()
+        try:
+            return self.rule.push(self, grads, read_version, record)
+        finally:
+            if was:
+                tf.compat.v1.enable_control_flow_v2()
+
     def session(self, server):
         """A session on this process's server that sees only the parameter servers and itself.
 
@@ -391,7 +409,7 @@ class Worker:
             def record(update, counted, recorded, delay):
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
 
-            go_on, done, wait = rule.push(g, grads, read, record)
+            go_on, done, wait = g.push(grads, read, record)
             self.fetch_step = [go_on, done, begin.op]
             self.wait = None
             if wait is not None:
