@@ -348,3 +348,24 @@ def test_easgd_spec():
     ]:
         with pytest.raises(ConfigError, match=message):
             RunSpec.parse(bad)
+
+
+def test_the_chief_lets_the_workers_go_together_but_waits_for_no_absent_one(monkeypatch):
+    import time
+    import types
+
+    from distrain.train import ps
+
+    chief = object.__new__(ps.Chief)
+    joined = iter([0, 1, 2])
+    chief.sess = types.SimpleNamespace(run=lambda _: next(joined))
+    chief.g, chief.role = types.SimpleNamespace(joined=None), types.SimpleNamespace(workers=2)
+    chief.wait_for_workers()  # returns once both have joined
+    with pytest.raises(StopIteration):
+        next(joined)
+    # A worker that never comes: the chief goes on without it after JOIN_SECONDS.
+    monkeypatch.setattr(ps, "JOIN_SECONDS", 0.2)
+    chief.sess = types.SimpleNamespace(run=lambda _: 1)
+    start = time.monotonic()
+    chief.wait_for_workers()
+    assert 0.2 <= time.monotonic() - start < 2.0

@@ -58,6 +58,8 @@ WAIT_PATIENCE = 1.0
 CHIEF_NICENESS = 19
 # Seconds between a waiting worker's looks at the limit.
 WAIT_SECONDS = 0.005
+# Seconds the chief waits at the start for every worker to begin (then it goes without).
+JOIN_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,8 @@ class PSGraph:
                 self.limit = counter("limit")
                 self.stop = counter("stop")
                 self.ready = counter("ready")
+                # Workers that have started their loop (the chief waits for them at the start).
+                self.joined = counter("joined")
                 self.begun = counter("worker_begun", [workers])
                 # Per worker, one row written by one op a step: the steps recorded, the
                 # pushes ended, and the loss and correct counts per epoch parity (the
@@ -416,6 +420,8 @@ class Worker:
                 self.fetch_step.append(wait)
                 self.wait = rule.waiter(g)
             self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
+            with tf.compat.v1.device("/job:ps/task:0"):
+                self.join = g.joined.assign_add(1)
 
     def run(self) -> None:
         """Steps until the chief sets ``stop``."""
@@ -423,6 +429,7 @@ class Worker:
         sess = self.g.session(server)
         wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
         self.rule.worker_start(sess, self.g)
+        sess.run(self.join)
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
         while True:
@@ -534,7 +541,19 @@ class Chief:
         self.sess.run(self.init_lock)
         self.push_to_servers()
         self.sess.run(self.set_ready)
+        self.wait_for_workers()
         self.progress_start = time.time()
+
+    def wait_for_workers(self) -> None:
+        """Waits until every worker has started, or ``JOIN_SECONDS`` have passed.
+
+        [ps] The first updates are let go together: a worker whose process started late
+        would otherwise find a short run's updates made by the others. A worker that
+        never comes is not waited for any longer: the others make its updates.
+        """
+        deadline = time.monotonic() + JOIN_SECONDS
+        while self.sess.run(self.g.joined) < self.role.workers and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def push_to_servers(self) -> None:
         """The eager copy's values (fresh, or restored) into the parameter servers."""
