@@ -190,17 +190,17 @@ def rows_of(results: list[Result], link: dict | None) -> list[dict]:
     return rows
 
 
-def _trend(first: float, last: float) -> str:
-    if abs(last - first) < 0.05 * max(abs(first), 1e-12):
-        return "stayed near"
-    return "rose to" if last > first else "fell to"
-
-
 def _direction(first: float, last: float) -> str:
     """Whether a value rose, fell or stayed within 5 % of where it started."""
     if abs(last - first) < 0.05 * max(abs(first), 1e-12):
         return "stayed level"
     return "rose" if last > first else "fell"
+
+
+def _trend(first: float, last: float) -> str:
+    """:func:`_direction` as words before the last value ("rose to 1.2x")."""
+    words = {"stayed level": "stayed near", "rose": "rose to", "fell": "fell to"}
+    return words[_direction(first, last)]
 
 
 def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -> list[str]:
