@@ -369,3 +369,76 @@ def test_the_chief_lets_the_workers_go_together_but_waits_for_no_absent_one(monk
     start = time.monotonic()
     chief.wait_for_workers()
     assert 0.2 <= time.monotonic() - start < 2.0
+
+
+def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tmp_path):
+    """One read per server fills the worker's copy before its step; one tensor goes back.
+
+    The shared variables are moved away from the values the copy starts with, so a step
+    that read its copy before the refresh would give other gradients.
+    """
+    import tensorflow as tf
+
+    from distrain.train import ps
+    from distrain.train.modes.asynchronous import AsyncRule
+    from distrain.train.replica import batch_gradients
+
+    ports = free_ports(3)
+    cluster = {
+        "ps": [f"localhost:{ports[0]}"],
+        "worker": [f"localhost:{ports[1]}"],
+        "chief": [f"localhost:{ports[2]}"],
+    }
+    info = DatasetInfo(
+        data_dir=str(tmp_path),
+        dataset="mnist",
+        num_classes=3,
+        class_names=["a", "b", "c"],
+        splits={"train": 8},
+        files={},
+        metadata={"image_shape": [2, 2]},
+    )
+    cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:1", model="mlp")
+    servers = {
+        job: ps.start_server(ps.Role(cluster, job, 0), 1) for job in ("ps", "worker", "chief")
+    }
+    chief = ps.Chief(cfg, info, ps.Role(cluster, "chief", 0), AsyncRule())
+    g = chief.g
+    with g.graph.as_default():
+        moved = [v.assign_add(0.1 * tf.ones_like(v) + 0.05 * tf.sign(v)) for v in g.variables]
+    chief.sess = g.session(servers["chief"])
+    chief.sess.run(chief.init)
+    initial = chief.sess.run(g.variables)
+    chief.sess.run(moved)
+    shared = chief.sess.run(g.variables)
+
+    w = ps.PSGraph(cfg, info, ps.Role(cluster, "worker", 0), AsyncRule())
+    with w.graph.as_default(), tf.compat.v1.device("/job:worker/task:0"):
+        x = tf.compat.v1.placeholder(tf.float32, [4, 2, 2])
+        y = tf.compat.v1.placeholder(tf.int32, [4])
+        with tf.compat.v1.device("/job:ps/task:0"):
+            read = w.version.read_value()
+        mirror = ps.Mirror(w, read)
+        with tf.control_dependencies([mirror.refresh]):
+            _, _, grads = batch_gradients(mirror.model, mirror.variables, x, y, w.task)
+        assert ps.Mirror.fits(mirror.model, grads)
+        pushed = w.staged(grads)
+    assert {t.device for t in pushed} == {w.variables[0].device}  # on the parameter server
+    sess = w.session(servers["worker"])
+    sess.run(mirror.init)
+    rng = np.random.default_rng(3)
+    feed = {x: rng.normal(size=(4, 2, 2)).astype(np.float32), y: np.array([0, 1, 2, 1], np.int32)}
+    got = sess.run(pushed, feed)
+
+    def gradients_at(values):
+        model = w.spec.build(info, cfg.seed)
+        for var, value in zip(model.trainable_variables, values, strict=True):
+            var.assign(value)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(w.task.losses(feed[y], model(feed[x], training=True)))
+        return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+    expected, before = gradients_at(shared), gradients_at(initial)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(got, before, strict=True))

@@ -320,19 +320,33 @@ class PSGraph:
             return tf.cond(tf.equal(applied, self.wake_at.read_value()), wake, lambda: applied)
 
     def staged(self, grads):
-        """The gradients copied to their variables' devices: the section waits for no worker."""
+        """The gradients copied to their variables' devices: the section waits for no worker.
+
+        [ps] The dense gradients bound for one parameter server travel as one tensor,
+        concatenated on the worker and split on the server: TensorFlow's runtime sends
+        every tensor between processes as its own request, and on a shared machine a
+        step's many small requests cost more than one copy of the whole (TensorFlow's
+        between-graph replication sends one per variable). Sparse gradients travel as
+        they are, only their rows.
+        """
         tf = self.tf
-        out = []
-        for grad, var in zip(grads, self.variables, strict=True):
-            with tf.compat.v1.device(var.device):
-                if isinstance(grad, tf.IndexedSlices):
-                    out.append(
-                        tf.IndexedSlices(
-                            tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape
-                        )
+        out = list(grads)
+        dense: dict[tuple, list[int]] = {}
+        for i, (grad, var) in enumerate(zip(grads, self.variables, strict=True)):
+            if isinstance(grad, tf.IndexedSlices):
+                with tf.compat.v1.device(var.device):
+                    out[i] = tf.IndexedSlices(
+                        tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape
                     )
-                else:
-                    out.append(tf.identity(grad))
+            else:
+                dense.setdefault((var.device, var.dtype), []).append(i)
+        for (device, _), group in dense.items():
+            shapes = [self.variables[i].shape for i in group]
+            packed = tf.concat([tf.reshape(grads[i], [-1]) for i in group], 0)
+            with tf.compat.v1.device(device):
+                parts = tf.split(packed, [shape.num_elements() for shape in shapes])
+                for i, part, shape in zip(group, parts, shapes, strict=True):
+                    out[i] = tf.reshape(part, shape)
         return out
 
     def record(self, worker: int, update, counted, recorded, delay, loss_sum, correct):
@@ -373,6 +387,53 @@ class PSGraph:
             ]
 
 
+class Mirror:
+    """[ps] A worker's copy of a dense model, refreshed at the start of every step.
+
+    The worker's step reads the shared variables of each parameter server as one tensor
+    (concatenated on the server, after the version is read) and writes them into its
+    copy, whose variables the step then differentiates: one request per server instead of
+    one per variable (see :meth:`PSGraph.staged`). The values are those a step reading
+    the shared variables directly would see; only a model whose every variable is
+    trainable and gets a dense gradient is mirrored (an embedding's rows are read on
+    the server, only those looked up).
+
+    Built in the worker's graph, under its device.
+
+    Args:
+        g: The shared graph.
+        read_version: The version read before the parameters.
+    """
+
+    def __init__(self, g: PSGraph, read_version):
+        tf = g.tf
+        self.model = g.spec.build(g.info, g.cfg.seed)
+        self.variables = self.model.trainable_variables
+        if len(self.variables) != len(g.variables):
+            raise TrainingError("a worker's copy of the model differs from the shared one")
+        groups: dict[tuple, list[int]] = {}
+        for i, var in enumerate(g.variables):
+            groups.setdefault((var.device, var.dtype), []).append(i)
+        writes = []
+        for (device, _), group in groups.items():
+            with tf.compat.v1.device(device), tf.control_dependencies([read_version]):
+                packed = tf.concat([tf.reshape(g.variables[i], [-1]) for i in group], 0)
+            sizes = [g.variables[i].shape.num_elements() for i in group]
+            for i, part in zip(group, tf.split(packed, sizes), strict=True):
+                writes.append(self.variables[i].assign(tf.reshape(part, g.variables[i].shape)))
+        #: Op: the copy holds the shared values (run before every step's reads).
+        self.refresh = tf.group(writes)
+        self.init = tf.group([v.initializer for v in self.model.variables])
+
+    @staticmethod
+    def fits(model, grads) -> bool:
+        """Whether a model whose step computes ``grads`` can be mirrored."""
+        from tensorflow import IndexedSlices
+
+        dense = not any(isinstance(grad, IndexedSlices) for grad in grads)
+        return dense and len(model.variables) == len(model.trainable_variables)
+
+
 class Worker:
     """A worker's loop: its own steps against the parameter servers, until the chief stops it."""
 
@@ -402,12 +463,21 @@ class Worker:
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
                 read = g.version.read_value()
             model, variables = rule.trained(g)
+            shared = variables is g.variables
             stream = g.spec.stream  # a language model's clipping, as in every mode
             clip = stream.clip_norm if stream else 0.0
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
                 loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
+            self.mirror = None
+            if shared and Mirror.fits(model, grads):
+                # [ps] the step differentiates a copy, filled by one read per server (the
+                # graph built above for the shared variables is left unused).
+                self.mirror = Mirror(g, read)
+                model, variables = self.mirror.model, self.mirror.variables
+                with tf.control_dependencies([self.mirror.refresh]):
+                    loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
             g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
-            if variables is g.variables:
+            if shared:
                 grads = g.staged(grads)  # [ps] onto the parameter servers before the push
 
             def record(update, counted, recorded, delay):
@@ -429,6 +499,8 @@ class Worker:
         sess = self.g.session(server)
         wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
         self.rule.worker_start(sess, self.g)
+        if self.mirror is not None:
+            sess.run(self.mirror.init)
         sess.run(self.join)
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
