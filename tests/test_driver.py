@@ -220,6 +220,43 @@ def test_a_new_mode_is_one_registered_class(tmp_path):
         modes._REGISTRY.pop("toy")
 
 
+def test_threads_that_ask_for_a_mode_at_once_all_find_it(monkeypatch):
+    """The built-in modes load once, and a thread asking meanwhile waits for all of them."""
+    import sys
+    import threading
+    import time
+
+    from distrain.train import modes
+
+    modes.mode_names()  # every built-in mode imported once, for real
+    built_in = list(modes._REGISTRY.values())
+
+    def slow_import(name):  # a first import, slow: its modes register themselves
+        time.sleep(0.02)
+        for cls in built_in:
+            if cls.__module__ == name:
+                modes.register(cls)
+        return sys.modules[name]
+
+    monkeypatch.setattr(modes, "_REGISTRY", {})
+    monkeypatch.setattr(modes, "_LOADED", False)
+    monkeypatch.setattr(modes.importlib, "import_module", slow_import)
+    found, errors = [], []
+
+    def ask():
+        try:
+            found.append(modes.mode_class("sync").name)
+        except ConfigError as err:
+            errors.append(str(err))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and found == ["sync"] * 4
+
+
 def test_nothing_outside_the_modes_branches_on_a_mode_name():
     from distrain.train.modes import mode_names
 

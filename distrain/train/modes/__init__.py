@@ -13,6 +13,7 @@ Adding a mode: a module here with a :func:`register`-ed subclass, its name in
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -36,6 +37,7 @@ BUILT_IN = (
 
 _REGISTRY: dict[str, type[Mode]] = {}
 _LOADED = False
+_LOADING = threading.RLock()  # re-entrant: a mode's module may ask for another mode
 
 
 def register(cls: type[Mode]) -> type[Mode]:
@@ -45,12 +47,17 @@ def register(cls: type[Mode]) -> type[Mode]:
 
 
 def _load() -> None:
-    """Imports the built-in modes once (a module imported on its own registers only itself)."""
+    """Imports the built-in modes once (a module imported on its own registers only itself).
+
+    Under a lock: a thread that asks while another imports waits for every mode (the
+    benchmark suite starts runs from threads).
+    """
     global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        for module in BUILT_IN:
-            importlib.import_module(f"{__name__}.{module}")
+    with _LOADING:
+        if not _LOADED:
+            for module in BUILT_IN:
+                importlib.import_module(f"{__name__}.{module}")
+            _LOADED = True
 
 
 def mode_class(name: str) -> type[Mode]:
