@@ -45,6 +45,17 @@ class StreamTraining:
         """The learning rate's factor per update that makes :attr:`decay_per_epoch` an epoch."""
         return self.decay_per_epoch ** (1.0 / max(updates_per_epoch, 1))
 
+    def schedule(self, updates_per_epoch: int, epochs: int) -> dict:
+        """The optimizer's schedule arguments (:class:`distrain.train.optim.Adam`) for a run.
+
+        Every mode's optimizer takes them from here, whichever process applies the
+        updates, so that a comparison of modes trains each on the same schedule.
+        """
+        return {
+            "decay": self.decay_per_update(updates_per_epoch),
+            "anneal_updates": updates_per_epoch * epochs if self.anneal else 0,
+        }
+
 
 def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 64, dropout=0.25):
     """The default character language model: an embedding, LSTM layer(s), logits per step.

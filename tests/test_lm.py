@@ -182,6 +182,14 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
     assert not other.streams and not any(
         getattr(layer, "stateful", False) for layer in other.model.layers
     )
+    # [ps] The optimizer that applies a parameter-server run's updates (on the servers)
+    # anneals over the updates the chief counts, as every mode's does.
+    from distrain.train.modes.asynchronous import AsyncRule
+    from distrain.train.ps import PSGraph, Role
+
+    cluster = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
+    shared = PSGraph(other.cfg, other.info, Role(cluster, "worker", 0), AsyncRule())
+    assert shared.optimizer.anneal_updates == shared.per_epoch * 5 > 0
 
 
 def test_the_learning_rate_anneals_along_a_half_cosine_to_zero():

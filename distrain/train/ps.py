@@ -216,7 +216,10 @@ class PSGraph:
             with tf.compat.v1.device(setter):
                 self.model = self.spec.build(info, cfg.seed)
                 self.variables = self.model.trainable_variables
-                self.optimizer = Adam(cfg.effective_learning_rate)
+                # A language model's decay or anneal, over the updates the chief counts.
+                stream = self.spec.stream
+                schedule = stream.schedule(self.per_epoch, cfg.epochs) if stream else {}
+                self.optimizer = Adam(cfg.effective_learning_rate, **schedule)
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
 

@@ -156,8 +156,7 @@ class Replica:
         updates = self.batches_per_epoch()
         self.optimizer = Adam(
             learning_rate or cfg.effective_learning_rate,
-            decay=self.lm.decay_per_update(updates) if self.lm else 1.0,
-            anneal_updates=updates * cfg.epochs if self.lm and self.lm.anneal else 0,
+            **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
         )
         self.optimizer.build(self.model.trainable_variables)
         # The parameter version: +1 for every update applied to the variables.
