@@ -371,11 +371,13 @@ def test_the_chief_lets_the_workers_go_together_but_waits_for_no_absent_one(monk
     assert 0.2 <= time.monotonic() - start < 2.0
 
 
-def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tmp_path):
+@pytest.mark.parametrize("model", ["mlp", "softmax-l2"])
+def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tmp_path, model):
     """One read per server fills the worker's copy before its step; one tensor goes back.
 
     The shared variables are moved away from the values the copy starts with, so a step
-    that read its copy before the refresh would give other gradients.
+    that read its copy before the refresh would give other gradients (the L2 penalty's
+    too: it reads the copy's weights).
     """
     import tensorflow as tf
 
@@ -398,7 +400,7 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
         files={},
         metadata={"image_shape": [2, 2]},
     )
-    cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:1", model="mlp")
+    cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:1", model=model)
     servers = {
         job: ps.start_server(ps.Role(cluster, job, 0), 1) for job in ("ps", "worker", "chief")
     }
@@ -436,6 +438,7 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
             var.assign(value)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(w.task.losses(feed[y], model(feed[x], training=True)))
+            loss += tf.add_n(model.losses) if model.losses else 0.0
         return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
     expected, before = gradients_at(shared), gradients_at(initial)
