@@ -167,6 +167,32 @@ def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
     assert replica.saved and (tmp_path / "history.json").exists()
 
 
+@pytest.mark.parametrize(
+    "shares, expected",
+    [
+        (None, [2.0 / 20, 8.0 / 20]),  # equal shares: each saw 20 labels
+        ([0.25, 0.75], [2.0 / 10, 8.0 / 30]),  # a parameter-server run's uneven workers
+        ([1.0, 0.0], None),  # a worker that counted nothing: no loss of its own
+    ],
+)
+def test_each_ranks_loss_is_over_its_own_share_of_the_labels(tmp_path, shares, expected):
+    class Ranked(FakeEngine):
+        def epoch_totals(self, loss_sum, correct, seen):
+            self.rank_loss_sums = [2.0, 8.0]
+            if shares is not None:
+                self.rank_shares = shares
+            return 10.0, correct, seen
+
+    replica = FakeReplica(tmp_path)
+    history = EpochDriver(config(tmp_path, epochs=1), replica, Ranked(replica)).run()
+    epoch = history["epochs"][0]  # 5 updates x 2 batches x 4 = 40 labels
+    assert epoch["loss"] == pytest.approx(10.0 / 40)
+    if expected is None:
+        assert "rank_loss" not in epoch
+    else:
+        assert epoch["rank_loss"] == pytest.approx(expected)
+
+
 def test_validation_every_other_epoch_and_after_the_last(tmp_path):
     replica = FakeReplica(tmp_path)
     engine = FakeEngine(replica)

@@ -174,6 +174,10 @@ def test_local_pipeline_run_end_to_end(tmp_path, cli_env, mnist_raw):
     assert rows["syncreplicas:3"]["aggregation"] == "2/3"
     assert rows["sync:2"]["transport"] in ("mpi", "gloo")
     assert rows["async:2"]["transport"] == "grpc"
+    # Each parameter-server worker's own loss, as each sync rank's.
+    for name in ("sync:2", "async:2"):
+        assert len(rows[name]["rank_loss"].split(" / ")) == 2
+    assert len(rows["syncreplicas:3"]["rank_loss"].split(" / ")) == 3
     assert "syncreplicas:3" in (out / "comparison.md").read_text()
     assert "data:image/png;base64," in (out / "comparison.html").read_text()
     # Progress and the final table were printed.

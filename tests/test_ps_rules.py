@@ -70,7 +70,8 @@ class Cluster:
                 g.step_loss = tf.compat.v1.placeholder_with_default(1.0, [])
 
                 def record(update, counted, recorded, delay, g=g, i=i):
-                    return g.record(i, update, counted, recorded, delay, 1.5, 1.0)
+                    # Each worker's loss its own (1.5, 3.0, 4.5), for the per-worker sums.
+                    return g.record(i, update, counted, recorded, delay, 1.5 * (i + 1), 1.0)
 
                 pushed = g.staged(grads) if variables is g.variables else grads
                 go_on, done, wait = g.push(pushed, read, record)  # as a worker builds it
@@ -183,6 +184,13 @@ def test_async_applies_each_gradient_and_counts_its_delay(graph_rule):
     chief.sess.run(chief.set_limit, {chief.new_limit: 2})
     assert not c.push(2, 2.0, read=2)  # at the limit: not applied
     assert c.counters()["applied"] == 2
+    # Each update is an epoch here (8 examples, batch 64): worker 0's update 0 is epoch
+    # 0's, worker 1's update 1 epoch 1's; worker 2's refused step counts nowhere.
+    first, second = chief.epoch_sums(0), chief.epoch_sums(1)
+    assert first.loss == [1.5, 0.0, 0.0] and first.steps == [1, 0, 0]
+    assert second.loss == [0.0, 3.0, 0.0] and second.correct == [0.0, 1.0, 0.0]
+    assert second.shares() == [0.0, 1.0, 0.0]
+    assert chief.epoch_sums(0).steps == [0, 0, 0]  # read once, then zeroed
     # The push decides inline (Switch and Merge), with no functional If on the servers.
     kinds = {op.type for op in c.workers[0][0].graph.get_operations()}
     assert {"Switch", "Merge"} <= kinds and not kinds & {"If", "StatelessIf"}

@@ -182,7 +182,8 @@ class Engine(Protocol):
 
         An engine whose ranks train on different data may also set ``rank_loss_sums``
         (each data rank's summed loss over the epoch, in rank order): the history keeps
-        each one's loss per label.
+        each one's loss per label. The ranks saw equal shares of the epoch's examples
+        unless it also sets ``rank_shares`` (each one's fraction, in rank order).
         """
 
     def refresh(self) -> None:
@@ -345,8 +346,12 @@ class EpochDriver:
             else r.step * cfg.batch_size * engine.gradients_per_update,
         }
         if by_rank and len(by_rank) > 1:
-            # Each data rank's loss on its own shard (it saw an equal share of ``seen``).
-            record["rank_loss"] = [s * len(by_rank) / per_label for s in by_rank]
+            shares = getattr(engine, "rank_shares", None) or [1 / len(by_rank)] * len(by_rank)
+            if all(shares):  # (a worker that counted no step has no loss of its own)
+                # Each rank's loss per label, over the labels of its share of ``seen``.
+                record["rank_loss"] = [
+                    s / (per_label * f) for s, f in zip(by_rank, shares, strict=True)
+                ]
         if durations:
             record["step_ms"] = step_spread(list(durations))
             self.step_durations.append(list(durations))

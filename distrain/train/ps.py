@@ -236,9 +236,9 @@ class PSGraph:
                 self.joined = counter("joined")
                 self.begun = counter("worker_begun", [workers])
                 # Per worker, one row written by one op a step: the steps recorded, the
-                # pushes ended, and the loss and correct counts per epoch parity (the
-                # chief reads an epoch's while the next runs).
-                self.stats = counter("worker_stats", [workers, 6], tf.float64)
+                # pushes ended, and the loss sums, correct counts and counted steps per
+                # epoch parity (the chief reads an epoch's while the next runs).
+                self.stats = counter("worker_stats", [workers, 8], tf.float64)
                 self.steps = tf.cast(self.stats[:, 0], tf.int64)
                 self.ended = tf.cast(self.stats[:, 1], tf.int64)
                 self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
@@ -374,16 +374,17 @@ class PSGraph:
             bucket = tf.cast(tf.clip_by_value(delay, 0, DELAY_BUCKETS - 1), tf.int32)
             slot = tf.cast((update // self.per_epoch) % 2, tf.int32)
 
-            columns = tf.stack([0, 1, 2 + slot, 4 + slot])
+            columns = tf.stack([0, 1, 2 + slot, 4 + slot, 6 + slot])
             values = tf.stack(
                 [
                     tf.cast(recorded, tf.float64),
                     tf.constant(1.0, tf.float64),
                     weight * tf.cast(loss_sum, tf.float64),
                     weight * tf.cast(correct, tf.float64),
+                    weight,
                 ]
             )
-            rows = tf.fill([4], worker)
+            rows = tf.fill([5], worker)
             return [
                 tf.compat.v1.scatter_nd_add(self.stats, tf.stack([rows, columns], 1), values),
                 tf.compat.v1.scatter_nd_add(self.delays, [[worker, bucket]], recorded[None]),
@@ -435,6 +436,26 @@ class Mirror:
 
         dense = not any(isinstance(grad, IndexedSlices) for grad in grads)
         return dense and len(model.variables) == len(model.trainable_variables)
+
+
+@dataclass(frozen=True)
+class EpochSums:
+    """An epoch's counters on the parameter servers, one entry per worker.
+
+    Attributes:
+        loss: Summed loss of the worker's counted steps.
+        correct: Their correct predictions.
+        steps: How many of its steps were counted.
+    """
+
+    loss: list[float]
+    correct: list[float]
+    steps: list[int]
+
+    def shares(self) -> list[float]:
+        """Each worker's share of the epoch's counted steps (all 0 if none was counted)."""
+        total = sum(self.steps)
+        return [n / total if total else 0.0 for n in self.steps]
 
 
 class Worker:
@@ -584,6 +605,7 @@ class Chief:
             self.reset_epoch = tf.group(
                 g.stats[:, 2 + self.slot].assign(zero),
                 g.stats[:, 4 + self.slot].assign(zero),
+                g.stats[:, 6 + self.slot].assign(zero),
             )
             self.read_delays = g.delays.read_value()
             self.read_ends = [g.ended, g.begun.read_value()]
@@ -691,8 +713,8 @@ class Chief:
             if not points or points[-1][1] != int(count):
                 points.append([t, int(count)])
 
-    def epoch_sums(self, epoch: int) -> tuple[float, float]:
-        """Epoch ``epoch``'s summed loss and correct counts over every worker, then zeroed.
+    def epoch_sums(self, epoch: int) -> EpochSums:
+        """Epoch ``epoch``'s summed loss and correct counts, per worker, then zeroed.
 
         Every step of the epoch is recorded once its updates are granted (the counters
         are written inside the lock); the next epoch's go to the other slot.
@@ -700,7 +722,11 @@ class Chief:
         stats = self.sess.run(self.read_epoch)
         slot = epoch % 2
         self.sess.run(self.reset_epoch, {self.slot: slot})
-        return float(stats[:, 2 + slot].sum()), float(stats[:, 4 + slot].sum())
+        return EpochSums(
+            [float(v) for v in stats[:, 2 + slot]],
+            [float(v) for v in stats[:, 4 + slot]],
+            [int(v) for v in stats[:, 6 + slot]],
+        )
 
     def staleness(self) -> dict:
         """Per worker: the delays of its counted gradients (from the histograms)."""
@@ -778,10 +804,12 @@ class ChiefEngine:
 
     def epoch_totals(self, loss_sum, correct, seen):
         epoch = self.target // self.updates_per_epoch() - 1
-        loss_sum, correct = self.chief.epoch_sums(epoch)
+        sums = self.chief.epoch_sums(epoch)
+        # [ps] each worker's own loss, weighted by the steps it had counted (not equal shares)
+        self.rank_loss_sums, self.rank_shares = sums.loss, sums.shares()
         self.staleness = self.chief.staleness()
         self.delays = [d for w in sorted(self.staleness) for d in self.staleness[w]]
-        return loss_sum, correct, seen
+        return sum(sums.loss), sum(sums.correct), seen
 
     def refresh(self) -> None:
         if self.pulled == self.target:
