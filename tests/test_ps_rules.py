@@ -28,6 +28,19 @@ def adam_steps(*grads: float, lr: float = LR) -> float:
     return change
 
 
+def tiny_info(tmp_path, classes: int) -> DatasetInfo:
+    """An MNIST-like data set of 8 images of 2x2 pixels (only its metadata)."""
+    return DatasetInfo(
+        data_dir=str(tmp_path),
+        dataset="mnist",
+        num_classes=classes,
+        class_names=[chr(ord("a") + i) for i in range(classes)],
+        splits={"train": 8},
+        files={},
+        metadata={"image_shape": [2, 2]},
+    )
+
+
 class Cluster:
     """Servers of a whole cluster in this process, and one graph per role."""
 
@@ -42,15 +55,7 @@ class Cluster:
             "worker": [f"localhost:{p}" for p in ports[1:4]],
             "chief": [f"localhost:{ports[4]}"],
         }
-        info = DatasetInfo(
-            data_dir=str(tmp_path),
-            dataset="mnist",
-            num_classes=2,
-            class_names=["a", "b"],
-            splits={"train": 8},
-            files={},
-            metadata={"image_shape": [2, 2]},
-        )
+        info = tiny_info(tmp_path, 2)
         self.cfg = TrainConfig(
             data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:3", learning_rate=LR
         )
@@ -399,15 +404,7 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
         "worker": [f"localhost:{ports[1]}"],
         "chief": [f"localhost:{ports[2]}"],
     }
-    info = DatasetInfo(
-        data_dir=str(tmp_path),
-        dataset="mnist",
-        num_classes=3,
-        class_names=["a", "b", "c"],
-        splits={"train": 8},
-        files={},
-        metadata={"image_shape": [2, 2]},
-    )
+    info = tiny_info(tmp_path, 3)
     cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:1", model=model)
     servers = {
         job: ps.start_server(ps.Role(cluster, job, 0), 1) for job in ("ps", "worker", "chief")

@@ -120,6 +120,39 @@ def arrived(grads) -> list:
     return [t for g in grads for t in ([g.values, g.indices] if hasattr(g, "indices") else [g])]
 
 
+def by_server(variables, indices=None) -> list[tuple[str, list[int]]]:
+    """``(device, indices)`` of ``variables`` (or of those in ``indices``) by device and dtype.
+
+    Each group can travel as one tensor (:func:`moved_as_one`).
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(variables)) if indices is None else indices:
+        groups.setdefault((variables[i].device, variables[i].dtype), []).append(i)
+    return [(device, group) for (device, _), group in groups.items()]
+
+
+def moved_as_one(tensors, shapes, to_device: str | None = None, from_device: str | None = None):
+    """``tensors`` sent between two processes as one tensor, back in their ``shapes``.
+
+    [ps] TensorFlow's runtime sends every tensor between processes as its own request;
+    on a shared machine a step's many small requests cost more than one copy of the
+    whole. They are concatenated on ``from_device`` and split on ``to_device`` (None:
+    the caller's device).
+    """
+    import contextlib
+
+    import tensorflow as tf
+
+    def on(device):
+        return tf.compat.v1.device(device) if device else contextlib.nullcontext()
+
+    with on(from_device):
+        packed = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+    with on(to_device):
+        parts = tf.split(packed, [shape.num_elements() for shape in shapes])
+        return [tf.reshape(part, shape) for part, shape in zip(parts, shapes, strict=True)]
+
+
 class PushRule:
     """What a worker's step does with its gradient: a parameter-server mode's rule.
 
@@ -325,16 +358,13 @@ class PSGraph:
     def staged(self, grads):
         """The gradients copied to their variables' devices: the section waits for no worker.
 
-        [ps] The dense gradients bound for one parameter server travel as one tensor,
-        concatenated on the worker and split on the server: TensorFlow's runtime sends
-        every tensor between processes as its own request, and on a shared machine a
-        step's many small requests cost more than one copy of the whole (TensorFlow's
-        between-graph replication sends one per variable). Sparse gradients travel as
-        they are, only their rows.
+        [ps] The dense gradients bound for one parameter server travel as one tensor
+        (:func:`moved_as_one`; TensorFlow's between-graph replication sends one per
+        variable). Sparse gradients travel as they are, only their rows.
         """
         tf = self.tf
         out = list(grads)
-        dense: dict[tuple, list[int]] = {}
+        dense = []
         for i, (grad, var) in enumerate(zip(grads, self.variables, strict=True)):
             if isinstance(grad, tf.IndexedSlices):
                 with tf.compat.v1.device(var.device):
@@ -342,14 +372,12 @@ class PSGraph:
                         tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape
                     )
             else:
-                dense.setdefault((var.device, var.dtype), []).append(i)
-        for (device, _), group in dense.items():
+                dense.append(i)
+        for device, group in by_server(self.variables, dense):
             shapes = [self.variables[i].shape for i in group]
-            packed = tf.concat([tf.reshape(grads[i], [-1]) for i in group], 0)
-            with tf.compat.v1.device(device):
-                parts = tf.split(packed, [shape.num_elements() for shape in shapes])
-                for i, part, shape in zip(group, parts, shapes, strict=True):
-                    out[i] = tf.reshape(part, shape)
+            moved = moved_as_one([grads[i] for i in group], shapes, to_device=device)
+            for i, grad in zip(group, moved, strict=True):
+                out[i] = grad
         return out
 
     def record(self, worker: int, update, counted, recorded, delay, loss_sum, correct):
@@ -395,9 +423,9 @@ class Mirror:
     """[ps] A worker's copy of a dense model, refreshed at the start of every step.
 
     The worker's step reads the shared variables of each parameter server as one tensor
-    (concatenated on the server, after the version is read) and writes them into its
-    copy, whose variables the step then differentiates: one request per server instead of
-    one per variable (see :meth:`PSGraph.staged`). The values are those a step reading
+    (:func:`moved_as_one`, after the version is read) and writes them into its copy,
+    whose variables the step then differentiates: one request per server instead of one
+    per variable. The values are those a step reading
     the shared variables directly would see; only a model whose every variable is
     trainable and gets a dense gradient is mirrored (an embedding's rows are read on
     the server, only those looked up).
@@ -415,16 +443,12 @@ class Mirror:
         self.variables = self.model.trainable_variables
         if len(self.variables) != len(g.variables):
             raise TrainingError("a worker's copy of the model differs from the shared one")
-        groups: dict[tuple, list[int]] = {}
-        for i, var in enumerate(g.variables):
-            groups.setdefault((var.device, var.dtype), []).append(i)
         writes = []
-        for (device, _), group in groups.items():
-            with tf.compat.v1.device(device), tf.control_dependencies([read_version]):
-                packed = tf.concat([tf.reshape(g.variables[i], [-1]) for i in group], 0)
-            sizes = [g.variables[i].shape.num_elements() for i in group]
-            for i, part in zip(group, tf.split(packed, sizes), strict=True):
-                writes.append(self.variables[i].assign(tf.reshape(part, g.variables[i].shape)))
+        for device, group in by_server(g.variables):
+            shared = [g.variables[i] for i in group]
+            with tf.control_dependencies([read_version]):
+                values = moved_as_one(shared, [v.shape for v in shared], from_device=device)
+            writes += [self.variables[i].assign(v) for i, v in zip(group, values, strict=True)]
         #: Op: the copy holds the shared values (run before every step's reads).
         self.refresh = tf.group(writes)
         self.init = tf.group([v.initializer for v in self.model.variables])
