@@ -69,11 +69,17 @@ class DbpediaPreprocessConfig:
         max_unigrams: Most unigrams kept (the most frequent).
         max_bigrams: Most word bigrams kept (0: unigrams only).
         max_tokens: Longest token sequence kept per example.
-        num_shards: TFRecord files per split; 0 (default): one file per batch, written
-            where the batch is made, with no shuffle of the records.
+        num_shards: TFRecord files per split; 0 (default): one file per range of the
+            CSV and split, written where the range is parsed, with no shuffle of the
+            records (files of about ``range_mb`` times the split's share, tens of MB).
         max_bad_ratio: Largest share of rejected rows before the job fails.
         rows_per_range: CSV rows per unit of parallel parsing (a file is cut into
-            ranges of whole rows; workers read their ranges themselves).
+            ranges of whole rows; workers read their ranges themselves); 0 (default):
+            ranges of about ``range_mb`` megabytes instead.
+        range_mb: Megabytes of CSV per range when ``rows_per_range`` is 0. A range is
+            parsed and encoded as one element (its memory is bounded by this, not by the
+            input's size) and written as one file per split: object stores read few
+            large files far faster than many small ones.
     """
 
     input_dir: str
@@ -86,15 +92,24 @@ class DbpediaPreprocessConfig:
     max_tokens: int = 400
     num_shards: int = 0
     max_bad_ratio: float = 0.01
-    rows_per_range: int = 1024
+    rows_per_range: int = 0
+    range_mb: float = 32.0
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if min(self.min_count, self.max_unigrams, self.max_tokens, self.rows_per_range) < 1:
+        if min(self.min_count, self.max_unigrams, self.max_tokens) < 1:
+            raise ValueError("min_count, max_unigrams and max_tokens must be positive")
+        if self.rows_per_range < 0 or not self.range_mb > 0:
             raise ValueError(
-                "min_count, max_unigrams, max_tokens and rows_per_range must be positive"
+                f"rows_per_range must be >= 0 (0: by size) and range_mb positive, got "
+                f"{self.rows_per_range} and {self.range_mb}"
             )
+
+    @property
+    def range_bytes(self) -> int:
+        """Bytes of CSV per range when ranges are cut by size (``rows_per_range`` 0)."""
+        return 0 if self.rows_per_range else max(1, int(self.range_mb * 2**20))
 
 
 def tokenize(text: str) -> list[str]:
@@ -228,7 +243,9 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def csv_row_ranges(data: bytes, rows_per_range: int) -> list[tuple[int, int, int, int]]:
+def csv_row_ranges(
+    data: bytes, rows_per_range: int, range_bytes: int = 0
+) -> list[tuple[int, int, int, int]]:
     """Cuts a CSV file into ranges of whole records, so that they can be parsed apart.
 
     Record boundaries come from :func:`csv_records` (quoted fields may hold commas,
@@ -236,21 +253,34 @@ def csv_row_ranges(data: bytes, rows_per_range: int) -> list[tuple[int, int, int
 
     Args:
         data: The file's bytes.
-        rows_per_range: Records per range (the last range may have fewer).
+        rows_per_range: Records per range (the last range may have fewer); 0: by size.
+        range_bytes: With ``rows_per_range`` 0, bytes per range: each range ends with
+            the first record that takes it to this size (the last may be smaller).
 
     Returns:
         ``(byte_start, byte_end, first_line, records)`` per range, in file order,
         covering ``data`` exactly; ``first_line`` is the 1-based line number where it
         starts.
     """
-    if rows_per_range < 1:
-        raise ValueError("rows_per_range must be positive")
+    if rows_per_range < 0 or (rows_per_range == 0 and range_bytes < 1):
+        raise ValueError("rows_per_range must be positive, or range_bytes with rows_per_range 0")
     ends, lines = csv_records(data)
-    if not len(ends):
+    n = len(ends)
+    if not n:
         return [(0, len(data), 1, 0)]
+    if rows_per_range:
+        firsts = list(range(0, n, rows_per_range))
+    else:
+        firsts = [0]
+        while True:
+            start = int(ends[firsts[-1] - 1]) if firsts[-1] else 0
+            last = int(np.searchsorted(ends, start + range_bytes, side="left"))
+            if last + 1 >= n:
+                break
+            firsts.append(last + 1)
     ranges = []
-    for first in range(0, len(ends), rows_per_range):
-        last = min(first + rows_per_range, len(ends)) - 1
+    for first, following in zip(firsts, [*firsts[1:], n], strict=True):
+        last = following - 1
         start = int(ends[first - 1]) if first else 0
         ranges.append((start, int(ends[last]), int(lines[first]) + 1, last - first + 1))
     return ranges
@@ -264,16 +294,17 @@ class PlanCsvRanges(beam.DoFn):
     the file), and ``stats``: the file's record count, independent of the parser.
     """
 
-    def __init__(self, input_dir: str, rows_per_range: int):
+    def __init__(self, input_dir: str, rows_per_range: int, range_bytes: int = 0):
         self.input_dir = input_dir
-        self.rows_per_range = rows_per_range
+        self.rows_per_range, self.range_bytes = rows_per_range, range_bytes
 
     def process(self, source: str):
         path = os.path.join(self.input_dir, f"{source}.csv")
         with open(path, "rb") as f:
             data = f.read()
         records = 0
-        for start, end, first_line, count in csv_row_ranges(data, self.rows_per_range):
+        ranges = csv_row_ranges(data, self.rows_per_range, self.range_bytes)
+        for start, end, first_line, count in ranges:
             records += count
             yield "ranges", (source, path, start, end, first_line)
         yield "stats", {"input": {source: records}}
@@ -284,9 +315,11 @@ class ParseCsvRange(beam.DoFn):
 
     Tags: ``rows``, batches ``(source, [(line, label, text), ...])`` of good rows, and
     ``dead_letter``, one ``{"file", "line", "raw", "reason"}`` per rejected record.
+    ``batch_size``: rows per batch; 0 (default): the range's rows are one batch, so that
+    each range becomes one file per split.
     """
 
-    def __init__(self, num_classes: int, batch_size: int = 512):
+    def __init__(self, num_classes: int, batch_size: int = 0):
         self.num_classes = num_classes
         self.batch_size = batch_size
 
@@ -301,7 +334,7 @@ class ParseCsvRange(beam.DoFn):
                 yield "dead_letter", {"file": path, "line": line, "raw": a, "reason": b}
                 continue
             batch.append((line, a, b))
-            if len(batch) == self.batch_size:
+            if len(batch) == self.batch_size:  # never with batch_size 0
                 yield "rows", (source, batch)
                 batch = []
         if batch:
@@ -439,7 +472,10 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         planned = (
             pipeline
             | "Sources" >> beam.Create(["train", "test"])
-            | "PlanRanges" >> beam.ParDo(PlanCsvRanges(config.input_dir, config.rows_per_range))
+            | "PlanRanges"
+            >> beam.ParDo(
+                PlanCsvRanges(config.input_dir, config.rows_per_range, config.range_bytes)
+            )
             | "PlanByTag" >> ByTag("ranges", "stats")
         )
         parsed = (
