@@ -241,6 +241,32 @@ def _span(values, fmt="{:.1f}", scale=1.0) -> str:
     return fmt.format(lo) if len(vals) == 1 or lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
+def log_plot(series: dict, xs: list[float], width: int = 48, height: int = 12) -> list[str]:
+    """A text plot of ``{mark: [y per x]}`` on log-log axes (one character a point)."""
+    points = [(x, y, m) for m, ys in series.items() for x, y in zip(xs, ys, strict=True) if y]
+    if len(xs) < 2 or not points:
+        return []
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for _, y, _ in points]
+    x0, x1, y0, y1 = min(lx), max(lx), min(ly), max(ly)
+    grid = [[" "] * width for _ in range(height)]
+    for x, y, mark in points:
+        col = round((math.log(x) - x0) / ((x1 - x0) or 1) * (width - 1))
+        row = round((math.log(y) - y0) / ((y1 - y0) or 1) * (height - 1))
+        cell = grid[height - 1 - row][col]
+        grid[height - 1 - row][col] = mark if cell in (" ", mark) else "*"
+    top, bottom = f"{math.exp(y1):,.0f}", f"{math.exp(y0):,.0f}"
+    pad = max(len(top), len(bottom))
+    lines = [
+        f"{(top if i == 0 else bottom if i == height - 1 else ''):>{pad}} |{''.join(r)}".rstrip()
+        for i, r in enumerate(grid)
+    ]
+    lines.append(" " * pad + " +" + "-" * width)
+    left, right = f"{xs[0]:,.0f}", f"{xs[-1]:,.0f} rows"
+    lines.append(" " * (pad + 2) + left + " " * max(1, width - len(left) - len(right)) + right)
+    return lines
+
+
 def render_full_size(section: dict) -> list[str]:
     """Markdown lines of the section."""
     ft, ours, sl = section["fasttext"], section["ours"], section["slopes"]
@@ -270,6 +296,35 @@ def render_full_size(section: dict) -> list[str]:
     def s(v):
         return "—" if v is None else f"{v:.2f}"
 
+    xs = [r["rows"] for r in section["rows"]]
+    best = {
+        key: [
+            min((m[i] for m in r[key] if m[i] is not None), default=None) for r in section["rows"]
+        ]
+        for key in ("preprocess", "epoch")
+        for i in (0,)
+    }
+    peaks = {
+        key: [
+            min((m[1] / 2**20 for m in r[key] if m[1] is not None), default=None)
+            for r in section["rows"]
+        ]
+        for key in ("preprocess", "epoch")
+    }
+    plot = log_plot({"P": best["preprocess"], "E": best["epoch"]}, xs)
+    memory = log_plot({"p": peaks["preprocess"], "e": peaks["epoch"]}, xs)
+    if plot:
+        lines += [
+            "",
+            "Seconds against rows (log-log; P preprocessing, E one epoch; * both), then peak "
+            "MB (p, e):",
+            "",
+            "```",
+            *plot,
+            "",
+            *memory,
+            "```",
+        ]
     lines += [
         "",
         f"Slopes (log-log, against rows; 1 is linear time, 0 flat memory): preprocessing "

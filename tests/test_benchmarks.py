@@ -587,3 +587,4 @@ def test_full_size_section_renders_its_table_slopes_and_ratios():
     assert "preprocessing time 1.00, its memory 0.00" in md
     assert "(**8.0x** fastText's)" in md and "(**3.0x** fastText's whole run)" in md
     assert "| DBPedia 560,000 rows: one epoch of single:1 <= 5x fastText's | 8.0x |" in md
+    assert "Seconds against rows (log-log; P preprocessing, E one epoch" in md
