@@ -147,7 +147,7 @@ def bench_full_size(
                 raise ValueError(f"{size} rows are not copies of {tiled_from}")
             log(f"  DBPedia {size:,} rows: {copies} copies of the {tiled_from:,} generated")
             tile_sample("dbpedia", tmp / f"dbpedia-full-{tiled_from}", raw, copies)
-        else:
+        elif not raw.exists():  # (a sample already in ``tmp`` is reused)
             log(f"  DBPedia {size:,} rows: generating")
             subprocess.run(
                 [PY, "-m", "distrain", "data", "dbpedia", "--sample", "--sample-size", str(size)]
@@ -294,7 +294,9 @@ def render_full_size(section: dict) -> list[str]:
         "Generated rows in the `dbpedia_csv` format; each measure a process of its own, its "
         "whole process tree's peak resident memory sampled every 50 ms. One epoch: "
         "`single:1` at the pipeline's defaults (batch 512, the fastText-style model, "
-        "dimension 64). Ranges are over the repeats.",
+        "dimension 64). Ranges are over the repeats."
+        + (f" Measured {section['measured']}." if section.get("measured") else "")
+        + (f" {section['note']}" if section.get("note") else ""),
         "",
         "| rows | raw MB | preprocess s | its peak MB | files (MB each) | one epoch s | "
         "its peak MB |",
