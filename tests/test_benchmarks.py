@@ -588,3 +588,18 @@ def test_full_size_section_renders_its_table_slopes_and_ratios():
     assert "(**8.0x** fastText's)" in md and "(**3.0x** fastText's whole run)" in md
     assert "| DBPedia 560,000 rows: one epoch of single:1 <= 5x fastText's | 8.0x |" in md
     assert "Seconds against rows (log-log; P preprocessing, E one epoch" in md
+
+
+def test_full_size_targets_judge_no_ratio_from_untrusted_timings_or_copied_rows():
+    from benchmarks.full_size import full_size_targets
+
+    section = _full_size_section()
+    section["rows"][-1]["copies"] = 4
+    copied = full_size_targets(section)
+    assert copied[0]["met"] is False and copied[1]["met"] is False  # 8x misses anyway
+    assert copied[1]["miss"] == "not judged: the rows are copies (see section 11)"
+    section["epoch_ratio"] = 2.0
+    section["untrusted"] = "a loaded host"
+    judged = full_size_targets(section)
+    assert [t["met"] for t in judged] == [False, False, True]
+    assert judged[0]["miss"] == "not judged: a loaded host"
