@@ -4,7 +4,7 @@
 #   docker build -f images/beam.Dockerfile -t distrain/beam:0.1.0 .
 # BASE is any Debian 12 (bookworm) image with python3 (3.11) and its venv module; the default is
 # the pinned official slim image. Python packages come from requirements/pins.txt.
-ARG BASE=python:3.11.14-slim-bookworm
+ARG BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 FROM ${BASE}
 RUN useradd --create-home --uid 1000 distrain
 WORKDIR /src

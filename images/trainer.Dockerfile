@@ -8,7 +8,7 @@
 # so a rebuild reuses it instead of compiling Horovod again.
 # BASE is any Debian 12 (bookworm) image with python3 (3.11) and its venv module; the default is
 # the pinned official slim image. Debian packages are pinned by version.
-ARG BASE=python:3.11.14-slim-bookworm
+ARG BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 FROM ${BASE} AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential=12.9 cmake=3.25.1-1 git=1:2.39.5-0+deb12u3 \
