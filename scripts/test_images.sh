@@ -29,7 +29,7 @@ sshd_pid=""
 cleanup() {
   [ -n "$sshd_pid" ] && kill "$sshd_pid" 2>/dev/null || true
   for c in "${containers[@]}"; do buildah rm "$c" >/dev/null 2>&1 || true; done
-  rm -rf "$work"
+  if [ "${DISTRAIN_KEEP_LOGS:-0}" = 1 ]; then echo "test_images: logs kept in $work/logs"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 # The images' user (uid 1000) writes here; the host reads it back.
@@ -139,25 +139,29 @@ sync_over_ssh() {
   echo "the MPIJob launcher's command: $cmd"
   buildah run --isolation chroot --user "$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")" \
     --volume "$work:/work" --volume "$work/ssh:/home/distrain/.ssh" "$ctr" -- \
-    /usr/sbin/sshd -De -f /home/distrain/.sshd_config &
+    /usr/sbin/sshd -De -f /home/distrain/.sshd_config 2>"$work/sshd.log" &
   sshd_pid=$!
   for _ in $(seq 1 50); do
     (exec 3<>/dev/tcp/127.0.0.2/2222) 2>/dev/null && break
     sleep 0.2
   done
+  local args=()
+  mapfile -t args < <(echo "$cmd" | "$py" -c 'import json, sys; print("\n".join(json.load(sys.stdin)))')
   # The operator's launcher environment: the hostfile, and ssh retried while pods start.
-  # shellcheck disable=SC2046
   buildah run --isolation chroot --user "$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")" \
     --volume "$work:/work" --volume "$work/ssh:/home/distrain/.ssh" \
     --env OMPI_MCA_orte_default_hostfile=/work/hostfile \
     --env OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10" \
     --env OMPI_MCA_orte_keep_fqdn_hostnames=true \
-    "$ctr" -- $(echo "$cmd" | "$py" -c 'import json, shlex, sys; print(shlex.join(json.load(sys.stdin)))')
+    "$ctr" -- "${args[@]}"
   local status=$?
   kill "$sshd_pid" 2>/dev/null || true
   wait "$sshd_pid" 2>/dev/null || true
   sshd_pid=""
-  [ "$status" = 0 ] && test -s "$work/out/sync2/history.json"
+  # Both ranks were started over ssh, as on worker pods (not as mpirun's local children).
+  echo "sshd: $(grep -c 'Accepted publickey for distrain' "$work/sshd.log") sessions accepted"
+  [ "$status" = 0 ] && test -s "$work/out/sync2/history.json" &&
+    [ "$(grep -c 'Accepted publickey for distrain' "$work/sshd.log")" -ge 2 ]
 }
 
 evaluate_and_compare() {
