@@ -17,10 +17,11 @@ import pytest
 from distrain.data.gutenberg_sample import book_text
 from distrain.data.idx import IdxFormatError, write_idx
 from distrain.failures import Failure
-from distrain.preprocess.common import OutputExistsError, count_tfrecords
+from distrain.preprocess.common import OutputExistsError
 from distrain.preprocess.dbpedia import DbpediaPreprocessConfig, preprocess_dbpedia
 from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
 from distrain.preprocess.mnist import MnistPreprocessConfig, preprocess_mnist
+from distrain.preprocess.records import count_tfrecords
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes"
@@ -164,3 +165,111 @@ def test_a_quote_open_past_the_bound_is_rejected_line_by_line():
         ranges = csv_row_ranges(two, rows)
         pieces = [o for a, b, line, _ in ranges for o in parse_csv("t.csv", two[a:b], 14, line)]
         assert pieces == out
+
+
+@pytest.mark.case("integrity/file-list")
+def test_training_reads_exactly_the_listed_files_and_refuses_any_difference(
+    mnist_examples, tmp_path
+):
+    import shutil
+
+    from distrain.preprocess.records import write_tfrecords
+    from distrain.train.inputs import DataError, DatasetInfo
+
+    data = tmp_path / "data"
+    shutil.copytree(mnist_examples, data)
+    meta = json.loads((data / "metadata.json").read_text())
+    listed = [data / item["file"] for item in meta["shards"]["train"]]
+    info = DatasetInfo.load(data)
+    assert info.split_files("train") == [str(p) for p in sorted(listed)]
+
+    # A file more (an earlier job's, a stray copy) is named and refused.
+    extra = data / "train" / "part-older.tfrecord"
+    write_tfrecords(str(extra), [b"x"])
+    with pytest.raises(DataError, match="part-older.tfrecord: not in .*metadata.json's list"):
+        info.split_files("train")
+    extra.unlink()
+    # A listed file with another count of records, or missing.
+    victim = listed[0]
+    original = victim.read_bytes()
+    write_tfrecords(str(victim), [b"y"])
+    with pytest.raises(DataError, match=f"{victim.name}: .*bytes, .*metadata.json lists"):
+        info.split_files("train")
+    victim.unlink()
+    with pytest.raises(DataError, match=f"{victim.name}: listed in .* but missing"):
+        info.split_files("train")
+    victim.write_bytes(original)
+    assert len(info.split_files("train")) == len(listed)
+    # A metadata file without its completion mark is no data set.
+    (data / "metadata.json").write_text(json.dumps({**meta, "complete": False}))
+    with pytest.raises(DataError, match="not marked complete"):
+        DatasetInfo.load(data)
+
+
+def _mnist_raw(folder, bad_label_at=None):
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 64), ("t10k", 32)):
+        images = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8)
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        if bad_label_at is not None and prefix == "train":
+            labels[bad_label_at] = 42
+        write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    return folder
+
+
+@pytest.mark.case("integrity/metadata-last")
+def test_a_job_that_fails_its_checks_leaves_no_data_set(tmp_path):
+    from distrain.preprocess.common import BadRecordsError
+
+    good_raw = _mnist_raw(tmp_path / "good")
+    bad_raw = _mnist_raw(tmp_path / "bad", bad_label_at=5)
+    # Into a new folder: nothing that looks like a data set, the dead letters beside it.
+    fresh = tmp_path / "fresh"
+    with pytest.raises(BadRecordsError, match="fresh.failed/dead_letter"):
+        preprocess_mnist(MnistPreprocessConfig(str(bad_raw), str(fresh)), OPTIONS)
+    assert not (fresh / "metadata.json").exists()
+    assert not (tmp_path / "fresh.failed" / "metadata.json").exists()
+    assert list((tmp_path / "fresh.failed" / "dead_letter").glob("*.jsonl"))
+    # Over an earlier, good output: it stays as it was.
+    out = tmp_path / "out"
+    good = preprocess_mnist(MnistPreprocessConfig(str(good_raw), str(out)), OPTIONS)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    cfg = MnistPreprocessConfig(str(bad_raw), str(out), overwrite=True)
+    with pytest.raises(BadRecordsError):
+        preprocess_mnist(cfg, OPTIONS)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert json.loads((out / "metadata.json").read_text())["splits"] == good["splits"]
+    assert not list(tmp_path.glob(".out.tmp-*"))
+
+
+@pytest.mark.case("integrity/checkpoint-state", "integrity/checkpoint-fingerprint")
+def test_checkpoints_are_found_by_their_files_and_refused_from_another_model(
+    mnist_examples, tmp_path
+):
+    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.train.replica import Replica
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(out), model="softmax")
+    first = Replica(cfg)
+    first.version.assign(7)
+    first.checkpoint(7)
+    first.version.assign(12)
+    first.checkpoint(12)
+    weights = [w.numpy() for w in first.model.weights]
+    # A garbled state file: the checkpoints are found by their files, not started over.
+    (out / "checkpoints" / "checkpoint").write_text("junk {{{ not a state file")
+    again = Replica(cfg)
+    path = again.restore()
+    assert path is not None and path.endswith("ckpt-12") and again.step == 12
+    for a, b in zip(weights, again.model.weights, strict=True):
+        np.testing.assert_array_equal(a, b.numpy())
+    assert again.manager.checkpoints[-1].endswith("ckpt-12")  # the state file is whole again
+    # Another model's checkpoint in the same folder is a permanent error naming the change.
+    other = Replica(TrainConfig(data_dir=str(mnist_examples), output_dir=str(out), model="mlp"))
+    with pytest.raises(ConfigError, match="ckpt-12: a checkpoint of another model.*'softmax' in "):
+        other.restore()
+    failure = Failure.of("train", ConfigError("x"))
+    assert not failure.retryable and failure.exit_code == 2

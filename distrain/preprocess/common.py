@@ -608,30 +608,6 @@ def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:
     return path
 
 
-def count_tfrecords(path: str | os.PathLike) -> int:
-    """Records in a TFRecord file, from its framing alone (lengths, no data read).
-
-    Raises:
-        RecordAccountingError: The file ends inside a record.
-    """
-    import struct
-
-    count, size = 0, os.path.getsize(path)
-    with open(path, "rb") as f:
-        position = 0
-        while position < size:
-            header = f.read(8)
-            if len(header) < 8:
-                raise RecordAccountingError(f"{path}: ends inside a record's length")
-            (length,) = struct.unpack("<Q", header)
-            position += 8 + 4 + length + 4
-            if position > size:
-                raise RecordAccountingError(f"{path}: ends inside record {count + 1}")
-            f.seek(position)
-            count += 1
-    return count
-
-
 def read_single_json(pattern: str) -> dict:
     """Reads the one JSON document a single-shard Beam text sink wrote."""
     files = sorted(glob.glob(pattern))
