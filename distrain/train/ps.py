@@ -901,7 +901,7 @@ class ParameterServerMode(Mode):
         processes = [
             Process(
                 f"ps:{i}",
-                server_command(1),
+                server_command(1, cfg.output_dir),
                 env={"TF_CONFIG": tf_config(cluster, "ps", i)},
                 log=logs / f"ps-{i}.log",
                 critical=True,

@@ -382,20 +382,28 @@ class Replica:
             "variables": [list(v.shape) for v in self.model.weights],
         }
 
-    def check_fingerprint(self, path: str, reader) -> None:
-        """Refuses a checkpoint whose fingerprint differs from this run's, naming how.
+    def stored_fingerprint(self, path: str) -> dict | None:
+        """The fingerprint saved in a checkpoint (None: one from before they were saved).
 
-        ``reader``: the checkpoint's (``tf.train.load_checkpoint``).
+        Raises:
+            Exception: The checkpoint cannot be read (TensorFlow's error, as it comes).
+        """
+        key = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
+        reader = self.tf.train.load_checkpoint(path)
+        if not reader.has_tensor(key):
+            return None
+        return json.loads(reader.get_tensor(key).decode())
+
+    def check_fingerprint(self, path: str, theirs: dict | None) -> None:
+        """Refuses a checkpoint whose fingerprint differs from this run's, naming how.
 
         Raises:
             ConfigError: The checkpoint is of another model or configuration (a
                 permanent error: a retry finds the same checkpoint).
         """
-        key = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
-        if not reader.has_tensor(key):
+        if theirs is None:
             self.log(f"checkpoint {path} has no fingerprint (an older version); not checked")
             return
-        theirs = json.loads(reader.get_tensor(key).decode())
         ours = self.fingerprint
         differences = [
             f"{k}: {theirs.get(k)!r} in the checkpoint, {ours[k]!r} now"
@@ -480,25 +488,26 @@ class Replica:
         errors = []
         for path in candidates:
             try:
-                reader = self.tf.train.load_checkpoint(path)
+                theirs = self.stored_fingerprint(path)
             except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
-                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                errors.append(f"{path}: {type(err).__name__}: {first_line}")
-                self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
+                self._unreadable(path, err, errors)
                 continue
-            self.check_fingerprint(path, reader)
+            self.check_fingerprint(path, theirs)  # another model's: refused, not skipped
             try:
                 self.ckpt.restore(path).expect_partial()
                 return path
             except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
-                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                errors.append(f"{path}: {type(err).__name__}: {first_line}")
-                self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
+                self._unreadable(path, err, errors)
         if errors:
             raise TrainingError(
                 f"no readable checkpoint in {self.checkpoint_dir()}: " + "; ".join(errors)
             )
         return None
+
+    def _unreadable(self, path: str, err: BaseException, errors: list[str]) -> None:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        errors.append(f"{path}: {type(err).__name__}: {first_line}")
+        self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
 
     def checkpoint(self, step: int, engine=None) -> None:
         """Rank 0's (the chief's) checkpoint at update ``step``."""
