@@ -419,7 +419,7 @@ def test_bad_input_found_by_a_retried_step_is_not_retried(tmp_path, cli_env):
     assert proc.returncode == 2, proc.stdout[-3000:]
     last = _last_line(proc)
     assert last.startswith("distrain: preprocess (Beam) failed: "), last
-    assert "records rejected" in last and "above the allowed 1.00%" in last
+    assert "lines rejected" in last and "above the allowed 1.00%" in last
     assert _attempts(proc, "preprocess") == 1, "a permanent error was retried"
     assert "Retrying in" not in proc.stdout and seconds < 120
     assert "Traceback" not in proc.stdout
