@@ -466,6 +466,7 @@ def _metadata(config, books: list[str], sizes: dict[str, int], out: Path) -> dic
         "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
         "shards": list_shards(files, "", windows_by_split),
         "text": "text/part-*.jsonl",
+        "text_files": [f["file"] for f in files if os.path.dirname(f["file"]) == "text"],
         "dead_letter": "dead_letter/part-*.jsonl",
         "feature_spec": {"chars": f"int64[{config.seq_len + 1}] character ids (0 = OOV)"},
         # Consecutive lines, for encoder-decoders (DatasetInfo.view("pairs")).
@@ -490,9 +491,25 @@ def _metadata(config, books: list[str], sizes: dict[str, int], out: Path) -> dic
 
 
 def read_texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
-    """The normalised text of each book's part of a split, from a preprocessed directory."""
+    """The normalised text of each book's part of a split, from a preprocessed directory.
+
+    Reads the text files ``metadata.json`` lists (``text_files``), and only those.
+
+    Raises:
+        GutenbergFormatError: The metadata lists no text files, or a listed one is missing.
+    """
+    meta = Path(data_dir, "metadata.json")
+    listed = json.loads(meta.read_text()).get("text_files") if meta.exists() else None
+    if listed is None:
+        raise GutenbergFormatError(
+            f"{meta}: no list of text files (preprocessed by an older version of distrain); "
+            "preprocess the data again"
+        )
     texts = {}
-    for path in sorted(Path(data_dir, "text").glob("part-*.jsonl")):
+    for name in sorted(listed):
+        path = Path(data_dir, name)
+        if not path.is_file():
+            raise GutenbergFormatError(f"{path}: listed in {meta}, but missing")
         for line in path.read_text(encoding="utf-8").splitlines():
             item = json.loads(line)
             if item["split"] == split:
