@@ -310,7 +310,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     """``distrain server``: a TF server of a PS-mode cluster, its role from TF_CONFIG."""
     from distrain.train import server
 
-    return server.main(["--threads", str(args.threads)])
+    return server.main(["--threads", str(args.threads), "--output", args.output])
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
@@ -619,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.set_defaults(func=cmd_worker)
     sv = add("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    sv.add_argument("--output", default="", help="the run's output folder (its errors/)")
     sv.set_defaults(func=cmd_server)
 
     fl = add(

@@ -49,6 +49,7 @@ CASES: list[tuple[str, str]] = [
     ("integrity/checkpoint-state", "Checkpoints: a garbled state file rebuilt from the files"),
     ("integrity/checkpoint-fingerprint", "Checkpoints: another model's checkpoint refused"),
     ("integrity/errors", "Errors: permanent and transient causes told apart, case by case"),
+    ("integrity/stalls", "A stopped (SIGSTOP) parameter server ends the run within a bound"),
     ("download/sha256", "Download: digest mismatch refused, partial file removed"),
     ("download/unsafe-members", "Download: absolute, '..' and outside-link members refused"),
     ("download/interrupted", "Download: an interrupted download resumes or restarts"),
