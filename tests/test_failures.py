@@ -124,15 +124,16 @@ def test_the_table_of_permanent_and_transient_causes(cause, exc, transient):
 
 @pytest.mark.case("integrity/errors")
 def test_a_parameter_server_records_its_error_for_the_launcher(tmp_path, monkeypatch):
-    from distrain.train import server
-    from distrain.train.launch import WorkerFailed, process_failure
+    from distrain.cli import main
+    from distrain.train.launch import WorkerFailed, process_failure, server_args
 
     out = tmp_path / "run"
     bad = {"cluster": {"ps": ["localhost:1"]}, "task": {"type": "ps", "index": "first"}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
     monkeypatch.delenv("HOROVOD_RANK", raising=False)
     monkeypatch.delenv("OMPI_COMM_WORLD_RANK", raising=False)
-    assert server.main(["--threads", "1", "--output", str(out)]) == 2
+    # The command the launchers give a parameter server, through the console script's parser.
+    assert main(server_args(1, out)) == 2
     failed = process_failure(out, "[async:2] parameter server ps:0 exited with code 2")
     assert isinstance(failed, WorkerFailed) and not classify(failed)
     assert "ps:first failed: ValueError: invalid literal for int()" in str(failed)
