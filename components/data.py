@@ -48,6 +48,7 @@ def preprocess(
             validation_fraction=validation_fraction,
             seed=seed,
             beam_args=[str(arg) for arg in beam_args],
+            overwrite=True,  # the step's own artifact folder: a retried attempt replaces it
         )
     for split, count in meta["splits"].items():
         stats.log_metric(f"{split}_examples", count)

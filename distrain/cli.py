@@ -59,6 +59,7 @@ def cmd_preprocess(args: argparse.Namespace) -> int:
         validation_fraction=args.validation_fraction,
         seed=args.seed,
         beam_args=args.beam_args,
+        overwrite=args.overwrite,
     )
     splits = ", ".join(f"{split} {count:,}" for split, count in meta["splits"].items())
     print(
@@ -309,7 +310,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     """``distrain server``: a TF server of a PS-mode cluster, its role from TF_CONFIG."""
     from distrain.train import server
 
-    return server.main(["--threads", str(args.threads)])
+    return server.main(["--threads", str(args.threads), "--output", args.output])
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
@@ -443,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
         "preprocess",
         help="run a data set's Beam preprocessing alone, on any Beam runner",
         usage="distrain preprocess {mnist,dbpedia,gutenberg} --data RAW --output EXAMPLES "
+        "[--overwrite] "
         "[--validation-fraction F] [--seed S] [-- BEAM OPTIONS ...]",
         description="Run the Beam preprocessing job of a data set. Everything after -- "
         "goes to Beam as pipeline options, e.g. -- --runner=DataflowRunner --project P "
@@ -456,6 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--output", required=True, help="where examples and metadata go")
     pre.add_argument("--validation-fraction", type=float, default=0.1)
     pre.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    pre.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output folder that holds files (whole, once the job succeeds); "
+        "without it such a folder is refused, never mixed with the new output",
+    )
     pre.set_defaults(func=cmd_preprocess)
 
     comp = add("compile", help="compile a pipeline (a data set's or an experiment's) to KFP YAML")
@@ -611,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.set_defaults(func=cmd_worker)
     sv = add("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    sv.add_argument("--output", default="", help="the run's output folder (its errors/)")
     sv.set_defaults(func=cmd_server)
 
     fl = add(

@@ -249,8 +249,12 @@ def preprocess(
     validation_fraction: float = 0.1,
     seed: int = 0,
     beam_args: list[str] | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Runs the data set's Beam preprocessing; returns the metadata it wrote.
+
+    ``output_dir`` must be empty or missing unless ``overwrite``; it is then replaced
+    whole, and only when the job and its checks succeed.
 
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
@@ -261,13 +265,20 @@ def preprocess(
     args = beam_args or ["--runner=DirectRunner"]
     runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
-        return plugin.preprocess(str(raw_dir), str(output_dir), validation_fraction, seed, args)
+        return plugin.preprocess(
+            str(raw_dir), str(output_dir), validation_fraction, seed, args, overwrite=overwrite
+        )
 
 
 def _written(directory: str | os.PathLike) -> str:
-    """What a job has written under ``directory`` so far: files and their size."""
+    """What a job has written for ``directory`` so far: files and their size.
+
+    A job writes into a temporary sibling (``.NAME.tmp-*``) until it succeeds.
+    """
+    out = Path(directory)
+    staged = sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.name else []
     files, size = 0, 0
-    for root, dirs, names in os.walk(directory):
+    for root, dirs, names in (w for d in staged or [out] for w in os.walk(d)):
         dirs[:] = [d for d in dirs if not d.startswith(".")]  # the job's scratch space
         for name in names:
             with contextlib.suppress(OSError):

@@ -181,6 +181,24 @@ def test_unsafe_tar_members_are_refused(tmp_path, member, message):
     assert not (tmp_path / "out" / "ok" / "fine.txt").exists()  # nothing was extracted
 
 
+@pytest.mark.case("download/unsafe-members", "integrity/errors")
+@pytest.mark.parametrize(
+    "chain, message",
+    [
+        # On an empty disk each resolves inside; extracted in order, x/evil lands above.
+        ([_link("y", "."), _link("x", "y/.."), _file("x/evil")], "passes through the link 'y'"),
+        ([_link("d", "."), _file("d/evil")], "lies under the link 'd'"),
+    ],
+    ids=["link-chain", "under-a-link"],
+)
+def test_link_chains_are_refused_by_the_archives_own_paths(tmp_path, chain, message):
+    archive = _tar(tmp_path / "chain.tar.gz", chain)
+    with pytest.raises(UnsafeArchiveError, match=message):
+        safe_extract(archive, tmp_path / "root" / "out")
+    assert not (tmp_path / "root" / "evil").exists()
+    assert not list((tmp_path / "root" / "out").iterdir())
+
+
 @pytest.mark.case("download/unsafe-members")
 def test_device_member_refused(tmp_path):
     info = tarfile.TarInfo("dev")

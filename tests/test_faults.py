@@ -605,3 +605,30 @@ def test_a_guarded_child_dies_with_its_killed_parent(tmp_path):
     parent.wait()
     child.wait(timeout=10)  # killed by the kernel, not left running
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+# ---- every wait has a bound -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.case("integrity/stalls", "train/no-orphans")
+def test_a_stopped_parameter_server_ends_the_run_within_the_operation_timeout(
+    mnist_examples, tmp_path
+):
+    # SIGSTOP: the process is there, its connections open, and it never answers. Without
+    # a bound the others wait forever; with operation_timeout the run ends with an error.
+    out = tmp_path / "run"
+    stopped: list[float] = []
+
+    def stop():
+        os.kill(server_of(out, "ps", 0).pid, signal.SIGSTOP)
+        stopped.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and server_of(out, "ps", 0), stop)
+    cfg = config(mnist_examples, out, "async:2", epochs=40, operation_timeout=15)
+    with pytest.raises(TrainingError, match="training failed"):
+        run_training(cfg, timeout=400)
+    assert stopped, "the process was not stopped"
+    ended_after = time.monotonic() - stopped[0]
+    assert ended_after < 15 + 45, ended_after
+    assert_no_orphans(out)

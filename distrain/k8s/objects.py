@@ -345,7 +345,7 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
         labels = _labels(name, job)
         labels["distrain.dev/task"] = task
         if job == "ps":
-            args = server_args(k.cpu_threads())  # holds the variables
+            args = server_args(k.cpu_threads(), cfg.output_dir)  # holds the variables
         else:
             # The chief and the workers train (each worker its own steps, between-graph);
             # their role comes from TF_CONFIG.

@@ -195,9 +195,17 @@ def worker_args(config_path: str | os.PathLike) -> list[str]:
     return ["worker", "--config", str(config_path)]
 
 
-def server_args(threads: int) -> list[str]:
-    """The ``distrain`` subcommand of a parameter-server or worker server (PS modes)."""
-    return ["server", "--threads", str(threads)]
+def server_args(threads: int, output_dir: str | os.PathLike = "") -> list[str]:
+    """The ``distrain`` subcommand of a parameter-server or worker server (PS modes).
+
+    ``output_dir``: the run's output folder, where a failing server records its error.
+    """
+    return [
+        "server",
+        "--threads",
+        str(threads),
+        *(["--output", str(output_dir)] * bool(output_dir)),
+    ]
 
 
 def worker_command(config_path: str | os.PathLike) -> list[str]:
@@ -205,9 +213,9 @@ def worker_command(config_path: str | os.PathLike) -> list[str]:
     return [*LOCAL_PREFIX, *worker_args(config_path)]
 
 
-def server_command(threads: int) -> list[str]:
+def server_command(threads: int, output_dir: str | os.PathLike = "") -> list[str]:
     """The local command of a server process (PS modes)."""
-    return [*LOCAL_PREFIX, *server_args(threads)]
+    return [*LOCAL_PREFIX, *server_args(threads, output_dir)]
 
 
 def local_host_aliases() -> list[str]:
