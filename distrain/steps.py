@@ -396,10 +396,16 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
 def compare(
     reports: list[dict], output_dir: str | os.PathLike, *, target_accuracy: float = 0.95
 ) -> dict:
-    """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison."""
-    from distrain.compare import CompareConfig, write_comparison
+    """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison.
 
-    return write_comparison(output_dir, reports, CompareConfig(target_accuracy=target_accuracy))
+    The comparison records the machine and software it ran on (:mod:`distrain.machine`).
+    """
+    from distrain.compare import CompareConfig, write_comparison
+    from distrain.machine import describe
+
+    return write_comparison(
+        output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe()
+    )
 
 
 def gather_results(paths: list[str], earlier: str | None = None) -> list[dict]:
