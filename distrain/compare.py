@@ -391,6 +391,47 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
     }
 
 
+# The headline numbers a pipeline logs as KFP Metrics, one key per (run, number): the keys
+# stay the same from one pipeline run to the next, so that KFP's run-compare page lines
+# them up. (key in the row, metric name)
+HEADLINE = (
+    ("repeats", "repeats"),
+    ("accuracy", "accuracy"),
+    ("bits_per_char", "bits_per_char"),
+    ("reconstruction_mse", "reconstruction_mse"),
+    ("time_to_target", "time_to_target_seconds"),
+    ("seconds_per_step", "seconds_per_step"),
+    ("steps_to_target", "steps_to_target"),
+    ("examples_per_second", "examples_per_second"),
+    ("train_seconds", "train_seconds"),
+)
+
+
+def headline_metrics(comparison: dict) -> dict[str, float]:
+    """Each trained run's headline numbers as ``{"RUN/NAME": value}`` (with 95 % bounds).
+
+    ``NAME`` is one of :data:`HEADLINE`'s metric names, ``NAME_low`` / ``NAME_high`` its
+    interval's ends; numbers a run does not have are left out (KFP metrics are numbers).
+    """
+    out = {}
+    for row in comparison["rows"]:
+        if row["mode"] == BASELINE:
+            continue
+        for key, name in HEADLINE:
+            value = row.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"{row['name']}/{name}"] = float(value)
+            interval = row.get(f"{key}_interval")
+            if interval:
+                out[f"{row['name']}/{name}_low"] = float(interval[0])
+                out[f"{row['name']}/{name}_high"] = float(interval[1])
+    verdict = comparison.get("verdict") or {}
+    out["verdict/decided"] = 1.0 if verdict.get("winner") else 0.0
+    out["verdict/tied_runs"] = float(len(verdict.get("tied") or []))
+    out["verdict/runs_missing_target"] = float(len(verdict.get("never_reached") or []))
+    return out
+
+
 def columns(comparison: dict) -> list[tuple[str, str, str]]:
     """The table's columns: those with a value in at least one row."""
     return [c for c in COLUMNS if any(row.get(c[0]) is not None for row in comparison["rows"])]

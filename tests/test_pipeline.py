@@ -47,11 +47,23 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     tasks = spec["root"]["dag"]["tasks"]
     assert {"fetch-data", "preprocess", "baseline", "compare"} <= set(tasks)
     loop = next(t for name, t in tasks.items() if name.startswith("for-loop"))
-    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--runs"
+    # The loop runs over the checked trainings: each run spec `repeats` times, a seed each.
+    assert loop["parameterIterator"]["items"]["inputParameter"] == (
+        "pipelinechannel--check-parameters-Output"
+    )
     inner = spec["components"][loop["componentRef"]["name"]]["dag"]["tasks"]
     assert {"train", "evaluate"} <= set(inner)
+    train_inputs = inner["train"]["inputs"]["parameters"]
+    assert train_inputs["seed"]["parameterExpressionSelector"] == 'parseJson(string_value)["seed"]'
+    assert train_inputs["run_spec"]["parameterExpressionSelector"] == (
+        'parseJson(string_value)["run_spec"]'
+    )
+    # A cached time is not a measurement: training is never served from the cache.
+    assert not inner["train"].get("cachingOptions", {}).get("enableCache")
+    assert tasks["preprocess"]["cachingOptions"]["enableCache"]
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["runs"]["defaultValue"] == DEFAULT_RUNS
+    assert defaults["repeats"]["defaultValue"] == 1
     model = {"mnist": "mlp", "dbpedia": "fasttext", "gutenberg": "lstm"}[dataset]
     assert defaults["model"]["defaultValue"] == model
     # Sync runs' Horovod controller is a pipeline parameter, checked first, used by training.

@@ -191,3 +191,54 @@ def test_same_name_and_seed_is_a_duplicate_but_other_seeds_are_repeats():
     c = build_comparison([a, run("sync:2", "sync", 2, 1, 12.0, 0.97)])
     assert len(c["rows"]) == 1 and c["rows"][0]["repeats"] == 2
     assert c["rows"][0]["train_seconds"] == 11.0
+
+
+def test_headline_metrics_have_stable_keys_with_interval_bounds():
+    from distrain.compare import headline_metrics
+
+    reports = repeats("single:1", "single", 1, (30.0, 31.0, 29.0), (0.975, 0.976, 0.974))
+    reports += repeats("sync:2", "sync", 2, (10.0, 10.5, 9.5), (0.975, 0.977, 0.974))
+    metrics = headline_metrics(build_comparison(reports))
+    again = headline_metrics(build_comparison(list(reversed(reports))))
+    assert set(metrics) == set(again)
+    for run_name in ("single:1", "sync:2"):
+        for name in ("accuracy", "time_to_target_seconds", "examples_per_second"):
+            low, mid, high = (metrics[f"{run_name}/{name}{s}"] for s in ("_low", "", "_high"))
+            assert low <= mid <= high
+        assert metrics[f"{run_name}/repeats"] == 3.0
+    assert metrics["verdict/decided"] == 1.0 and metrics["verdict/runs_missing_target"] == 0.0
+    assert all(isinstance(v, float) for v in metrics.values())
+
+
+def test_pipeline_trainings_are_each_spec_repeated_with_its_own_seeds():
+    from distrain.steps import StepError, check_parameters, trainings
+
+    assert trainings(["single:1", "sync:2"], 2, 7) == [
+        {"run_spec": "single:1", "seed": 7},
+        {"run_spec": "single:1", "seed": 8},
+        {"run_spec": "sync:2", "seed": 7},
+        {"run_spec": "sync:2", "seed": 8},
+    ]
+    checked = check_parameters("mnist", "sample", ["sync:2"], repeats=3, seed=1)
+    assert [t["seed"] for t in checked["trainings"]] == [1, 2, 3]
+    with pytest.raises(StepError, match="repeats must be between 1 and 50, got 0"):
+        check_parameters("mnist", "sample", ["sync:2"], repeats=0)
+
+
+def test_train_repeat_summary_gives_medians_intervals_and_raw_values():
+    from distrain.cli import repeat_summary
+
+    histories = [
+        {
+            "run": {"name": "sync:2"},
+            "train_seconds": t,
+            "examples_per_second": 1000 / t,
+            "epochs": [{"val_accuracy": 0.9}, {"val_accuracy": a}],
+        }
+        for t, a in ((10.0, 0.95), (12.0, 0.96), (11.0, 0.97))
+    ]
+    s = repeat_summary(histories)
+    assert s["repeats"] == 3 and s["train_seconds"] == 11.0
+    assert s["val_accuracy_values"] == [0.95, 0.96, 0.97]
+    low, high = s["train_seconds_interval"]
+    assert low < 11.0 < high
