@@ -225,3 +225,26 @@ def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -
         f"({cheapest.cost:g} processes){tail}."
     )
     return verdict
+
+
+def accuracy_interval(accuracy: float | None, n: int | None) -> tuple[float, float] | None:
+    """The Wilson 95 % interval of an accuracy on ``n`` test examples (None without ``n``)."""
+    if accuracy is None or not n:
+        return None
+    return wilson(min(max(float(accuracy), 0.0), 1.0), int(n))
+
+
+def accuracy_difference(a: float, n_a: int | None, b: float, n_b: int | None) -> int:
+    """+1 when accuracy ``a`` is measurably above ``b``, -1 below, 0 inside their intervals.
+
+    Without the test-set sizes there is no interval, and no difference is claimed.
+    """
+    return compare_values(a, accuracy_interval(a, n_a), b, accuracy_interval(b, n_b))
+
+
+def with_interval(accuracy: float, n: int | None) -> str:
+    """``0.8790 (95 % interval 0.8429–0.9063)``: an accuracy as a report should give it."""
+    interval = accuracy_interval(accuracy, n)
+    if interval is None:
+        return f"{accuracy:.4f} (no test-set size: no interval)"
+    return f"{accuracy:.4f} (95 % interval {interval_text(interval)})"
