@@ -219,7 +219,12 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
     from distrain.train.modes import mode_class
 
     mode_cells = mode_class(run["mode"]).columns(run, hist)
-    _, per_step = _steps(hist)
+    to_target = time_to_target(hist.get("epochs", []), config.target_accuracy)
+    steps = steps_to_target(hist, config.target_accuracy)
+    # Seconds per step up to the target (start-up, tracing and validation included), so
+    # that it times steps to target gives the time to target; the whole run's where the
+    # target was never reached.
+    per_step = to_target / steps if to_target and steps else _steps(hist)[1]
     return {
         "name": run["name"],
         "mode": run["mode"],
@@ -231,9 +236,9 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
         "examples_per_second": float(hist.get("examples_per_second", 0.0)),
         "epoch_seconds": _epoch_seconds(hist),
         "rank_loss": _rank_loss(hist),
-        "time_to_target": time_to_target(hist.get("epochs", []), config.target_accuracy),
+        "time_to_target": to_target,
         "seconds_per_step": per_step,
-        "steps_to_target": steps_to_target(hist, config.target_accuracy),
+        "steps_to_target": steps,
         "global_batch_size": hist.get("global_batch_size"),
         "staleness_mean": mean,
         "staleness_p95": p95,
@@ -472,9 +477,10 @@ def render_markdown(comparison: dict) -> str:
         f"Speedup is against `{comparison['baseline'] or 'n/a'}` (its training time over "
         "each run's); efficiency is speedup / workers; time to target is the wall-clock "
         f"time to reach validation accuracy {comparison['target_accuracy']}, seconds per "
-        "step (hardware) x steps to target (statistics), a step being one update of the "
-        "effective batch; numbers in brackets are 95 % intervals (over the repeats; for an "
-        "accuracy at least the binomial interval of the test set); staleness "
+        "step up to it (hardware: compute, communication, start-up) x steps to target "
+        "(statistics), a step being one update of the effective batch; numbers in "
+        "brackets are 95 % intervals (over the repeats; for an accuracy at least the "
+        "binomial interval of the test set); staleness "
         "is the number of parameter versions between the one a gradient was computed on and "
         "the one it was applied to (or dropped at); transport is how the workers exchanged "
         "gradients (Horovod's mpi or gloo controller for sync runs, TensorFlow's gRPC to the "
@@ -549,7 +555,11 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_name = {r["run"]["name"]: r for r in reports if r.get("history")}
+    repeats_of: dict[str, list[dict]] = {}
+    for r in reports:
+        if r.get("history"):
+            repeats_of.setdefault(r["run"]["name"], []).append(r)
+    by_name = {name: runs[0] for name, runs in repeats_of.items()}  # a run's first repeat
     names = [row["name"] for row in comparison["rows"] if row["name"] in by_name]
     figures = []
     for key, label, title in (
@@ -557,13 +567,20 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ("val_accuracy", "validation accuracy", "Validation accuracy against wall-clock time"),
     ):
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
-        for name in names:
-            # Epochs without validation (validation_freq > 1) have no point on that plot.
-            epochs = [
-                e for e in by_name[name]["history"].get("epochs", []) if e.get(key) is not None
-            ]
-            t = [e["wall_seconds"] for e in epochs]
-            ax.plot(t, [e[key] for e in epochs], marker="o", label=name)
+        for colour, name in enumerate(names):
+            # Every repeat, in the run's colour; the label once.
+            for i, report in enumerate(repeats_of[name]):
+                # Epochs without validation (validation_freq > 1) have no point on that plot.
+                epochs = [e for e in report["history"].get("epochs", []) if e.get(key) is not None]
+                t = [e["wall_seconds"] for e in epochs]
+                ax.plot(
+                    t,
+                    [e[key] for e in epochs],
+                    marker="o",
+                    color=f"C{colour % 10}",
+                    alpha=1.0 if i == 0 else 0.45,
+                    label=name if i == 0 else None,
+                )
         if key == "val_accuracy":
             ax.axhline(comparison["target_accuracy"], color="grey", ls="--", lw=1, label="target")
         else:
@@ -717,8 +734,9 @@ figcaption {{ text-align: center; font-size: 0.85em; color: #555; }}
 <p class="verdict"><b>Verdict:</b> {html.escape(verdict_sentence(comparison))}</p>
 <p>Speedup against <code>{html.escape(str(comparison["baseline"]))}</code>; efficiency =
 speedup / workers; time to target = wall-clock seconds to validation accuracy
-{comparison["target_accuracy"]} = seconds per step (hardware) &times; steps to target
-(statistics), a step being one update of the effective batch. Under each median: its 95 %
+{comparison["target_accuracy"]} = seconds per step up to it (hardware: compute,
+communication, start-up) &times; steps to target (statistics), a step being one update of
+the effective batch. Under each median: its 95 %
 interval (over the repeats; for an accuracy at least the test set's binomial interval).</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {body}</tbody></table>

@@ -151,13 +151,18 @@ class Candidate:
     extra: dict = field(default_factory=dict)
 
 
-# How a criterion reads in a sentence: (what is measured, better adjective, unit format).
+# How a criterion reads in a sentence: (what is measured, better adjective, number format,
+# unit).
 WORDS = {
-    "time_to_target": ("time to the target", "faster", "{:.1f} s"),
-    "accuracy": ("test accuracy", "more accurate", "{:.4f}"),
-    "bits_per_char": ("bits per character", "better (fewer bits per character)", "{:.3f}"),
-    "reconstruction_mse": ("reconstruction error", "better (lower error)", "{:.4f}"),
+    "time_to_target": ("time to the target", "faster", "{:.1f}", " s"),
+    "accuracy": ("test accuracy", "more accurate", "{:.4f}", ""),
+    "bits_per_char": ("bits per character", "better (fewer bits per character)", "{:.3f}", ""),
+    "reconstruction_mse": ("reconstruction error", "better (lower error)", "{:.4f}", ""),
 }
+
+
+def _processes(cost: float) -> str:
+    return f"{cost:g} process" + ("" if cost == 1 else "es")
 
 
 def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -> dict:
@@ -171,7 +176,14 @@ def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -
     Returns:
         ``{criterion, winner, tied, cheapest, never_reached, reason}``.
     """
-    what, better, spec = WORDS.get(criterion, (criterion, "better", "{:.4g}"))
+    what, better, number, unit = WORDS.get(criterion, (criterion, "better", "{:.4g}", ""))
+
+    def value(v: float) -> str:
+        return number.format(v) + unit
+
+    def span(interval) -> str:
+        return interval_text(interval, number) + (unit if interval else "")
+
     ranked = [c for c in candidates if c.value is not None]
     missing = [c for c in candidates if c.value is None]
     sign = 1 if lower_is_better else -1
@@ -199,13 +211,13 @@ def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -
         if rest:
             runner = rest[0]
             reason = (
-                f"{best.name} is {better} on {what}: {spec.format(best.value)} "
-                f"(95 % interval {interval_text(best.interval, spec)}) against "
-                f"{spec.format(runner.value)} ({interval_text(runner.interval, spec)}) for "
+                f"{best.name} is {better} on {what}: {value(best.value)} "
+                f"(95 % interval {span(best.interval)}) against "
+                f"{value(runner.value)} ({span(runner.interval)}) for "
                 f"the next best, {runner.name}"
             )
         else:
-            reason = f"{best.name} is the only run with a {what}: {spec.format(best.value)}"
+            reason = f"{best.name} is the only run with a {what}: {value(best.value)}"
         verdict["reason"] = reason + tail + "."
         return verdict
     tied = [best] + [c for c in rest if not separated(best.interval, c.interval)]
@@ -216,13 +228,13 @@ def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -
         why = "with one repeat a time has no interval (give --repeats 3 or more to separate runs)"
     else:
         why = (
-            f"the best, {best.name} at {spec.format(best.value)}, has an interval "
-            f"({interval_text(best.interval, spec)}) that overlaps theirs"
+            f"the best, {best.name} at {value(best.value)}, has an interval "
+            f"({span(best.interval)}) that overlaps theirs"
         )
     verdict["reason"] = (
         f"No run is measurably {better} on {what}: {', '.join(verdict['tied'])} cannot be "
         f"told apart ({why}); the cheapest of them is {cheapest.name} "
-        f"({cheapest.cost:g} processes){tail}."
+        f"({_processes(cheapest.cost)}){tail}."
     )
     return verdict
 

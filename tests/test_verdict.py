@@ -106,7 +106,7 @@ def test_overlapping_intervals_are_a_tie_naming_the_cheapest():
     assert sorted(v["tied"]) == ["single:1", "sync:2"]
     assert v["cheapest"] == "single:1"
     assert v["reason"].startswith("No run is measurably faster on time to the target")
-    assert "the cheapest of them is single:1 (1 processes)" in v["reason"]
+    assert "the cheapest of them is single:1 (1 process)" in v["reason"]
 
 
 def test_a_run_that_never_reaches_the_target_is_counted_and_cannot_win():
