@@ -15,13 +15,16 @@ def compare(
     page: Output[HTML],
     metrics: Output[Metrics],
     target_accuracy: float = 0.95,
+    plan: str = "",
 ):
     """Side-by-side table and plots of all runs and the baseline: time, throughput, accuracy.
 
     ``comparison`` is a directory holding ``comparison.json``, ``.md`` and ``.html``;
     ``table`` and ``page`` show the same in the KFP UI; ``metrics`` holds each run's
     headline numbers and their 95 % bounds under stable keys (``RUN/accuracy``,
-    ``RUN/time_to_target_seconds_low``, ...) for KFP's run-compare page.
+    ``RUN/time_to_target_seconds_low``, ...) for KFP's run-compare page. ``plan``
+    (``workers=16,gpus_per_worker=1,link_gbps=25``) adds the cost model's recommendation
+    at that scale.
     """
     import json
     import shutil
@@ -38,7 +41,7 @@ def compare(
     from distrain.failures import step_errors
 
     with step_errors("compare"):
-        result = step(runs, comparison.path, target_accuracy=target_accuracy)
+        result = step(runs, comparison.path, target_accuracy=target_accuracy, plan=plan)
     shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
     shutil.copyfile(f"{comparison.path}/comparison.html", page.path)
     comparison.metadata["best"] = result["best"]

@@ -70,6 +70,7 @@ def check_parameters(
     until_plateau: int = 0,
     repeats: int = 1,
     seed: int = 0,
+    plan: str = "",
 ) -> list:
     """Every pipeline parameter, checked before any step does work; all problems at once.
 
@@ -94,5 +95,6 @@ def check_parameters(
             controller=controller,
             repeats=repeats,
             seed=seed,
+            plan=plan,
         )
     return checked["trainings"]

@@ -122,6 +122,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Refuse bad parameters before any work starts.
     specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     _check_repeats(args.repeats)
+    if args.plan:
+        from distrain.plan import Plan
+
+        Plan.parse(args.plan)
     if args.data is not None and not Path(args.data).is_dir():
         raise ConfigError(f"data directory {args.data} does not exist")
     if args.gate:
@@ -148,6 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:
         params["gate"] = args.gate
+    if args.plan:
+        params["plan"] = args.plan
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
     task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
@@ -589,6 +595,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repeats(run)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
+    run.add_argument(
+        "--plan",
+        metavar="workers=N[,gpus_per_worker=G][,link_gbps=L][,parameter_servers=P]",
+        help="also predict each mode at that scale with the cost model calibrated on these "
+        "runs, and recommend one (with the model's error on the runs measured here)",
+    )
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
     run.add_argument(
         "--open", action="store_true", help="open the HTML comparison in a web browser at the end"

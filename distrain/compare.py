@@ -463,6 +463,29 @@ def _cell(row: dict, key: str, fmt: str, intervals: bool = True) -> str:
     return text
 
 
+def plan_table(comparison: dict) -> list[str]:
+    """The plan's predictions as Markdown table lines (none without a plan)."""
+    predictions = (comparison.get("plan") or {}).get("predictions") or []
+    if not predictions:
+        return []
+    lines = [
+        "| measured | at the plan's scale | s/step | effective batch | steps to target | "
+        "time to target s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for p in predictions:
+        cells = [
+            p["run"],
+            p.get("at_scale") or f"refused: {p.get('refused')}",
+            _cell(p, "step_seconds", "{:.5f}"),
+            _cell(p, "effective_batch", "{:,}"),
+            _cell(p, "steps_to_target", "{:,.0f}"),
+            _cell(p, "time_to_target", "{:.2f}"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def verdict_sentence(comparison: dict) -> str:
     """The verdict in one sentence, with its reason."""
     verdict = comparison.get("verdict") or {}
@@ -505,6 +528,8 @@ def render_markdown(comparison: dict) -> str:
             tail = f"; {dropped} stale gradients dropped" if dropped else ""
             lines.append(f"- {row['name']}: {cells}{tail}")
     lines += ["", f"**Verdict:** {verdict_sentence(comparison)}"]
+    if comparison.get("plan"):
+        lines += ["", f"**Plan:** {comparison['plan']['sentence']}", "", *plan_table(comparison)]
     for row in comparison["rows"]:
         if row.get("sample"):
             lines += [
@@ -535,6 +560,8 @@ def render_text_table(comparison: dict) -> str:
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
     out.append(f"verdict: {verdict_sentence(comparison)}")
+    if comparison.get("plan"):
+        out.append(f"plan: {comparison['plan']['sentence']}")
     out += [f"note: {n}" for n in comparison.get("notes", [])]
     return "\n".join(out)
 
@@ -712,6 +739,19 @@ def render_html(comparison: dict, reports: list[dict]) -> str:
         for row in comparison["rows"]
         if row.get("sample")
     )
+    plan = ""
+    if comparison.get("plan"):
+        rows_md = plan_table(comparison)
+        cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows_md]
+        plan_head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0]) if cells else ""
+        plan_body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in cells[2:]
+        )
+        plan = (
+            f'<p class="verdict"><b>Plan:</b> {html.escape(comparison["plan"]["sentence"])}</p>'
+            f"<table><thead><tr>{plan_head}</tr></thead><tbody>{plan_body}</tbody></table>"
+        )
     env = comparison.get("environment")
     machine = f"<p><small>{html.escape(environment_text(env))}</small></p>" if env else ""
     return f"""<!DOCTYPE html>
@@ -740,6 +780,7 @@ the effective batch. Under each median: its 95 %
 interval (over the repeats; for an accuracy at least the test set's binomial interval).</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {body}</tbody></table>
+{plan}
 {machine}
 <ul>{notes}</ul>
 {images}</body></html>
@@ -751,15 +792,21 @@ def write_comparison(
     reports: list[dict],
     config: CompareConfig | None = None,
     environment: dict | None = None,
+    plan: str = "",
 ) -> dict:
     """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``.
 
     ``environment`` (:func:`distrain.machine.describe`) is recorded as the comparison's
-    ``environment`` and said under the table.
+    ``environment`` and said under the table. ``plan`` (``workers=16,link_gbps=25``) adds
+    the cost model's recommendation at that scale (:mod:`distrain.plan`) as ``plan``.
     """
     comparison = build_comparison(reports, config)
     if environment:
         comparison["environment"] = environment
+    if plan:
+        from distrain.plan import Plan, build_plan
+
+        comparison["plan"] = build_plan(comparison, reports, Plan.parse(plan))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.json").write_text(json.dumps({**comparison, "runs": reports}, indent=2))

@@ -88,6 +88,7 @@ def check_parameters(
     until_plateau: int = 0,
     repeats: int = 1,
     seed: int = 0,
+    plan: str = "",
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -107,6 +108,8 @@ def check_parameters(
         repeats: How many times each run spec is trained, with seeds ``seed``,
             ``seed + 1``, ... (initial weights and data order).
         seed: The first repeat's seed.
+        plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
+            empty: none).
 
     Returns:
         ``{"runs": names in order, "trainings": [{"run_spec", "seed"}, ...]}``: every
@@ -174,6 +177,13 @@ def check_parameters(
         problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     if launcher not in LAUNCHERS:
         problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if plan:
+        from distrain.plan import Plan
+
+        try:
+            Plan.parse(plan)
+        except ConfigError as err:
+            problems.append(str(err))
     if not 1 <= repeats <= MAX_REPEATS:
         problems.append(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
     if problems:
@@ -417,17 +427,23 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
 
 @_timed
 def compare(
-    reports: list[dict], output_dir: str | os.PathLike, *, target_accuracy: float = 0.95
+    reports: list[dict],
+    output_dir: str | os.PathLike,
+    *,
+    target_accuracy: float = 0.95,
+    plan: str = "",
 ) -> dict:
     """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison.
 
-    The comparison records the machine and software it ran on (:mod:`distrain.machine`).
+    The comparison records the machine and software it ran on (:mod:`distrain.machine`);
+    with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
+    model's recommendation at that scale (:mod:`distrain.plan`).
     """
     from distrain.compare import CompareConfig, write_comparison
     from distrain.machine import describe
 
     return write_comparison(
-        output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe()
+        output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe(), plan
     )
 
 

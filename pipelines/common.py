@@ -95,6 +95,7 @@ def build_pipeline(
         learning_rate: float = d.learning_rate,
         seed: int = 0,
         repeats: int = 1,
+        plan: str = "",
         sample_size: int = d.sample_size,
         validation_fraction: float = 0.1,
         target_accuracy: float = d.target_accuracy,
@@ -129,6 +130,7 @@ def build_pipeline(
             controller=controller,
             repeats=repeats,
             seed=seed,
+            plan=plan,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
         data = fetch_data(
@@ -196,6 +198,7 @@ def build_pipeline(
             reports=dsl.Collected(scored.outputs["report"]),
             baseline=base.outputs["report"],
             target_accuracy=target_accuracy,
+            plan=plan,
         ).set_display_name("compare")
         quality_gate(comparison=result.outputs["comparison"], gate=gate).set_display_name(GATE_TASK)
         return result.outputs["comparison"]
