@@ -205,7 +205,9 @@ def model_sentences(model: str, rows: list[dict], fraction: float) -> list[str]:
         low_recall = min(r["macro_recall"] or 0.0 for r in scored)
         first = next(r for r in scored if (r["macro_recall"] or 0.0) == recall)
         last = next(r for r in scored if (r["macro_recall"] or 0.0) == low_recall)
-        if _differ(first, last, "macro_recall"):
+        if recall - low_recall < 1e-12:
+            text += f"; every rule had the same macro recall ({recall:.4f})."
+        elif _differ(first, last, "macro_recall"):
             best_recall = _names(scored, "macro_recall", recall)
             text += f"; the highest macro recall ({recall:.4f}) was {best_recall}'s."
         else:
