@@ -124,6 +124,8 @@ def test_kfp_dsl_compile(tmp_path, cli_env, dataset):
         (["--runs", "syncreplicas:2:aggregate=3"], "replicas_to_aggregate must be between"),
         (["--data", "/nonexistent/mnist"], "data directory /nonexistent/mnist does not exist"),
         (["--controller", "nccl"], "invalid choice: 'nccl'"),
+        (["--repeats", "0"], "--repeats must be between 1 and 50, got 0"),
+        (["--plan", "workers=0"], "needs workers=N with N at least 1"),
     ],
 )
 def test_run_refuses_bad_parameters_before_any_work(tmp_path, cli_env, args, message):
