@@ -103,12 +103,13 @@ def _link(reports: list[dict]) -> dict | None:
 
 
 def predict_step(
-    spec: RunSpec, t1: float, prof: dict, batch: int, link: dict | None
+    spec: RunSpec, t1: float, prof: dict, batch: int, link: dict | None, per_update: int = 1
 ) -> float | None:
     """Seconds of one update of ``spec``: the mode's own equation, or the PS model.
 
     Parameter-server modes without their own equation get :func:`ps_throughput`: the
-    cluster's examples per second, of which one update is one worker's batch.
+    cluster's examples per second, of which one update takes ``per_update`` workers'
+    batches (1 for async; syncreplicas' aggregate).
     """
     step = spec.impl.predicted_step(t1, prof, batch, link)
     if step is not None or not link or not spec.parameter_servers:
@@ -123,7 +124,7 @@ def predict_step(
         link["latency_seconds"],
         batch,
     )
-    return batch / rate
+    return batch * per_update / rate
 
 
 def _reports_by_name(reports: list[dict]) -> dict[str, list[dict]]:
@@ -202,7 +203,8 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
             continue
         threads = int(runs[0]["history"]["config"].get("threads_per_worker") or 1)
         slow = contention(spec.processes + spec.parameter_servers, threads, cores)
-        predicted = predict_step(spec, t1 * slow, prof, batch, measured_link)
+        per_update = int(runs[0]["history"].get("global_batch_size") or batch) // batch
+        predicted = predict_step(spec, t1 * slow, prof, batch, measured_link, per_update)
         if predicted is None:
             continue
         actual = statistics.median(measured)
@@ -228,7 +230,6 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         except ConfigError as err:
             predictions.append({"run": name, "mode": spec.mode, "refused": str(err)})
             continue
-        step = predict_step(scaled, t1, prof, batch, target_link) if prof else None
         examples = None
         if row.get("steps_to_target") and row.get("global_batch_size"):
             examples = row["steps_to_target"] * row["global_batch_size"]
@@ -240,6 +241,7 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         if spec.workers > 1 and per_update == spec.workers:
             per_update = scaled.workers
         global_batch = batch * per_update
+        step = predict_step(scaled, t1, prof, batch, target_link, per_update) if prof else None
         steps = examples / global_batch if examples else None
         predictions.append(
             {
