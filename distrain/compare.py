@@ -758,8 +758,8 @@ def render_html(comparison: dict, reports: list[dict]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>distrain: runs compared</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 1em; color: #222; max-width: 1380px; }}
-table {{ border-collapse: collapse; font-size: 0.78em; max-width: 100%; }}
-th, td {{ border: 1px solid #ccc; padding: 0.2em 0.35em; text-align: right; }}
+table {{ border-collapse: collapse; font-size: 0.72em; max-width: 100%; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.3em; text-align: right; }}
 th {{ background: #f3f3f3; white-space: normal; }}
 td:first-child, td:nth-child(2) {{ text-align: left; }}
 td small {{ color: #666; white-space: nowrap; }}
