@@ -142,12 +142,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         "runs": [str(s) for s in specs],
         "model": args.model or defaults.model,
         "epochs": args.epochs or defaults.epochs,
-        "until_plateau": args.until_plateau,
         "seed": args.seed,
         "repeats": args.repeats,
         "sample_size": args.sample_size,
         "controller": args.controller,
     }
+    if args.until_plateau is not None:  # else the pipeline's default (a patience of 3)
+        params["until_plateau"] = args.until_plateau
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:
@@ -439,16 +440,21 @@ SAMPLE_HELP = (
 )
 
 
-def _add_until_plateau(parser: argparse.ArgumentParser) -> None:
+def _add_until_plateau(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
+    tail = (
+        "; default: the pipeline's (3: on; 0 turns it off)"
+        if default is None
+        else " (default: off)"
+    )
     parser.add_argument(
         "--until-plateau",
         nargs="?",
         type=int,
         const=3,
-        default=0,
+        default=default,
         metavar="PATIENCE",
         help="stop when the validation loss has not improved for PATIENCE epochs (3 if "
-        "not given) and keep the best epoch's weights; --epochs is then the most",
+        "not given) and keep the best epoch's weights; --epochs is then the most" + tail,
     )
 
 
@@ -589,8 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {','.join(DEFAULT_RUNS)})",
     )
     run.add_argument("--model", help=f"default: the data set's first; {_models_help()}")
-    run.add_argument("--epochs", type=int, help="default: the data set's")
-    _add_until_plateau(run)
+    run.add_argument(
+        "--epochs", type=int, help="default: the data set's (the most, with the plateau stop)"
+    )
+    _add_until_plateau(run, default=None)
     run.add_argument("--seed", type=int, default=0)
     _add_repeats(run)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)

@@ -36,6 +36,9 @@ class PipelineDefaults:
     target_accuracy: float
     runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
     sample_size: int = 0
+    # Runs stop on a validation plateau of this patience (epochs are then the most), so
+    # that the comparison judges converged runs, not the slowest to converge (0: off).
+    until_plateau: int = 3
 
 
 def build_pipeline(
@@ -90,7 +93,7 @@ def build_pipeline(
         runs: list[str] = d.runs,
         model: str = d.model,
         epochs: int = d.epochs,
-        until_plateau: int = 0,
+        until_plateau: int = d.until_plateau,
         batch_size: int = d.batch_size,
         learning_rate: float = d.learning_rate,
         seed: int = 0,

@@ -64,6 +64,8 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["runs"]["defaultValue"] == DEFAULT_RUNS
     assert defaults["repeats"]["defaultValue"] == 1
+    # Runs stop on a validation plateau by default; epochs are the most.
+    assert defaults["until_plateau"]["defaultValue"] == 3
     model = {"mnist": "mlp", "dbpedia": "fasttext", "gutenberg": "lstm"}[dataset]
     assert defaults["model"]["defaultValue"] == model
     # Sync runs' Horovod controller is a pipeline parameter, checked first, used by training.
