@@ -468,9 +468,10 @@ def plan_table(comparison: dict) -> list[str]:
     predictions = (comparison.get("plan") or {}).get("predictions") or []
     if not predictions:
         return []
+    to = "target" if predictions[0].get("basis", "to the target") == "to the target" else "end"
     lines = [
-        "| measured | at the plan's scale | s/step | effective batch | steps to target | "
-        "time to target s |",
+        f"| measured | at the plan's scale | s/step | effective batch | steps to {to} | "
+        f"time to {to} s |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for p in predictions:

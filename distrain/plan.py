@@ -218,6 +218,9 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         )
     errors = [abs(c["error"]) for c in checks if c["run"] != "single:1"]
 
+    # Where no run reached the target, the times are for training as long as here (the
+    # examples each run saw), and say so: they compare speed, not quality.
+    reached_any = any(r.get("steps_to_target") for r in rows.values())
     predictions = []
     for name, runs in by_name.items():
         row = rows.get(name) or {}
@@ -233,6 +236,8 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         examples = None
         if row.get("steps_to_target") and row.get("global_batch_size"):
             examples = row["steps_to_target"] * row["global_batch_size"]
+        elif not reached_any:
+            examples = statistics.median(r["history"].get("total_examples") or 0 for r in runs)
         # The effective batch grows with the workers where it did here (every worker's
         # gradient in each update: sync), and stays where it did not (async; syncreplicas
         # aggregates a fixed number).
@@ -257,6 +262,7 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
                 else "no cost model for this mode"
                 if not step
                 else "it did not reach the target here",
+                "basis": "to the target" if reached_any else "as many examples as here",
             }
         )
     timed = [p for p in predictions if p.get("time_to_target")]
@@ -267,7 +273,15 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         if errors
         else "no distributed run here could check the model's step times"
     )
-    if best:
+    if best and not reached_any:
+        sentence = (
+            f"No run reached the target here, so the plan compares speed alone: at "
+            f"{plan.workers} workers on a {plan.link_gbps:g} Gb/s link the cost model "
+            f"calibrated here predicts {best['at_scale']} to train as many examples as its "
+            f"run did here fastest ({best['time_to_target']:.1f} s); {error_text}. "
+            f"Assumed: {'; '.join(assumptions[:-1]) or 'nothing more'}."
+        )
+    elif best:
         sentence = (
             f"At {plan.workers} workers on a {plan.link_gbps:g} Gb/s link, the cost model "
             f"calibrated here recommends {best['at_scale']}: {best['step_seconds'] * 1e3:.2f} ms "

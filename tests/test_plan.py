@@ -125,3 +125,17 @@ def test_no_single_run_means_no_plan():
     reports = runs()[1:]
     p = build_plan(build_comparison(reports), reports, Plan(workers=4))
     assert p["recommended"] is None and "single:1" in p["sentence"]
+
+
+def test_without_any_run_at_the_target_the_plan_compares_speed_alone():
+    reports = [
+        report("single:1", "single", 1, 0.01, 64, reach=(0.5, 0.6)),
+        report("sync:2", "sync", 2, 0.012, 128, reach=(0.5, 0.6), link_probe=probe()),
+    ]
+    p = build_plan(build_comparison(reports), reports, Plan(workers=4, link_gbps=8))
+    predictions = {x["run"]: x for x in p["predictions"]}
+    # As many examples as each run trained here: 200 steps of its effective batch.
+    assert predictions["single:1"]["steps_to_target"] == pytest.approx(200)
+    assert predictions["sync:2"]["steps_to_target"] == pytest.approx(200 * 128 / 256)
+    assert predictions["sync:2"]["basis"] == "as many examples as here"
+    assert p["sentence"].startswith("No run reached the target here, so the plan compares speed")
