@@ -225,7 +225,7 @@ def decide(candidates: list[Candidate], criterion: str, lower_is_better: bool) -
     verdict["tied"] = [c.name for c in tied]
     verdict["cheapest"] = cheapest.name
     if best.interval is None:
-        why = "with one repeat a time has no interval: give --repeats 3 or more to separate runs"
+        why = f"with one repeat, {what} has no interval: give --repeats 3 or more to separate runs"
     else:
         why = (
             f"the best, {best.name} at {value(best.value)}, has an interval "

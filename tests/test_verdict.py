@@ -165,7 +165,7 @@ def test_one_repeat_reaching_the_target_is_a_tie_without_time_intervals():
     ]
     v = build_comparison(reports)["verdict"]
     assert v["criterion"] == "time_to_target" and v["winner"] is None
-    assert "with one repeat a time has no interval" in v["reason"]
+    assert "with one repeat, time to the target has no interval" in v["reason"]
 
 
 def test_decide_on_lower_is_better_and_the_only_run():
