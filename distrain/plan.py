@@ -282,11 +282,25 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
             f"Assumed: {'; '.join(assumptions[:-1]) or 'nothing more'}."
         )
     elif best:
+        # Predictions closer to the best than the model's own error cannot be told apart.
+        close = [
+            p["at_scale"]
+            for p in timed
+            if p is not best
+            and errors
+            and p["time_to_target"] <= best["time_to_target"] * (1 + max(errors))
+        ]
+        caveat = (
+            f" ({', '.join(close)} predicted within the model's own error of it: the cost model "
+            "cannot tell them apart)"
+            if close
+            else ""
+        )
         sentence = (
             f"At {plan.workers} workers on a {plan.link_gbps:g} Gb/s link, the cost model "
             f"calibrated here recommends {best['at_scale']}: {best['step_seconds'] * 1e3:.2f} ms "
             f"a step x {best['steps_to_target']:,.0f} steps = {best['time_to_target']:.1f} s of "
-            f"training to the target (start-up and validation left out); {error_text}. "
+            f"training to the target (start-up and validation left out){caveat}; {error_text}. "
             f"Assumed: {'; '.join(assumptions)}."
         )
     else:

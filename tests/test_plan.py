@@ -109,6 +109,15 @@ def test_plan_is_calibrated_on_the_runs_and_states_its_error_and_assumptions():
     assert p["model_error"] == pytest.approx(worst)
     assert f"within {worst:.0%} of the 2 distributed run(s) it could check here" in p["sentence"]
     assert "taken to carry over" in p["sentence"]
+    # Every other prediction within the model's error of the best is named as such.
+    close = [
+        x["at_scale"]
+        for x in p["predictions"]
+        if x["time_to_target"]
+        and x is not fastest
+        and x["time_to_target"] <= fastest["time_to_target"] * (1 + worst)
+    ]
+    assert ("cannot tell them apart" in p["sentence"]) == bool(close)
 
 
 def test_plan_is_written_with_the_comparison(tmp_path):
