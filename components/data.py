@@ -69,13 +69,20 @@ def check_parameters(
     launcher: str,
     controller: str = "auto",
     until_plateau: int = 0,
-):
-    """Every pipeline parameter, checked before any step does work; all problems at once."""
+    repeats: int = 1,
+    seed: int = 0,
+    plan: str = "",
+) -> list:
+    """Every pipeline parameter, checked before any step does work; all problems at once.
+
+    Returns the trainings to do, ``{"run_spec", "seed"}`` each: every run spec ``repeats``
+    times with seeds ``seed``, ``seed + 1``, ...
+    """
     from distrain.failures import step_errors
     from distrain.steps import check_parameters as step
 
     with step_errors("check parameters"):
-        step(
+        checked = step(
             dataset,
             source,
             runs,
@@ -87,4 +94,8 @@ def check_parameters(
             validation_fraction=validation_fraction,
             launcher=launcher,
             controller=controller,
+            repeats=repeats,
+            seed=seed,
+            plan=plan,
         )
+    return checked["trainings"]

@@ -142,8 +142,11 @@ def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path, mnist_raw
     with pytest.raises(StepError, match="epochs must be at least 1"):
         check_parameters("mnist", "sample", ["single:1"], epochs=0)
     assert check_parameters("mnist", str(mnist_raw), "single:1,sync:2") == {
-        "runs": ["single:1", "sync:2"]
+        "runs": ["single:1", "sync:2"],
+        "trainings": [{"run_spec": "single:1", "seed": 0}, {"run_spec": "sync:2", "seed": 0}],
     }
+    with pytest.raises(StepError, match="needs workers=N"):
+        check_parameters("mnist", "sample", ["single:1"], plan="link_gbps=10")
     # A data directory's files get preprocessing's file-level checks in this first step,
     # which is never retried.
     with pytest.raises(StepError, match="train-images-idx3-ubyte.gz: file not found"):
