@@ -51,7 +51,7 @@ def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
         path = raw / f"{source}.csv"
         good = [
             (line, a, b)
-            for kind, line, a, b in db.parse_csv(str(path), path.read_bytes(), len(classes))
+            for kind, line, a, b, _ in db.parse_csv(str(path), path.read_bytes(), len(classes))
             if kind == "ok"
         ]
         if source == "test":

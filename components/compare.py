@@ -1,7 +1,7 @@
 """KFP component: fan in every run's report and compare them. Interface only."""
 
 from kfp import dsl
-from kfp.dsl import HTML, Artifact, Input, Markdown, Output
+from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Output
 
 from distrain.images import TRAINER_IMAGE
 
@@ -13,17 +13,23 @@ def compare(
     comparison: Output[Artifact],
     table: Output[Markdown],
     page: Output[HTML],
+    metrics: Output[Metrics],
     target_accuracy: float = 0.95,
+    plan: str = "",
 ):
     """Side-by-side table and plots of all runs and the baseline: time, throughput, accuracy.
 
     ``comparison`` is a directory holding ``comparison.json``, ``.md`` and ``.html``;
-    ``table`` and ``page`` show the same in the KFP UI.
+    ``table`` and ``page`` show the same in the KFP UI; ``metrics`` holds each run's
+    headline numbers and their 95 % bounds under stable keys (``RUN/accuracy``,
+    ``RUN/time_to_target_seconds_low``, ...) for KFP's run-compare page. ``plan``
+    (``workers=16,gpus_per_worker=1,link_gbps=25``) adds the cost model's recommendation
+    at that scale.
     """
     import json
     import shutil
 
-    from distrain.compare import render_text_table
+    from distrain.compare import headline_metrics, render_text_table
     from distrain.steps import compare as step
 
     runs = []
@@ -35,8 +41,13 @@ def compare(
     from distrain.failures import step_errors
 
     with step_errors("compare"):
-        result = step(runs, comparison.path, target_accuracy=target_accuracy)
+        result = step(runs, comparison.path, target_accuracy=target_accuracy, plan=plan)
     shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
     shutil.copyfile(f"{comparison.path}/comparison.html", page.path)
     comparison.metadata["best"] = result["best"]
+    verdict = result["verdict"]
+    comparison.metadata["verdict"] = verdict["reason"]
+    comparison.metadata["winner"] = verdict["winner"] or ""
+    for key, value in headline_metrics(result).items():
+        metrics.log_metric(key, round(value, 6))
     print(render_text_table(result), flush=True)

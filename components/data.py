@@ -48,6 +48,7 @@ def preprocess(
             validation_fraction=validation_fraction,
             seed=seed,
             beam_args=[str(arg) for arg in beam_args],
+            overwrite=True,  # the step's own artifact folder: a retried attempt replaces it
         )
     for split, count in meta["splits"].items():
         stats.log_metric(f"{split}_examples", count)
@@ -68,13 +69,20 @@ def check_parameters(
     launcher: str,
     controller: str = "auto",
     until_plateau: int = 0,
-):
-    """Every pipeline parameter, checked before any step does work; all problems at once."""
+    repeats: int = 1,
+    seed: int = 0,
+    plan: str = "",
+) -> list:
+    """Every pipeline parameter, checked before any step does work; all problems at once.
+
+    Returns the trainings to do, ``{"run_spec", "seed"}`` each: every run spec ``repeats``
+    times with seeds ``seed``, ``seed + 1``, ...
+    """
     from distrain.failures import step_errors
     from distrain.steps import check_parameters as step
 
     with step_errors("check parameters"):
-        step(
+        checked = step(
             dataset,
             source,
             runs,
@@ -86,4 +94,8 @@ def check_parameters(
             validation_fraction=validation_fraction,
             launcher=launcher,
             controller=controller,
+            repeats=repeats,
+            seed=seed,
+            plan=plan,
         )
+    return checked["trainings"]

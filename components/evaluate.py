@@ -56,6 +56,8 @@ def evaluate(
             metrics.log_metric(key, round(float(ev[key]), 6))
     metrics.log_metric("train_seconds", round(result["history"]["train_seconds"], 3))
     metrics.log_metric("examples_per_second", round(result["history"]["examples_per_second"], 1))
+    # Which repeat this is: its seed (of the initial weights and the data order).
+    metrics.log_metric("seed", int((result["history"].get("config") or {}).get("seed", 0)))
     name = result["run"]["name"]
     if "confusion_matrix" in ev:
         confusion.log_confusion_matrix(ev["class_names"], ev["confusion_matrix"])

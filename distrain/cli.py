@@ -59,6 +59,7 @@ def cmd_preprocess(args: argparse.Namespace) -> int:
         validation_fraction=args.validation_fraction,
         seed=args.seed,
         beam_args=args.beam_args,
+        overwrite=args.overwrite,
     )
     splits = ", ".join(f"{split} {count:,}" for split, count in meta["splits"].items())
     print(
@@ -121,6 +122,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Refuse bad parameters before any work starts.
     specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
+    _check_repeats(args.repeats)
+    if args.plan:
+        from distrain.plan import Plan
+
+        Plan.parse(args.plan)
     if args.data is not None and not Path(args.data).is_dir():
         raise ConfigError(f"data directory {args.data} does not exist")
     if args.gate:
@@ -137,15 +143,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         "runs": [str(s) for s in specs],
         "model": args.model or defaults.model,
         "epochs": args.epochs or defaults.epochs,
-        "until_plateau": args.until_plateau,
         "seed": args.seed,
+        "repeats": args.repeats,
         "sample_size": args.sample_size,
         "controller": args.controller,
     }
+    if args.until_plateau is not None:  # else the pipeline's default (a patience of 3)
+        params["until_plateau"] = args.until_plateau
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:
         params["gate"] = args.gate
+    if args.plan:
+        params["plan"] = args.plan
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
     task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
@@ -274,28 +284,71 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_repeats(repeats: int) -> None:
+    from distrain.steps import MAX_REPEATS
+    from distrain.train.config import ConfigError
+
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise ConfigError(f"--repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    """``distrain train``: one training run with local processes, no pipeline."""
+    """``distrain train``: one training run with local processes, no pipeline.
+
+    With ``--repeats K`` (K > 1) the run is trained K times, seeds ``--seed``, ``--seed``
+    + 1, ..., each into ``OUTPUT/seed-N``, and a last line gives the medians and 95 %
+    intervals of its time, throughput and final validation accuracy.
+    """
     from distrain.datasets import default_model
     from distrain.steps import train
     from distrain.train.config import RunSpec
 
     RunSpec.parse(args.run)  # a bad spec is refused before anything starts
-    history = train(
-        args.data,
-        args.output,
-        args.run,
-        model=args.model or default_model(args.data),
-        epochs=args.epochs,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        checkpoint_every_steps=args.checkpoint_every_steps,
-        validation_freq=args.validation_freq,
-        until_plateau=args.until_plateau,
-        controller=args.controller,
-    )
-    print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
+    _check_repeats(args.repeats)
+    histories = []
+    for i in range(args.repeats):
+        seed = args.seed + i
+        output = args.output if args.repeats == 1 else str(Path(args.output) / f"seed-{seed}")
+        history = train(
+            args.data,
+            output,
+            args.run,
+            model=args.model or default_model(args.data),
+            epochs=args.epochs,
+            seed=seed,
+            batch_size=args.batch_size,
+            checkpoint_every_steps=args.checkpoint_every_steps,
+            validation_freq=args.validation_freq,
+            until_plateau=args.until_plateau,
+            controller=args.controller,
+        )
+        print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
+        histories.append(history)
+    if args.repeats > 1:
+        print(json.dumps(repeat_summary(histories)))
     return 0
+
+
+def repeat_summary(histories: list[dict]) -> dict:
+    """Repeats of one run: median, 95 % interval and raw values of its headline numbers."""
+    from distrain.verdict import summarize
+
+    def final_val(history):
+        values = [e.get("val_accuracy") for e in history.get("epochs") or []]
+        values = [v for v in values if v is not None]
+        return values[-1] if values else None
+
+    out = {"run": histories[0]["run"]["name"], "repeats": len(histories)}
+    for key, get in (
+        ("train_seconds", lambda h: h.get("train_seconds")),
+        ("examples_per_second", lambda h: h.get("examples_per_second")),
+        ("val_accuracy", final_val),
+    ):
+        summary = summarize([get(h) for h in histories])
+        out[key] = summary.median
+        out[f"{key}_interval"] = list(summary.interval) if summary.interval else None
+        out[f"{key}_values"] = summary.values
+    return out
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -309,7 +362,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     """``distrain server``: a TF server of a PS-mode cluster, its role from TF_CONFIG."""
     from distrain.train import server
 
-    return server.main(["--threads", str(args.threads)])
+    return server.main(["--threads", str(args.threads), "--output", args.output])
 
 
 def cmd_manifests(args: argparse.Namespace) -> int:
@@ -388,16 +441,33 @@ SAMPLE_HELP = (
 )
 
 
-def _add_until_plateau(parser: argparse.ArgumentParser) -> None:
+def _add_until_plateau(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
+    tail = (
+        "; default: the pipeline's (3: on; 0 turns it off)"
+        if default is None
+        else " (default: off)"
+    )
     parser.add_argument(
         "--until-plateau",
         nargs="?",
         type=int,
         const=3,
-        default=0,
+        default=default,
         metavar="PATIENCE",
         help="stop when the validation loss has not improved for PATIENCE epochs (3 if "
-        "not given) and keep the best epoch's weights; --epochs is then the most",
+        "not given) and keep the best epoch's weights; --epochs is then the most" + tail,
+    )
+
+
+def _add_repeats(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="K",
+        help="train each run K times with seeds SEED, SEED+1, ... (weights and data order); "
+        "the comparison gives medians and 95 %% intervals and names a winner only where the "
+        "intervals separate",
     )
 
 
@@ -443,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
         "preprocess",
         help="run a data set's Beam preprocessing alone, on any Beam runner",
         usage="distrain preprocess {mnist,dbpedia,gutenberg} --data RAW --output EXAMPLES "
+        "[--overwrite] "
         "[--validation-fraction F] [--seed S] [-- BEAM OPTIONS ...]",
         description="Run the Beam preprocessing job of a data set. Everything after -- "
         "goes to Beam as pipeline options, e.g. -- --runner=DataflowRunner --project P "
@@ -456,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--output", required=True, help="where examples and metadata go")
     pre.add_argument("--validation-fraction", type=float, default=0.1)
     pre.add_argument("--seed", type=int, default=0, help="seed of the train/validation split")
+    pre.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output folder that holds files (whole, once the job succeeds); "
+        "without it such a folder is refused, never mixed with the new output",
+    )
     pre.set_defaults(func=cmd_preprocess)
 
     comp = add("compile", help="compile a pipeline (a data set's or an experiment's) to KFP YAML")
@@ -526,11 +603,20 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {','.join(DEFAULT_RUNS)})",
     )
     run.add_argument("--model", help=f"default: the data set's first; {_models_help()}")
-    run.add_argument("--epochs", type=int, help="default: the data set's")
-    _add_until_plateau(run)
+    run.add_argument(
+        "--epochs", type=int, help="default: the data set's (the most, with the plateau stop)"
+    )
+    _add_until_plateau(run, default=None)
     run.add_argument("--seed", type=int, default=0)
+    _add_repeats(run)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
+    run.add_argument(
+        "--plan",
+        metavar="workers=N[,gpus_per_worker=G][,link_gbps=L][,parameter_servers=P]",
+        help="also predict each mode at that scale with the cost model calibrated on these "
+        "runs, and recommend one (with the model's error on the runs measured here)",
+    )
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
     run.add_argument(
         "--open", action="store_true", help="open the HTML comparison in a web browser at the end"
@@ -546,6 +632,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--epochs", type=int, default=5)
     _add_until_plateau(tr)
     tr.add_argument("--seed", type=int, default=0)
+    _add_repeats(tr)
     tr.add_argument("--batch-size", type=int, default=64, help="per worker")
     tr.add_argument(
         "--checkpoint-every-steps",
@@ -611,6 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk.set_defaults(func=cmd_worker)
     sv = add("server", help="(launchers) a PS-mode TF server; role from TF_CONFIG")
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    sv.add_argument("--output", default="", help="the run's output folder (its errors/)")
     sv.set_defaults(func=cmd_server)
 
     fl = add(

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from distrain.machine import text as environment_text
+from distrain.verdict import Candidate, decide, interval_text, summarize
+
 # Rows that are not training runs (a majority class, an n-gram): listed last.
 BASELINE = "baseline"
 
@@ -25,6 +28,7 @@ COLUMNS = [
     ("name", "run", "{}"),
     ("mode", "mode", "{}"),
     ("workers", "workers", "{}"),
+    ("repeats", "repeats", "{}"),
     ("parameter_servers", "PS", "{}"),
     ("aggregation", "aggregate", "{}"),
     ("transport", "transport", "{}"),
@@ -40,6 +44,11 @@ COLUMNS = [
     ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"),
     ("time_to_target", "time to target s", "{:.1f}"),
+    ("target_reached", "reached", "{}"),
+    # Time to target = seconds per step (hardware) x steps to target (statistics).
+    ("seconds_per_step", "s/step", "{:.4f}"),
+    ("steps_to_target", "steps to target", "{:,.0f}"),
+    ("global_batch_size", "batch", "{}"),
     ("staleness_mean", "staleness mean", "{:.2f}"),
     ("staleness_p95", "p95", "{:.1f}"),
     ("staleness_max", "max", "{}"),
@@ -93,15 +102,15 @@ class CompareConfig:
     target_accuracy: float = 0.95
 
 
-def time_to_target(epochs: list[dict], target: float) -> float | None:
-    """Wall-clock seconds until validation accuracy first reached ``target``.
+def time_to_target(epochs: list[dict], target: float, x: str = "wall_seconds") -> float | None:
+    """Wall-clock seconds (or epoch field ``x``) until validation accuracy reached ``target``.
 
-    Linear interpolation between the epochs around the crossing (from 0 s before the
+    Linear interpolation between the epochs around the crossing (from 0 before the
     first epoch); None when it never got there.
     """
     prev_t, prev_acc = 0.0, None
     for e in epochs:
-        acc, t = e.get("val_accuracy"), e.get("wall_seconds")
+        acc, t = e.get("val_accuracy"), e.get(x)
         if acc is None or t is None:
             continue
         if acc >= target:
@@ -111,6 +120,35 @@ def time_to_target(epochs: list[dict], target: float) -> float | None:
             return float(prev_t + max(0.0, min(1.0, frac)) * (t - prev_t))
         prev_t, prev_acc = t, acc
     return None
+
+
+def _steps(history: dict) -> tuple[float | None, float | None]:
+    """Updates per training run and seconds per update: ``(steps, seconds_per_step)``.
+
+    Updates are counted as examples over the effective (global) batch, as
+    :func:`steps_to_target` counts them, so that seconds per step x steps to target
+    gives the time to target.
+    """
+    batch = history.get("global_batch_size")
+    examples = history.get("total_examples")
+    seconds = history.get("train_seconds")
+    if not batch or not examples or not seconds:
+        return None, None
+    steps = examples / batch
+    return steps, seconds / steps
+
+
+def steps_to_target(history: dict, target: float) -> float | None:
+    """Updates (examples over the effective batch) until validation accuracy reached ``target``."""
+    batch = history.get("global_batch_size")
+    if not batch:
+        return None
+    epochs = [
+        {**e, "steps": e["examples"] / batch}
+        for e in history.get("epochs") or []
+        if e.get("examples") is not None
+    ]
+    return time_to_target(epochs, target, x="steps")
 
 
 def _staleness(history: dict) -> tuple[float | None, float | None, int | None]:
@@ -138,26 +176,179 @@ def _check(report: dict, index: int) -> str:
     return name
 
 
+# Numbers measured on every repeat: each row gives their median under the key, the 95 %
+# interval under ``KEY_interval`` and the raw values under ``repeat_values[KEY]``.
+SUMMARIZED = (
+    "accuracy",
+    "macro_f1",
+    "bits_per_char",
+    "reconstruction_mse",
+    "psnr",
+    "train_seconds",
+    "epoch_seconds",
+    "examples_per_second",
+    "seconds_per_step",
+    "time_to_target",
+    "steps_to_target",
+)
+
+
+def _seed(report: dict):
+    return ((report.get("history") or {}).get("config") or {}).get("seed")
+
+
+def _run_row(r: dict, config: CompareConfig) -> dict:
+    """One repeat's row, before repeats are summarized and speedups computed."""
+    run, ev = r["run"], r["evaluation"]
+    quality = {
+        "accuracy": ev.get("accuracy"),
+        "macro_f1": ev.get("macro_f1"),
+        "bits_per_char": ev.get("bits_per_char"),
+        "reconstruction_mse": ev.get("reconstruction_mse"),
+        "psnr": ev.get("psnr"),
+        "sample": ev.get("sample"),
+        "prompt": ev.get("prompt"),
+        "test_examples": ev.get("num_examples"),
+    }
+    if run["mode"] == BASELINE:
+        return {"name": run["name"], "mode": BASELINE, "workers": None, **quality}
+    hist = r["history"]
+    mean, p95, worst = _staleness(hist)
+    # The mode's own cells: parameter servers, aggregation, and how the workers
+    # exchanged gradients or variables (the transport).
+    from distrain.train.modes import mode_class
+
+    mode_cells = mode_class(run["mode"]).columns(run, hist)
+    to_target = time_to_target(hist.get("epochs", []), config.target_accuracy)
+    steps = steps_to_target(hist, config.target_accuracy)
+    # Seconds per step up to the target (start-up, tracing and validation included), so
+    # that it times steps to target gives the time to target; the whole run's where the
+    # target was never reached.
+    per_step = to_target / steps if to_target and steps else _steps(hist)[1]
+    return {
+        "name": run["name"],
+        "mode": run["mode"],
+        # Every training process: hybrid:D:M has D x M.
+        "workers": int(run.get("processes", run["workers"])),
+        **mode_cells,
+        **quality,
+        "train_seconds": float(hist["train_seconds"]),
+        "examples_per_second": float(hist.get("examples_per_second", 0.0)),
+        "epoch_seconds": _epoch_seconds(hist),
+        "rank_loss": _rank_loss(hist),
+        "time_to_target": to_target,
+        "seconds_per_step": per_step,
+        "steps_to_target": steps,
+        "global_batch_size": hist.get("global_batch_size"),
+        "staleness_mean": mean,
+        "staleness_p95": p95,
+        "staleness_max": worst,
+        "dropped_gradients": hist.get("dropped_gradients"),
+        "staleness_by_worker": hist.get("staleness_by_worker"),
+    }
+
+
+def _summarized(repeats: list[dict]) -> dict:
+    """The repeats of one run spec as one row: medians, 95 % intervals and raw values."""
+    row = dict(repeats[0])
+    row["repeats"] = len(repeats)
+    row["repeat_values"] = {}
+    for key in SUMMARIZED:
+        values = [r.get(key) for r in repeats]
+        if all(v is None for v in values):
+            row[f"{key}_interval"] = None
+            continue
+        # An accuracy is a proportion of the test set: its binomial interval holds even
+        # with one repeat, and repeats never claim less noise than the test set has.
+        n = row.get("test_examples") if key == "accuracy" else None
+        summary = summarize(values, binomial_n=n)
+        row[key] = summary.median
+        row[f"{key}_interval"] = list(summary.interval) if summary.interval else None
+        row["repeat_values"][key] = summary.values
+    if row["mode"] != BASELINE:
+        reached = sum(r.get("time_to_target") is not None for r in repeats)
+        row["target_reached"] = f"{reached}/{len(repeats)}"
+        row["reached"] = reached
+    return row
+
+
+def _cost(row: dict) -> float:
+    """What a run occupies: its training processes and parameter servers."""
+    servers = row.get("parameter_servers")
+    return float(row.get("workers") or 0) + (servers if isinstance(servers, int | float) else 0)
+
+
+def verdict_of(rows: list[dict]) -> dict:
+    """The comparison's verdict (:func:`distrain.verdict.decide`) over its trained rows.
+
+    On time to the target where a run reached it in every repeat; otherwise on the quality
+    itself (accuracy, or the lower bits per character or reconstruction error).
+    """
+    trained = [r for r in rows if r["mode"] != BASELINE]
+    if not trained:
+        return {
+            "criterion": None,
+            "winner": None,
+            "tied": [],
+            "cheapest": None,
+            "never_reached": [],
+            "reason": "No trained run to decide on.",
+        }
+    if any(r.get("reached") == r["repeats"] for r in trained):
+        candidates = [
+            Candidate(
+                r["name"],
+                r["time_to_target"] if r.get("reached") == r["repeats"] else None,
+                r.get("time_to_target_interval"),
+                _cost(r),
+                reached=r.get("reached", 0),
+                repeats=r["repeats"],
+            )
+            for r in trained
+        ]
+        return decide(candidates, "time_to_target", lower_is_better=True)
+    key = next(
+        (k for k in ("bits_per_char", "reconstruction_mse") if trained[0].get(k) is not None),
+        "accuracy",
+    )
+    candidates = [
+        Candidate(r["name"], r.get(key), r.get(f"{key}_interval"), _cost(r), repeats=r["repeats"])
+        for r in trained
+    ]
+    verdict = decide(candidates, key, lower_is_better=key != "accuracy")
+    verdict["reason"] = (
+        "No run reached the target; decided on the quality itself. " + verdict["reason"]
+    )
+    return verdict
+
+
 def build_comparison(reports: list[dict], config: CompareConfig | None = None) -> dict:
-    """One row per run with cost and quality side by side, the best run and notes.
+    """One row per run spec with cost and quality side by side, intervals and a verdict.
+
+    Reports of the same run name with different seeds are repeats of one spec: its row
+    gives their medians, 95 % intervals (``KEY_interval``) and raw values
+    (``repeat_values``).
 
     Args:
         reports: Run reports.
         config: Baseline and target.
 
     Returns:
-        ``{"rows", "best", "baseline", "target_accuracy", "notes"}``.
+        ``{"rows", "verdict", "best", "baseline", "target_accuracy", "notes"}``; ``best``
+        is the best point estimate (what a quality gate's ``best`` scope reads), never
+        the verdict.
 
     Raises:
-        ValueError: A report lacks a field, or two runs share a name.
+        ValueError: A report lacks a field, or two runs share a name and a seed.
     """
     config = config or CompareConfig()
     if not reports:
         raise ValueError("no run reports to compare")
     names = [_check(r, i) for i, r in enumerate(reports)]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    keys = [(n, _seed(r)) for n, r in zip(names, reports, strict=True)]
+    dupes = sorted({n for n, seed in keys if keys.count((n, seed)) > 1})
     if dupes:
-        raise ValueError(f"duplicate run names: {', '.join(dupes)}")
+        raise ValueError(f"duplicate run names: {', '.join(dupes)} (the same name and seed)")
 
     def order(report):
         run = report["run"]
@@ -166,64 +357,23 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         order = [*mode_names(), BASELINE]
         mode = run["mode"]
         rank = order.index(mode) if mode in order else len(order)
-        return rank, run["workers"], run["name"]
+        return rank, run["workers"], run["name"], _seed(report) or 0
 
     reports = sorted(reports, key=order)
-    trained = [r for r in reports if r["run"]["mode"] != "baseline"]
-    base = next((r for r in trained if r["run"]["mode"] == config.baseline), None)
+    groups: dict[str, list[dict]] = {}
+    for r in reports:
+        groups.setdefault(r["run"]["name"], []).append(_run_row(r, config))
+    rows = [_summarized(repeats) for repeats in groups.values()]
+    base = next((row for row in rows if row["mode"] == config.baseline), None)
     notes = []
     if base is None:
         notes.append(f"no {config.baseline!r} run: speedup and efficiency need it as the reference")
-    rows = []
-    for r in reports:
-        run, ev = r["run"], r["evaluation"]
-        quality = {
-            "accuracy": ev.get("accuracy"),
-            "macro_f1": ev.get("macro_f1"),
-            "bits_per_char": ev.get("bits_per_char"),
-            "reconstruction_mse": ev.get("reconstruction_mse"),
-            "psnr": ev.get("psnr"),
-            "sample": ev.get("sample"),
-            "prompt": ev.get("prompt"),
-        }
-        if run["mode"] == BASELINE:
-            rows.append({"name": run["name"], "mode": BASELINE, "workers": None, **quality})
+    for row in rows:
+        if row["mode"] == BASELINE:
             continue
-        hist = r["history"]
-        seconds = float(hist["train_seconds"])
-        speedup = None
-        if base is not None and seconds > 0:
-            speedup = float(base["history"]["train_seconds"]) / seconds
-        mean, p95, worst = _staleness(hist)
-        # The mode's own cells: parameter servers, aggregation, and how the workers
-        # exchanged gradients or variables (the transport).
-        from distrain.train.modes import mode_class
-
-        mode_cells = mode_class(run["mode"]).columns(run, hist)
-        rows.append(
-            {
-                "name": run["name"],
-                "mode": run["mode"],
-                # Every training process: hybrid:D:M has D x M.
-                "workers": int(run.get("processes", run["workers"])),
-                **mode_cells,
-                **quality,
-                "train_seconds": seconds,
-                "examples_per_second": float(hist.get("examples_per_second", 0.0)),
-                "speedup": speedup,
-                "efficiency": speedup / int(run.get("processes", run["workers"]))
-                if speedup is not None
-                else None,
-                "epoch_seconds": _epoch_seconds(hist),
-                "rank_loss": _rank_loss(hist),
-                "time_to_target": time_to_target(hist.get("epochs", []), config.target_accuracy),
-                "staleness_mean": mean,
-                "staleness_p95": p95,
-                "staleness_max": worst,
-                "dropped_gradients": hist.get("dropped_gradients"),
-                "staleness_by_worker": hist.get("staleness_by_worker"),
-            }
-        )
+        seconds = row["train_seconds"]
+        row["speedup"] = base["train_seconds"] / seconds if base and seconds > 0 else None
+        row["efficiency"] = row["speedup"] / row["workers"] if row["speedup"] else None
     candidates = [row for row in rows if row["mode"] != "baseline"] or rows
     lowest = next(
         (k for k in ("bits_per_char", "reconstruction_mse") if candidates[0].get(k) is not None),
@@ -237,12 +387,54 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         )
     return {
         "rows": rows,
+        "verdict": verdict_of(rows),
         "best": best["name"],
-        "baseline": base["run"]["name"] if base is not None else None,
+        "baseline": base["name"] if base is not None else None,
         "target_accuracy": config.target_accuracy,
         "config": asdict(config),
         "notes": notes,
     }
+
+
+# The headline numbers a pipeline logs as KFP Metrics, one key per (run, number): the keys
+# stay the same from one pipeline run to the next, so that KFP's run-compare page lines
+# them up. (key in the row, metric name)
+HEADLINE = (
+    ("repeats", "repeats"),
+    ("accuracy", "accuracy"),
+    ("bits_per_char", "bits_per_char"),
+    ("reconstruction_mse", "reconstruction_mse"),
+    ("time_to_target", "time_to_target_seconds"),
+    ("seconds_per_step", "seconds_per_step"),
+    ("steps_to_target", "steps_to_target"),
+    ("examples_per_second", "examples_per_second"),
+    ("train_seconds", "train_seconds"),
+)
+
+
+def headline_metrics(comparison: dict) -> dict[str, float]:
+    """Each trained run's headline numbers as ``{"RUN/NAME": value}`` (with 95 % bounds).
+
+    ``NAME`` is one of :data:`HEADLINE`'s metric names, ``NAME_low`` / ``NAME_high`` its
+    interval's ends; numbers a run does not have are left out (KFP metrics are numbers).
+    """
+    out = {}
+    for row in comparison["rows"]:
+        if row["mode"] == BASELINE:
+            continue
+        for key, name in HEADLINE:
+            value = row.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"{row['name']}/{name}"] = float(value)
+            interval = row.get(f"{key}_interval")
+            if interval:
+                out[f"{row['name']}/{name}_low"] = float(interval[0])
+                out[f"{row['name']}/{name}_high"] = float(interval[1])
+    verdict = comparison.get("verdict") or {}
+    out["verdict/decided"] = 1.0 if verdict.get("winner") else 0.0
+    out["verdict/tied_runs"] = float(len(verdict.get("tied") or []))
+    out["verdict/runs_missing_target"] = float(len(verdict.get("never_reached") or []))
+    return out
 
 
 def columns(comparison: dict) -> list[tuple[str, str, str]]:
@@ -250,11 +442,55 @@ def columns(comparison: dict) -> list[tuple[str, str, str]]:
     return [c for c in COLUMNS if any(row.get(c[0]) is not None for row in comparison["rows"])]
 
 
-def _cell(row: dict, key: str, fmt: str) -> str:
+# Cells that show their 95 % interval beside the median (the rest have it in the JSON).
+WITH_INTERVAL = (
+    "accuracy",
+    "bits_per_char",
+    "reconstruction_mse",
+    "time_to_target",
+    "examples_per_second",
+)
+
+
+def _cell(row: dict, key: str, fmt: str, intervals: bool = True) -> str:
     value = row.get(key)
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "—"
-    return fmt.format(value)
+    text = fmt.format(value)
+    interval = row.get(f"{key}_interval")
+    if intervals and key in WITH_INTERVAL and interval:
+        text += f" ({interval_text(interval, fmt)})"
+    return text
+
+
+def plan_table(comparison: dict) -> list[str]:
+    """The plan's predictions as Markdown table lines (none without a plan)."""
+    predictions = (comparison.get("plan") or {}).get("predictions") or []
+    if not predictions:
+        return []
+    to = "target" if predictions[0].get("basis", "to the target") == "to the target" else "end"
+    lines = [
+        f"| measured | at the plan's scale | s/step | effective batch | steps to {to} | "
+        f"time to {to} s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for p in predictions:
+        cells = [
+            p["run"],
+            p.get("at_scale") or f"refused: {p.get('refused')}",
+            _cell(p, "step_seconds", "{:.5f}"),
+            _cell(p, "effective_batch", "{:,}"),
+            _cell(p, "steps_to_target", "{:,.0f}"),
+            _cell(p, "time_to_target", "{:.2f}"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict_sentence(comparison: dict) -> str:
+    """The verdict in one sentence, with its reason."""
+    verdict = comparison.get("verdict") or {}
+    return verdict.get("reason") or "No verdict."
 
 
 def render_markdown(comparison: dict) -> str:
@@ -264,7 +500,11 @@ def render_markdown(comparison: dict) -> str:
         "",
         f"Speedup is against `{comparison['baseline'] or 'n/a'}` (its training time over "
         "each run's); efficiency is speedup / workers; time to target is the wall-clock "
-        f"time to reach validation accuracy {comparison['target_accuracy']}; staleness "
+        f"time to reach validation accuracy {comparison['target_accuracy']}, seconds per "
+        "step up to it (hardware: compute, communication, start-up) x steps to target "
+        "(statistics), a step being one update of the effective batch; numbers in "
+        "brackets are 95 % intervals (over the repeats; for an accuracy at least the "
+        "binomial interval of the test set); staleness "
         "is the number of parameter versions between the one a gradient was computed on and "
         "the one it was applied to (or dropped at); transport is how the workers exchanged "
         "gradients (Horovod's mpi or gloo controller for sync runs, TensorFlow's gRPC to the "
@@ -288,7 +528,9 @@ def render_markdown(comparison: dict) -> str:
             dropped = row.get("dropped_gradients")
             tail = f"; {dropped} stale gradients dropped" if dropped else ""
             lines.append(f"- {row['name']}: {cells}{tail}")
-    lines += ["", f"**Best run: {comparison['best']}**."]
+    lines += ["", f"**Verdict:** {verdict_sentence(comparison)}"]
+    if comparison.get("plan"):
+        lines += ["", f"**Plan:** {comparison['plan']['sentence']}", "", *plan_table(comparison)]
     for row in comparison["rows"]:
         if row.get("sample"):
             lines += [
@@ -298,6 +540,8 @@ def render_markdown(comparison: dict) -> str:
                 "> *" + " ".join(row["prompt"].split()) + "* " + " ".join(row["sample"].split()),
             ]
     lines += [f"- note: {n}" for n in comparison.get("notes", [])]
+    if comparison.get("environment"):
+        lines += ["", environment_text(comparison["environment"])]
     return "\n".join(lines) + "\n"
 
 
@@ -316,7 +560,9 @@ def render_text_table(comparison: dict) -> str:
         out.append("  ".join(cells))
         if j == 0:
             out.append("  ".join("-" * w for w in widths))
-    out.append(f"best run: {comparison['best']}")
+    out.append(f"verdict: {verdict_sentence(comparison)}")
+    if comparison.get("plan"):
+        out.append(f"plan: {comparison['plan']['sentence']}")
     out += [f"note: {n}" for n in comparison.get("notes", [])]
     return "\n".join(out)
 
@@ -337,7 +583,11 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_name = {r["run"]["name"]: r for r in reports if r.get("history")}
+    repeats_of: dict[str, list[dict]] = {}
+    for r in reports:
+        if r.get("history"):
+            repeats_of.setdefault(r["run"]["name"], []).append(r)
+    by_name = {name: runs[0] for name, runs in repeats_of.items()}  # a run's first repeat
     names = [row["name"] for row in comparison["rows"] if row["name"] in by_name]
     figures = []
     for key, label, title in (
@@ -345,13 +595,20 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ("val_accuracy", "validation accuracy", "Validation accuracy against wall-clock time"),
     ):
         fig, ax = plt.subplots(figsize=(6.5, 3.8))
-        for name in names:
-            # Epochs without validation (validation_freq > 1) have no point on that plot.
-            epochs = [
-                e for e in by_name[name]["history"].get("epochs", []) if e.get(key) is not None
-            ]
-            t = [e["wall_seconds"] for e in epochs]
-            ax.plot(t, [e[key] for e in epochs], marker="o", label=name)
+        for colour, name in enumerate(names):
+            # Every repeat, in the run's colour; the label once.
+            for i, report in enumerate(repeats_of[name]):
+                # Epochs without validation (validation_freq > 1) have no point on that plot.
+                epochs = [e for e in report["history"].get("epochs", []) if e.get(key) is not None]
+                t = [e["wall_seconds"] for e in epochs]
+                ax.plot(
+                    t,
+                    [e[key] for e in epochs],
+                    marker="o",
+                    color=f"C{colour % 10}",
+                    alpha=1.0 if i == 0 else 0.45,
+                    label=name if i == 0 else None,
+                )
         if key == "val_accuracy":
             ax.axhline(comparison["target_accuracy"], color="grey", ls="--", lw=1, label="target")
         else:
@@ -410,17 +667,66 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ax.grid(alpha=0.3)
         ax.legend()
         figures.append(("Divergence between replicas", _png(fig)))
+    figures += _interval_plots(comparison)
     return figures
 
 
+def _interval_plots(comparison: dict) -> list[tuple[str, str]]:
+    """Each run's median with its 95 % interval as an error bar: the verdict's numbers."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    rows = [r for r in comparison["rows"] if r["mode"] != BASELINE]
+    for key, label in (
+        ("time_to_target", f"seconds to {comparison['target_accuracy']}"),
+        ("accuracy", "test accuracy"),
+        ("bits_per_char", "bits per character"),
+        ("reconstruction_mse", "reconstruction MSE"),
+    ):
+        shown = [r for r in rows if r.get(key) is not None]
+        if not shown:
+            continue
+        values = np.asarray([r[key] for r in shown], dtype=float)
+        low = [r[key] - r[f"{key}_interval"][0] if r.get(f"{key}_interval") else 0 for r in shown]
+        high = [r[f"{key}_interval"][1] - r[key] if r.get(f"{key}_interval") else 0 for r in shown]
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+        ax.errorbar(
+            [r["name"] for r in shown], values, yerr=[low, high], fmt="o", capsize=5, lw=1.5
+        )
+        ax.set(ylabel=label, title=f"{label}: median and 95 % interval per run")
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", labelrotation=20)
+        title = f"{label[:1].upper()}{label[1:]} with 95 % intervals"
+        figures.append((title, _png(fig)))
+    return figures
+
+
+def _html_cell(row: dict, key: str, fmt: str) -> str:
+    """A table cell: the median, its 95 % interval on a second, smaller line."""
+    text = html.escape(_cell(row, key, fmt, intervals=False))
+    interval = row.get(f"{key}_interval")
+    if key in WITH_INTERVAL and interval and row.get(key) is not None:
+        text += f"<br><small>{html.escape(interval_text(interval, fmt))}</small>"
+    return text
+
+
 def render_html(comparison: dict, reports: list[dict]) -> str:
-    """A self-contained HTML page: the table and the plots (inline PNG)."""
+    """A self-contained HTML page: the verdict, the table and the plots (inline PNG).
+
+    The table fits a 1,400-pixel-wide page: headers wrap, intervals sit under their
+    medians; the winner's row (or the tied runs') is highlighted.
+    """
     cols = columns(comparison)
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in cols)
+    verdict = comparison.get("verdict") or {}
     body = ""
     for row in comparison["rows"]:
-        cls = ' class="best"' if row["name"] == comparison["best"] else ""
-        cells = "".join(f"<td>{html.escape(_cell(row, k, f))}</td>" for k, _, f in cols)
+        cls = ""
+        if row["name"] == verdict.get("winner"):
+            cls = ' class="winner"'
+        elif row["name"] in (verdict.get("tied") or []):
+            cls = ' class="tied"'
+        cells = "".join(f"<td>{_html_cell(row, k, f)}</td>" for k, _, f in cols)
         body += f"<tr{cls}>{cells}</tr>\n"
     images = "".join(
         f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
@@ -434,33 +740,74 @@ def render_html(comparison: dict, reports: list[dict]) -> str:
         for row in comparison["rows"]
         if row.get("sample")
     )
+    plan = ""
+    if comparison.get("plan"):
+        rows_md = plan_table(comparison)
+        cells = [[c.strip() for c in line.strip("|").split("|")] for line in rows_md]
+        plan_head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0]) if cells else ""
+        plan_body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in cells[2:]
+        )
+        plan = (
+            f'<p class="verdict"><b>Plan:</b> {html.escape(comparison["plan"]["sentence"])}</p>'
+            f"<table><thead><tr>{plan_head}</tr></thead><tbody>{plan_body}</tbody></table>"
+        )
+    env = comparison.get("environment")
+    machine = f"<p><small>{html.escape(environment_text(env))}</small></p>" if env else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>distrain: runs compared</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; font-size: 0.9em; }}
-th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }}
-th {{ background: #f3f3f3; }} td:first-child, td:nth-child(2) {{ text-align: left; }}
-tr.best {{ background: #e8f5e9; font-weight: 600; }}
-figure {{ display: inline-block; margin: 1em 1em 0 0; }}
+body {{ font-family: system-ui, sans-serif; margin: 1em; color: #222; max-width: 1380px; }}
+table {{ border-collapse: collapse; font-size: 0.72em; max-width: 100%; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.3em; text-align: right; }}
+th {{ background: #f3f3f3; white-space: normal; }}
+td:first-child, td:nth-child(2) {{ text-align: left; }}
+td small {{ color: #666; white-space: nowrap; }}
+tr.winner {{ background: #e8f5e9; font-weight: 600; }}
+tr.tied {{ background: #f4f8fc; }}
+p.verdict {{ font-size: 1.1em; }}
+figure {{ display: inline-block; margin: 1em 1em 0 0; max-width: 100%; }}
+figure img {{ max-width: 100%; }}
 figcaption {{ text-align: center; font-size: 0.85em; color: #555; }}
 </style></head><body>
 <h1>Training runs compared</h1>
+<p class="verdict"><b>Verdict:</b> {html.escape(verdict_sentence(comparison))}</p>
 <p>Speedup against <code>{html.escape(str(comparison["baseline"]))}</code>; efficiency =
 speedup / workers; time to target = wall-clock seconds to validation accuracy
-{comparison["target_accuracy"]}. Best run: <b>{html.escape(comparison["best"])}</b>.</p>
+{comparison["target_accuracy"]} = seconds per step up to it (hardware: compute,
+communication, start-up) &times; steps to target (statistics), a step being one update of
+the effective batch. Under each median: its 95 %
+interval (over the repeats; for an accuracy at least the test set's binomial interval).</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {body}</tbody></table>
+{plan}
+{machine}
 <ul>{notes}</ul>
 {images}</body></html>
 """
 
 
 def write_comparison(
-    out_dir: str | os.PathLike, reports: list[dict], config: CompareConfig | None = None
+    out_dir: str | os.PathLike,
+    reports: list[dict],
+    config: CompareConfig | None = None,
+    environment: dict | None = None,
+    plan: str = "",
 ) -> dict:
-    """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``."""
+    """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``.
+
+    ``environment`` (:func:`distrain.machine.describe`) is recorded as the comparison's
+    ``environment`` and said under the table. ``plan`` (``workers=16,link_gbps=25``) adds
+    the cost model's recommendation at that scale (:mod:`distrain.plan`) as ``plan``.
+    """
     comparison = build_comparison(reports, config)
+    if environment:
+        comparison["environment"] = environment
+    if plan:
+        from distrain.plan import Plan, build_plan
+
+        comparison["plan"] = build_plan(comparison, reports, Plan.parse(plan))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.json").write_text(json.dumps({**comparison, "runs": reports}, indent=2))

@@ -8,16 +8,20 @@ and what was expected. The traceback is printed only with ``--debug`` (which set
 Errors are told apart (:func:`classify`):
 
 * **permanent** (not retried): bad input, bad parameters, a missing file. Every
-  ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`,
-  :class:`~distrain.steps.StepError`, :class:`~distrain.train.inputs.DataError`,
-  :class:`~distrain.data.idx.IdxFormatError`, the preprocessing jobs' format errors and
-  :class:`~distrain.preprocess.common.BadRecordsError`, ...), ``FileNotFoundError``,
-  ``PermissionError``, a missed quality gate, and a Kubernetes API answer 4xx but 408/429;
+  ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`, among them a
+  checkpoint of another model, :class:`~distrain.steps.StepError`,
+  :class:`~distrain.train.inputs.DataError`, :class:`~distrain.data.idx.IdxFormatError`
+  with impossible header sizes, the preprocessing jobs' format errors,
+  :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
+  archive, ...), a download whose digest did not match, a corrupt archive or record
+  (``tarfile``/``zipfile`` errors, TensorFlow's ``DataLossError``), ``FileNotFoundError``,
+  ``PermissionError``, a missed quality gate, and an HTTP or Kubernetes API answer 4xx
+  but 408/429;
 * **transient** (retried with backoff): lost workers and processes
   (:class:`~distrain.train.config.TrainingError`), network errors (``ConnectionError``,
-  ``TimeoutError``, ``urllib``'s ``URLError``, a download whose digest did not match),
-  unavailable servers (gRPC errors, Kubernetes 5xx, 408, 429), and anything distrain does
-  not know (it was retried before this module existed, and still is).
+  ``TimeoutError``, ``urllib``'s ``URLError`` without an answer), unavailable servers
+  (gRPC errors, HTTP and Kubernetes 5xx, 408, 429), and anything distrain does not know
+  (it was retried before this module existed, and still is).
 
 A pipeline step writes its failure as ``executor_error.json`` beside its executor output
 file (``dirname(executor_input.outputs.outputFile)``, where Google Cloud's pipeline
@@ -67,7 +71,9 @@ def classify(exc: BaseException) -> bool:
 
     See the module's docstring for the two lists.
     """
+    import tarfile
     import urllib.error
+    import zipfile
 
     from distrain.data.download import ChecksumError
     from distrain.gate import GateFailed
@@ -76,11 +82,17 @@ def classify(exc: BaseException) -> bool:
     if isinstance(said, bool):  # the failed process said so (launch.WorkerFailed)
         return said
     status = _api_status(exc)
-    if status is not None:  # a Kubernetes or KFP API answer
+    if isinstance(exc, urllib.error.HTTPError):  # an HTTP server's answer
+        status = exc.code
+    if status is not None:  # a Kubernetes, KFP or HTTP answer
         return status == 0 or status >= 500 or status in (408, 429)
-    if isinstance(exc, ChecksumError | ConnectionError | TimeoutError | urllib.error.URLError):
-        return True  # network (a corrupt download is removed and fetched again)
-    if isinstance(exc, GateFailed):
+    if isinstance(exc, ChecksumError):
+        return False  # the pinned file is not what the server has: the same again
+    if isinstance(exc, ConnectionError | TimeoutError | urllib.error.URLError):
+        return True  # network
+    if isinstance(exc, GateFailed | tarfile.TarError | zipfile.BadZipFile):
+        return False  # a missed gate; a corrupt or unsafe archive
+    if type(exc).__name__ == "DataLossError":  # TensorFlow: a corrupt record or file
         return False
     if isinstance(exc, ValueError | FileNotFoundError | NotADirectoryError | PermissionError):
         return False

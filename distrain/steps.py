@@ -86,6 +86,9 @@ def check_parameters(
     launcher: str = "local",
     controller: str = "auto",
     until_plateau: int = 0,
+    repeats: int = 1,
+    seed: int = 0,
+    plan: str = "",
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -102,9 +105,15 @@ def check_parameters(
         launcher: ``local``, ``kubernetes`` or ``trainjob``.
         controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
         until_plateau: Patience of :attr:`TrainConfig.until_plateau` (0: off).
+        repeats: How many times each run spec is trained, with seeds ``seed``,
+            ``seed + 1``, ... (initial weights and data order).
+        seed: The first repeat's seed.
+        plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
+            empty: none).
 
     Returns:
-        The run names, in order.
+        ``{"runs": names in order, "trainings": [{"run_spec", "seed"}, ...]}``: every
+        training the pipeline does, a run spec's repeats side by side.
 
     Raises:
         StepError: Every problem found, joined by ``; ``.
@@ -168,9 +177,33 @@ def check_parameters(
         problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
     if launcher not in LAUNCHERS:
         problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if plan:
+        from distrain.plan import Plan
+
+        try:
+            Plan.parse(plan)
+        except ConfigError as err:
+            problems.append(str(err))
+    if not 1 <= repeats <= MAX_REPEATS:
+        problems.append(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
     if problems:
         raise StepError("invalid pipeline parameters: " + "; ".join(problems))
-    return {"runs": [s.name for s in specs]}
+    return {"runs": [s.name for s in specs], "trainings": trainings(specs, repeats, seed)}
+
+
+# More repeats than this is a typo more often than a plan (each is a full training run).
+MAX_REPEATS = 50
+
+
+def trainings(specs: list, repeats: int, seed: int) -> list[dict]:
+    """Each run spec ``repeats`` times, seeds ``seed``, ``seed + 1``, ...: what a pipeline trains.
+
+    Args:
+        specs: Run specs (:class:`RunSpec` or their strings).
+        repeats: Trainings of each spec.
+        seed: The first repeat's seed (of the initial weights and the data order).
+    """
+    return [{"run_spec": str(s), "seed": seed + i} for s in specs for i in range(repeats)]
 
 
 def check_raw_files(dataset: str, directory: str | os.PathLike) -> None:
@@ -249,8 +282,12 @@ def preprocess(
     validation_fraction: float = 0.1,
     seed: int = 0,
     beam_args: list[str] | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Runs the data set's Beam preprocessing; returns the metadata it wrote.
+
+    ``output_dir`` must be empty or missing unless ``overwrite``; it is then replaced
+    whole, and only when the job and its checks succeed.
 
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
@@ -261,13 +298,20 @@ def preprocess(
     args = beam_args or ["--runner=DirectRunner"]
     runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
-        return plugin.preprocess(str(raw_dir), str(output_dir), validation_fraction, seed, args)
+        return plugin.preprocess(
+            str(raw_dir), str(output_dir), validation_fraction, seed, args, overwrite=overwrite
+        )
 
 
 def _written(directory: str | os.PathLike) -> str:
-    """What a job has written under ``directory`` so far: files and their size."""
+    """What a job has written for ``directory`` so far: files and their size.
+
+    A job writes into a temporary sibling (``.NAME.tmp-*``) until it succeeds.
+    """
+    out = Path(directory)
+    staged = sorted(out.parent.glob(f".{out.name}.tmp-*")) if out.name else []
     files, size = 0, 0
-    for root, dirs, names in os.walk(directory):
+    for root, dirs, names in (w for d in staged or [out] for w in os.walk(d)):
         dirs[:] = [d for d in dirs if not d.startswith(".")]  # the job's scratch space
         for name in names:
             with contextlib.suppress(OSError):
@@ -394,12 +438,24 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
 
 @_timed
 def compare(
-    reports: list[dict], output_dir: str | os.PathLike, *, target_accuracy: float = 0.95
+    reports: list[dict],
+    output_dir: str | os.PathLike,
+    *,
+    target_accuracy: float = 0.95,
+    plan: str = "",
 ) -> dict:
-    """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison."""
-    from distrain.compare import CompareConfig, write_comparison
+    """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison.
 
-    return write_comparison(output_dir, reports, CompareConfig(target_accuracy=target_accuracy))
+    The comparison records the machine and software it ran on (:mod:`distrain.machine`);
+    with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
+    model's recommendation at that scale (:mod:`distrain.plan`).
+    """
+    from distrain.compare import CompareConfig, write_comparison
+    from distrain.machine import describe
+
+    return write_comparison(
+        output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe(), plan
+    )
 
 
 def gather_results(paths: list[str], earlier: str | None = None) -> list[dict]:

@@ -47,8 +47,10 @@ RUN useradd --create-home --uid 1000 distrain
 COPY images/ssh/ /etc/distrain/ssh/
 RUN sh /etc/distrain/ssh/configure.sh
 COPY --from=build /opt/venv /opt/venv
+# No NVIDIA_VISIBLE_DEVICES: the device plugin sets it for the containers that ask for GPUs;
+# set to "all" here it would give the launcher, chief and parameter servers every GPU.
 ENV PATH=/opt/venv/bin:$PATH TF_USE_LEGACY_KERAS=1 PYTHONUNBUFFERED=1 \
-    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 1000
 WORKDIR /home/distrain
 ENTRYPOINT ["distrain"]

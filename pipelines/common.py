@@ -36,6 +36,9 @@ class PipelineDefaults:
     target_accuracy: float
     runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
     sample_size: int = 0
+    # Runs stop on a validation plateau of this patience (epochs are then the most), so
+    # that the comparison judges converged runs, not the slowest to converge (0: off).
+    until_plateau: int = 3
 
 
 def build_pipeline(
@@ -90,10 +93,12 @@ def build_pipeline(
         runs: list[str] = d.runs,
         model: str = d.model,
         epochs: int = d.epochs,
-        until_plateau: int = 0,
+        until_plateau: int = d.until_plateau,
         batch_size: int = d.batch_size,
         learning_rate: float = d.learning_rate,
         seed: int = 0,
+        repeats: int = 1,
+        plan: str = "",
         sample_size: int = d.sample_size,
         validation_fraction: float = 0.1,
         target_accuracy: float = d.target_accuracy,
@@ -126,6 +131,9 @@ def build_pipeline(
             validation_fraction=validation_fraction,
             launcher=launcher,
             controller=controller,
+            repeats=repeats,
+            seed=seed,
+            plan=plan,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
         data = fetch_data(
@@ -143,16 +151,18 @@ def build_pipeline(
         prep.set_container_image(beam_image)
         _retry(prep)
         base = baseline(examples=prep.outputs["examples"], model=model).set_display_name("baseline")
-        with dsl.ParallelFor(runs, parallelism=parallelism, name="runs") as run_spec:
+        # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
+        # gives medians and intervals over them (distrain.verdict).
+        with dsl.ParallelFor(checked.output, parallelism=parallelism, name="runs") as training:
             trained = train(
                 examples=prep.outputs["examples"],
-                run_spec=run_spec,
+                run_spec=training.run_spec,
                 model=model,
                 epochs=epochs,
                 until_plateau=until_plateau,
                 batch_size=batch_size,
                 learning_rate=learning_rate,
-                seed=seed,
+                seed=training.seed,
                 launcher=launcher,
                 controller=controller,
                 worker_image=trainer_image,
@@ -172,6 +182,8 @@ def build_pipeline(
                 schedule_timeout_seconds=schedule_timeout_seconds,
             ).set_display_name("train")
             _retry(trained)
+            # A cached time is not a measurement: training always runs.
+            trained.set_caching_options(enable_caching=False)
             if cluster:
                 _place_training(
                     trained,
@@ -189,6 +201,7 @@ def build_pipeline(
             reports=dsl.Collected(scored.outputs["report"]),
             baseline=base.outputs["report"],
             target_accuracy=target_accuracy,
+            plan=plan,
         ).set_display_name("compare")
         quality_gate(comparison=result.outputs["comparison"], gate=gate).set_display_name(GATE_TASK)
         return result.outputs["comparison"]
@@ -198,8 +211,9 @@ def build_pipeline(
 
 
 # Steps that read data or train retry on failure (a preempted node, a lost pod), waiting
-# 30 s, then 60 s, ... up to 10 minutes. Caching stays on: with the same inputs, a rerun
-# after a failure reuses every step that finished.
+# 30 s, then 60 s, ... up to 10 minutes. Caching stays on for the data steps: with the
+# same inputs, a rerun after a failure reuses them. Training steps turn it off (a cached
+# time is not a measurement).
 RETRIES = 2
 RETRY_BACKOFF = "30s"
 RETRY_BACKOFF_FACTOR = 2.0

@@ -12,7 +12,7 @@ DEFAULTS = PipelineDefaults(
     "vocabulary, a fastText-style classifier in each distributed mode, evaluation against the "
     "majority class and a side-by-side comparison.",
     model="fasttext",
-    epochs=5,
+    epochs=20,  # the most: runs stop on a validation plateau
     batch_size=512,
     learning_rate=0.04,
     target_accuracy=0.9,

@@ -11,7 +11,7 @@ DEFAULTS = PipelineDefaults(
     description="MNIST: Beam preprocessing of IDX files, training in each distributed mode, "
     "evaluation and a side-by-side comparison.",
     model="mlp",
-    epochs=5,
+    epochs=30,  # the most: runs stop on a validation plateau
     batch_size=64,
     learning_rate=0.001,
     target_accuracy=0.95,

@@ -139,12 +139,14 @@ def test_renderings(tmp_path):
     assert len(table_rows) == 1 + 4 and "| run | mode | workers |" in table_rows[0]
     assert "- async:2: worker 0: 0.50 / 1, worker 1: 0.25 / 2" in md
     text = render_text_table(c)
-    assert "best run: sync:2" in text and len(text.splitlines()) == 2 + 4 + 1
+    # One repeat: times have no interval, so no winner; the verdict line replaces "best run".
+    assert "best run" not in text and len(text.splitlines()) == 2 + 4 + 1
+    assert text.splitlines()[-1].startswith("verdict: No run is measurably faster")
     page = render_html(c, rs)
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page
-    assert (
-        page.count("data:image/png;base64,") == 5
-    )  # loss, accuracy, throughput, staleness, progress
+    # loss, accuracy, throughput, staleness, progress, and the intervals of time to target
+    # and of accuracy
+    assert page.count("data:image/png;base64,") == 7
     out = write_comparison(tmp_path, rs)
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved["rows"] == json.loads(json.dumps(out["rows"])) and len(saved["runs"]) == 4

@@ -90,8 +90,9 @@ def test_unbalanced_quote_is_rejected_with_its_line():
         b'1,"Good","fine"\n2,"Broken,"never closed\n3,"x","y"\n4,"a","b"\n',
         b'1,"a","b"\r2,"c","d"\r\n3,"e","f\r\ng"\n',
         b"",
+        b'1,"a","b"\n2,"open,"x"\n3,"c","d"\nnot a row\n4,"e","f"\n5,"g","h"',
     ],
-    ids=["edge", "crlf", "no-final-break", "unbalanced", "mixed-breaks", "empty"],
+    ids=["edge", "crlf", "no-final-break", "unbalanced", "mixed-breaks", "empty", "runaway"],
 )
 def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range):
     ranges = csv_row_ranges(data, rows_per_range)
@@ -119,7 +120,7 @@ def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range)
 def test_ranges_by_size_end_at_the_record_that_fills_them(data, range_bytes):
     from distrain.preprocess.dbpedia import csv_records
 
-    ranges = csv_row_ranges(data, 0, range_bytes)
+    ranges = csv_row_ranges(data, 0, range_bytes=range_bytes)
     assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
     pieces = [
@@ -146,7 +147,7 @@ def test_the_default_job_writes_one_file_per_range_and_split(tmp_path):
     cfg = DbpediaPreprocessConfig(str(raw), str(tmp_path / "out"), range_mb=range_mb)
     meta = preprocess_dbpedia(cfg, OPTIONS)
     ranges = {
-        source: len(csv_row_ranges(data, 0, cfg.range_bytes))
+        source: len(csv_row_ranges(data, 0, range_bytes=cfg.range_bytes))
         for source, data in (("train", train), ("test", test))
     }
     assert ranges["train"] > 2
@@ -237,7 +238,7 @@ def test_job_counts_dead_letters_and_builds_vocabulary_from_training_only(tmp_pa
 @pytest.mark.case("dbpedia/dead-letter")
 def test_too_many_bad_rows_fail_clearly(tmp_path):
     raw = _layout(tmp_path / "raw", b'1,"a","b c"\n99,"x","y"\n')
-    with pytest.raises(BadRecordsError, match="1 of 3 records rejected"):
+    with pytest.raises(BadRecordsError, match="1 of 3 lines rejected"):
         preprocess_dbpedia(DbpediaPreprocessConfig(str(raw), str(tmp_path / "o")), OPTIONS)
 
 
@@ -314,7 +315,7 @@ def test_a_field_over_the_csv_limit_is_its_own_rows_dead_letter():
 def test_a_utf8_byte_order_mark_is_skipped():
     data = b'\xef\xbb\xbf"9","First","kept whole"\r\n' + b'3,"Second","also kept"\r\n'
     out = list(parse_csv("test.csv", data, 14))
-    assert out == [("ok", 1, 8, "First kept whole"), ("ok", 2, 2, "Second also kept")]
+    assert out == [("ok", 1, 8, "First kept whole", 1), ("ok", 2, 2, "Second also kept", 1)]
     # Only at the start of the file: elsewhere the same bytes are the row's own.
     later = list(parse_csv("test.csv", data, 14, first_line=5))
     assert later[0][0] == "bad" and later[0][3].startswith("class index")
@@ -324,16 +325,17 @@ def test_records_are_counted_by_quote_parity_apart_from_the_csv_module():
     from distrain.preprocess.dbpedia import csv_records
 
     data = b'1,"a\nb","c"\r\n2,"say ""hi""\rthere","d"\r3,"e","f"'
-    ends, lines = csv_records(data)
+    ends, lines, runaway = csv_records(data)
     assert ends.tolist() == [13, 38, len(data)]
     assert lines.tolist() == [0, 2, 4]
+    assert not runaway.any()
     # The same with the scan cut into pieces of a few bytes.
-    ends2, lines2 = csv_records(data, chunk_bytes=3)
+    ends2, lines2, _ = csv_records(data, chunk_bytes=3)
     assert ends2.tolist() == ends.tolist() and lines2.tolist() == lines.tolist()
-    # An unbalanced quote makes the rest one record, dead-lettered once, where it starts.
+    # An unbalanced quote costs its own line: reading resumes at the next row.
     out = list(parse_csv("t.csv", b'1,"a","b"\n2,"open,"x"\n3,"c","d"\n', 14))
-    assert [(o[0], o[1]) for o in out] == [("ok", 1), ("bad", 2)]
-    assert out[1][3].startswith("malformed CSV")
+    assert [(o[0], o[1], o[4]) for o in out] == [("ok", 1, 1), ("bad", 2, 1), ("ok", 3, 1)]
+    assert out[1][3].startswith("unbalanced quote")
 
 
 @pytest.mark.case("dbpedia/long-field", "dbpedia/bom")
@@ -389,9 +391,9 @@ def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
 
     real = dbpedia.parse_csv
 
-    def stops_early(path, data, num_classes, first_line=1):
+    def stops_early(path, data, num_classes, first_line=1, *bounds):
         # As the reader did before: stop at the first malformed record, dropping the rest.
-        for outcome in real(path, data, num_classes, first_line):
+        for outcome in real(path, data, num_classes, first_line, *bounds):
             yield outcome
             if outcome[0] == "bad":
                 return
@@ -399,7 +401,7 @@ def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
     monkeypatch.setattr(dbpedia, "parse_csv", stops_early)
     raw = _layout(tmp_path / "raw", _rows(10) + b'2,"only two"\n' + _rows(20, 10))
     cfg = DbpediaPreprocessConfig(str(raw), str(tmp_path / "out"), max_bad_ratio=0.5)
-    with pytest.raises(RecordAccountingError, match=r"train.csv: 21 records in the input.*10 "):
+    with pytest.raises(RecordAccountingError, match=r"train.csv: 21 lines in the input.*10 "):
         preprocess_dbpedia(cfg, OPTIONS)
 
 

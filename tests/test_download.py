@@ -181,6 +181,30 @@ def test_unsafe_tar_members_are_refused(tmp_path, member, message):
     assert not (tmp_path / "out" / "ok" / "fine.txt").exists()  # nothing was extracted
 
 
+@pytest.mark.case("download/unsafe-members", "integrity/errors")
+@pytest.mark.parametrize(
+    "chain, message",
+    [
+        # On an empty disk each resolves inside; extracted in order, x/evil lands above.
+        ([_link("y", "."), _link("x", "y/.."), _file("x/evil")], "passes through the link 'y'"),
+        ([_link("d", "."), _file("d/evil")], "lies under the link 'd'"),
+    ],
+    ids=["link-chain", "under-a-link"],
+)
+@pytest.mark.parametrize("filters", [True, False], ids=["pep706", "python-3.11.2"])
+def test_link_chains_are_refused_by_the_archives_own_paths(
+    tmp_path, chain, message, filters, monkeypatch
+):
+    # Debian 12's Python 3.11.2 (the images') has no extraction filters: the checks alone hold.
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = _tar(tmp_path / "chain.tar.gz", chain)
+    with pytest.raises(UnsafeArchiveError, match=message):
+        safe_extract(archive, tmp_path / "root" / "out")
+    assert not (tmp_path / "root" / "evil").exists()
+    assert not list((tmp_path / "root" / "out").iterdir())
+
+
 @pytest.mark.case("download/unsafe-members")
 def test_device_member_refused(tmp_path):
     info = tarfile.TarInfo("dev")
@@ -189,7 +213,10 @@ def test_device_member_refused(tmp_path):
         safe_extract(_tar(tmp_path / "d.tgz", [(info, None)]), tmp_path / "out")
 
 
-def test_good_archives_extract(tmp_path):
+@pytest.mark.parametrize("filters", [True, False], ids=["pep706", "python-3.11.2"])
+def test_good_archives_extract(tmp_path, filters, monkeypatch):
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
     archive = _tar(
         tmp_path / "good.tar.gz",
         [_file("dbpedia_csv/classes.txt", b"Company\n"), _link("dbpedia_csv/alias", "classes.txt")],

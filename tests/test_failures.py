@@ -52,7 +52,6 @@ class ApiException(Exception):  # what the kubernetes and kfp clients raise, by 
         (ConnectionResetError("reset by peer"), True),
         (TimeoutError("timed out"), True),
         (urllib.error.URLError("Name or service not known"), True),
-        (ChecksumError("x: sha256 mismatch; file removed"), True),  # fetched again
         (ApiException(503), True),
         (ApiException(429), True),
         (ApiException(0), True),  # no answer at all
@@ -61,6 +60,83 @@ class ApiException(Exception):  # what the kubernetes and kfp clients raise, by 
 )
 def test_errors_are_told_apart(exc, transient):
     assert classify(exc) is transient
+
+
+def _http(code):
+    return urllib.error.HTTPError("https://example.org/f", code, "answer", {}, None)
+
+
+class DataLossError(Exception):  # TensorFlow's, by name (a corrupt record)
+    pass
+
+
+def _permanent_and_transient_causes():
+    """The table of issue 37: each cause of failure, and whether a retry can help."""
+    import tarfile
+
+    from distrain.data.download import UnsafeArchiveError
+    from distrain.preprocess.common import (
+        BadRecordsError,
+        OutputExistsError,
+        RecordAccountingError,
+    )
+    from distrain.preprocess.dbpedia import DbpediaFormatError
+    from distrain.preprocess.records import TFRecordFramingError
+
+    return [
+        ("bad input", DbpediaFormatError("classes.txt: file not found"), False),
+        ("too many bad records", BadRecordsError("5 of 10 lines rejected"), False),
+        ("records lost", RecordAccountingError("10 lines in the input, 9 ..."), False),
+        ("used output folder", OutputExistsError("out: not empty"), False),
+        ("http 404", _http(404), False),
+        ("http 403", _http(403), False),
+        ("checksum", ChecksumError("x: sha256 mismatch; file removed"), False),
+        ("unsafe archive", UnsafeArchiveError("a.tgz: link 'x' passes through"), False),
+        ("corrupt archive", tarfile.ReadError("not a gzip file"), False),
+        ("corrupt record", TFRecordFramingError("f.tfrecord: ends inside record 3"), False),
+        ("corrupt record (tf)", DataLossError("corrupted record at 12"), False),
+        ("impossible header", IdxFormatError("x.gz: an impossible header"), False),
+        ("config mismatch", ConfigError("ckpt-12: a checkpoint of another model"), False),
+        ("lost worker", TrainingError("mpirun exited with code 137"), True),
+        ("timeout", TimeoutError("timed out"), True),
+        ("http 500", _http(500), True),
+        ("http 503", _http(503), True),
+        ("http 408", _http(408), True),
+        ("http 429", _http(429), True),
+        ("api 503", ApiException(503), True),
+        ("api 408", ApiException(408), True),
+        ("api 404", ApiException(404), False),
+        ("no answer", urllib.error.URLError("Name or service not known"), True),
+    ]
+
+
+@pytest.mark.case("integrity/errors")
+@pytest.mark.parametrize(
+    "cause, exc, transient",
+    _permanent_and_transient_causes(),
+    ids=[c[0] for c in _permanent_and_transient_causes()],
+)
+def test_the_table_of_permanent_and_transient_causes(cause, exc, transient):
+    failure = Failure.of("step", exc)
+    assert failure.retryable is transient, cause
+    assert failure.exit_code == (1 if transient else 2)
+
+
+@pytest.mark.case("integrity/errors")
+def test_a_parameter_server_records_its_error_for_the_launcher(tmp_path, monkeypatch):
+    from distrain.cli import main
+    from distrain.train.launch import WorkerFailed, process_failure, server_args
+
+    out = tmp_path / "run"
+    bad = {"cluster": {"ps": ["localhost:1"]}, "task": {"type": "ps", "index": "first"}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
+    monkeypatch.delenv("HOROVOD_RANK", raising=False)
+    monkeypatch.delenv("OMPI_COMM_WORLD_RANK", raising=False)
+    # The command the launchers give a parameter server, through the console script's parser.
+    assert main(server_args(1, out)) == 2
+    failed = process_failure(out, "[async:2] parameter server ps:0 exited with code 2")
+    assert isinstance(failed, WorkerFailed) and not classify(failed)
+    assert "ps:first failed: ValueError: invalid literal for int()" in str(failed)
 
 
 def test_one_line_says_where_and_what():
@@ -344,7 +420,7 @@ def test_bad_input_found_by_a_retried_step_is_not_retried(tmp_path, cli_env):
     assert proc.returncode == 2, proc.stdout[-3000:]
     last = _last_line(proc)
     assert last.startswith("distrain: preprocess (Beam) failed: "), last
-    assert "records rejected" in last and "above the allowed 1.00%" in last
+    assert "lines rejected" in last and "above the allowed 1.00%" in last
     assert _attempts(proc, "preprocess") == 1, "a permanent error was retried"
     assert "Retrying in" not in proc.stdout and seconds < 120
     assert "Traceback" not in proc.stdout

@@ -142,8 +142,11 @@ def test_pipeline_parameters_are_all_checked_before_any_work(tmp_path, mnist_raw
     with pytest.raises(StepError, match="epochs must be at least 1"):
         check_parameters("mnist", "sample", ["single:1"], epochs=0)
     assert check_parameters("mnist", str(mnist_raw), "single:1,sync:2") == {
-        "runs": ["single:1", "sync:2"]
+        "runs": ["single:1", "sync:2"],
+        "trainings": [{"run_spec": "single:1", "seed": 0}, {"run_spec": "sync:2", "seed": 0}],
     }
+    with pytest.raises(StepError, match="needs workers=N"):
+        check_parameters("mnist", "sample", ["single:1"], plan="link_gbps=10")
     # A data directory's files get preprocessing's file-level checks in this first step,
     # which is never retried.
     with pytest.raises(StepError, match="train-images-idx3-ubyte.gz: file not found"):
@@ -605,3 +608,30 @@ def test_a_guarded_child_dies_with_its_killed_parent(tmp_path):
     parent.wait()
     child.wait(timeout=10)  # killed by the kernel, not left running
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+# ---- every wait has a bound -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.case("integrity/stalls", "train/no-orphans")
+def test_a_stopped_parameter_server_ends_the_run_within_the_operation_timeout(
+    mnist_examples, tmp_path
+):
+    # SIGSTOP: the process is there, its connections open, and it never answers. Without
+    # a bound the others wait forever; with operation_timeout the run ends with an error.
+    out = tmp_path / "run"
+    stopped: list[float] = []
+
+    def stop():
+        os.kill(server_of(out, "ps", 0).pid, signal.SIGSTOP)
+        stopped.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and server_of(out, "ps", 0), stop)
+    cfg = config(mnist_examples, out, "async:2", epochs=40, operation_timeout=15)
+    with pytest.raises(TrainingError, match="training failed"):
+        run_training(cfg, timeout=400)
+    assert stopped, "the process was not stopped"
+    ended_after = time.monotonic() - stopped[0]
+    assert ended_after < 15 + 45, ended_after
+    assert_no_orphans(out)

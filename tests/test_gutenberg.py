@@ -140,7 +140,8 @@ def test_too_many_rejected_books_fail_the_job(tmp_path):
     cfg = GutenbergPreprocessConfig(str(raw), str(tmp_path / "out"), max_bad_ratio=0.5)
     with pytest.raises(BadRecordsError, match="2 of 3 records rejected"):
         preprocess_gutenberg(cfg, OPTIONS)
-    dead = list((tmp_path / "out" / "dead_letter").glob("*.jsonl"))
+    dead = list((tmp_path / "out.failed" / "dead_letter").glob("*.jsonl"))
+    assert not (tmp_path / "out").exists()
     assert sum(len(f.read_text().splitlines()) for f in dead) == 2
 
 
@@ -236,8 +237,16 @@ def test_read_book_transform_decodes_utf16_and_rejects_binary(tmp_path):
             out["stats"],
             equal_to(
                 [
-                    {"books": {"accepted": 1}, "encodings": {"utf-16": 1}},
-                    {"books": {"rejected": 1}, "rejected": {"binary file (NUL bytes)": 1}},
+                    {
+                        "books": {"accepted": 1},
+                        "encodings": {"utf-16": 1},
+                        "bytes_read": utf16.stat().st_size,
+                    },
+                    {
+                        "books": {"rejected": 1},
+                        "rejected": {"binary file (NUL bytes)": 1},
+                        "bytes_read": 150,
+                    },
                 ]
             ),
             label="Stats",

@@ -215,8 +215,10 @@ def test_row_reads_check_the_file(tmp_path):
     (tmp_path / "short").write_bytes(data[:-100])
     with pytest.raises(IdxFormatError, match=r"short: dimensions \[8, 28, 28\] need"):
         idx_shape(tmp_path / "short")
-    with pytest.raises(IdxFormatError, match=r"short: ends inside rows 4:8"):
-        read_idx_rows(tmp_path / "short", 4, 8)
+    # The file's size is checked against its header before any read, whichever rows.
+    for start, stop in ((4, 8), (0, 1)):
+        with pytest.raises(IdxFormatError, match=r"short: dimensions \[8, 28, 28\] need 6272"):
+            read_idx_rows(tmp_path / "short", start, stop)
     with pytest.raises(IdxFormatError, match="IDX magic"):
         read_idx_rows(tmp_path / "i", 0, 1, LABELS_MAGIC)
     write_idx(tmp_path / "g.gz", _images(2))

@@ -213,8 +213,27 @@ class FakeCustom(client.CustomObjectsApi):
         self.cluster.remove(CUSTOM[(group, version, plural)], name)
 
 
+class FakeNetworking(client.NetworkingV1Api):
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def create_namespaced_network_policy(self, namespace, body, **kwargs):
+        self.cluster.add("NetworkPolicy", body)
+
+    def delete_namespaced_network_policy(self, name, namespace, **kwargs):
+        self.cluster.remove("NetworkPolicy", name)
+
+    def list_namespaced_network_policy(self, namespace, **kwargs):
+        found = self.cluster.listed("NetworkPolicy", kwargs["label_selector"])
+        return client.V1NetworkPolicyList(
+            items=[client.V1NetworkPolicy(metadata=client.V1ObjectMeta(name=n)) for n in found]
+        )
+
+
 def _api(cluster):
-    return KubeApi(FakeCore(cluster), FakeBatch(cluster), FakeCustom(cluster))
+    return KubeApi(
+        FakeCore(cluster), FakeBatch(cluster), FakeCustom(cluster), FakeNetworking(cluster)
+    )
 
 
 def test_fakes_match_the_real_client_signatures():
@@ -222,6 +241,7 @@ def test_fakes_match_the_real_client_signatures():
         (FakeCore, client.CoreV1Api),
         (FakeBatch, client.BatchV1Api),
         (FakeCustom, client.CustomObjectsApi),
+        (FakeNetworking, client.NetworkingV1Api),
     ):
         for name, method in vars(fake).items():
             if name.startswith("_") or not callable(method):
@@ -276,7 +296,8 @@ def test_sync_success_streams_each_log_line_once_and_deletes_the_mpijob():
     text = out.getvalue()
     assert text.count("[r1-launcher-x] epoch 1/2 loss 0.5") == 1
     assert text.count("[r1-launcher-x] epoch 2/2 loss 0.3") == 1
-    assert run.created == [("MPIJob", "r1")] and run.deleted == run.created
+    assert run.created == [("NetworkPolicy", "r1"), ("MPIJob", "r1")]
+    assert run.deleted == run.created[::-1]
     assert cluster.objects == {}
 
 
@@ -308,7 +329,7 @@ def test_ps_success_deletes_parameter_servers_that_never_exit():
 
     run, cluster, out, objects = _run("async:2:ps=1", script)
     run.run()
-    assert len(run.created) == len(objects) == 8
+    assert len(run.created) == len(objects) == 9  # the policy, 4 Services, 4 Jobs
     assert sorted(run.deleted) == sorted(run.created)
     assert cluster.objects == {} and cluster.pods == {}
     assert out.getvalue().count("[r1-chief-abc] step 1") == 1
@@ -369,7 +390,8 @@ def test_timeout_and_interrupt_still_clean_up():
     run, cluster, _, _ = _run("async:2", interrupt)
     with pytest.raises(KeyboardInterrupt):
         run.run()
-    assert cluster.objects == {} and len(run.deleted) == 8  # 2 workers, 1 ps, chief
+    # The policy, and a Service and a Job each for 2 workers, 1 ps and the chief.
+    assert cluster.objects == {} and len(run.deleted) == 9
 
 
 def test_a_failed_create_deletes_what_was_created_before():
@@ -487,13 +509,14 @@ def test_trainjob_success_streams_logs_and_deletes_the_trainjob():
             c.mpijob_conditions = [{"type": "Complete", "status": "True"}]
 
     run, cluster, out, objects = _run("sync:2", script, launcher="trainjob")
-    assert [o["kind"] for o in objects] == ["TrainJob"]
+    assert [o["kind"] for o in objects] == ["NetworkPolicy", "TrainJob"]
     run.run()
     text = out.getvalue()
     # Lines split across stream chunks and re-opened streams come out whole, once each.
     assert text.count("[r1-launcher-0-0-x] epoch 1/2 loss 0.5") == 1
     assert text.count("[r1-launcher-0-0-x] epoch 2/2 loss 0.3") == 1
-    assert run.created == [("TrainJob", "r1")] and run.deleted == run.created
+    assert run.created == [("NetworkPolicy", "r1"), ("TrainJob", "r1")]
+    assert run.deleted == run.created[::-1]
     assert cluster.objects == {}
 
 
@@ -653,6 +676,8 @@ def test_a_create_answered_with_409_after_a_lost_reply_counts_as_created():
     calls = []
 
     def add_then_lose_the_reply(kind, body):
+        if kind == "NetworkPolicy":
+            return real_add(kind, body)
         calls.append(kind)
         if len(calls) == 1:
             real_add(kind, body)
@@ -661,7 +686,8 @@ def test_a_create_answered_with_409_after_a_lost_reply_counts_as_created():
 
     cluster.add = add_then_lose_the_reply
     run.run()
-    assert calls == ["TrainJob", "TrainJob"] and run.created == [("TrainJob", "r1")]
+    assert calls == ["TrainJob", "TrainJob"]
+    assert run.created == [("NetworkPolicy", "r1"), ("TrainJob", "r1")]
     assert cluster.objects == {}
 
 
@@ -688,10 +714,10 @@ def test_objects_are_owned_by_the_launcher_pod_when_it_is_known(tmp_path, monkey
     cluster.run_name = "r7"
     with pytest.raises(TrainingError, match="wrote no"):
         train_on_cluster(cfg, k, _api(cluster), name="r7", out=io.StringIO())
-    assert len(seen) == 8 and all(refs == [owner] for refs in seen)  # the ps Jobs too
+    assert len(seen) == 9 and all(refs == [owner] for refs in seen)  # the ps Jobs too
     objects = build_objects(_cfg_for_owner(), KubernetesConfig(launcher="trainjob"), "r", "/c")
     add_owner(objects, owner)
-    assert validate_all(objects) == 1
+    assert validate_all(objects) == 2
 
 
 def _cfg_for_owner():

@@ -1,6 +1,7 @@
 """manifests/ (kustomize) and the launcher's objects: rendered, schema-valid, least privilege."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,20 +19,6 @@ from .conftest import ROOT
 
 MANIFESTS = ROOT / "manifests"
 KUSTOMIZATIONS = sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
-# What the launcher may do, and nothing else.
-ALLOWED_RESOURCES = {
-    "mpijobs",
-    "mpijobs/status",
-    "trainjobs",
-    "trainjobs/status",
-    "events",
-    "jobs",
-    "jobs/status",
-    "pods",
-    "pods/log",
-    "services",
-}
-ALLOWED_VERBS = {"create", "get", "list", "watch", "delete"}
 CLUSTER_SCOPED = {
     "Namespace",
     "ClusterRole",
@@ -41,6 +28,13 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition",
     "Node",
 }
+
+
+def _workload(*args) -> list[dict]:
+    """The run's objects but its NetworkPolicy (build_objects puts that first)."""
+    policy, *objects = build_objects(*args)
+    assert policy["kind"] == "NetworkPolicy"
+    return objects
 
 
 def _render(directory) -> list[dict]:
@@ -91,9 +85,7 @@ def test_rbac_grants_nothing_cluster_wide(directory):
         ), f"{kind}/{obj['metadata']['name']} has no namespace"
         if kind == "Role":
             for rule in obj["rules"]:
-                assert set(rule["resources"]) <= ALLOWED_RESOURCES, rule
-                assert set(rule["verbs"]) <= ALLOWED_VERBS, rule
-                assert "*" not in rule.get("apiGroups", []), rule
+                assert "*" not in rule.get("apiGroups", []) + rule["resources"] + rule["verbs"]
         if kind == "RoleBinding":
             ns = obj["metadata"]["namespace"]
             assert obj["roleRef"]["kind"] == "Role"
@@ -130,7 +122,7 @@ def test_templates_are_what_the_launcher_creates(tmp_path):
     for run, name, file in (
         ("sync:2", "distrain-sync", "mpijob.yaml"),
         ("async:2:ps=1", "distrain-async", "ps.yaml"),
-        ("sync:2 --launcher trainjob", "distrain-sync", "trainjob.yaml"),
+        ("sync:2 --launcher trainjob", "distrain-trainjob", "trainjob.yaml"),
     ):
         spec, *extra = run.split()
         out = subprocess.run(
@@ -175,7 +167,7 @@ def _containers(obj: dict) -> list[tuple[str, dict, dict]]:
 def test_cpu_ranks_yield_their_cores_in_mpi_waits_and_gpu_ranks_do_not():
     # CPU ranks share their cores with TensorFlow's compute threads, as local ranks do.
     def mpirun_args(k: KubernetesConfig) -> list[str]:
-        (mpijob,) = build_objects(_cfg("sync:2"), k, "r1", "/mnt/distrain/o/c.json")
+        (mpijob,) = _workload(_cfg("sync:2"), k, "r1", "/mnt/distrain/o/c.json")
         spec = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
         return spec["containers"][0]["args"]
 
@@ -209,7 +201,7 @@ def test_launcher_objects_validate_and_carry_the_placement(run):
 
 
 def test_sync_run_is_one_mpijob_with_a_rank_per_gpu():
-    (job,) = build_objects(_cfg("sync:4"), GPU_POOL, "r1", "/c.json")
+    (job,) = _workload(_cfg("sync:4"), GPU_POOL, "r1", "/c.json")
     spec = job["spec"]
     assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
     assert spec["slotsPerWorker"] == 2 and spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
@@ -246,7 +238,7 @@ def test_one_worker_runs_need_no_cluster_job():
 
 
 def test_validation_rejects_what_the_apis_would():
-    (job,) = build_objects(_cfg("sync:2"), KubernetesConfig(), "r1", "/c.json")
+    (job,) = _workload(_cfg("sync:2"), KubernetesConfig(), "r1", "/c.json")
     bad = json.loads(json.dumps(job))
     bad["spec"]["launcherCreationPolicy"] = "Eventually"
     with pytest.raises(ManifestError, match="launcherCreationPolicy"):
@@ -322,7 +314,7 @@ def test_the_shipped_runtimes_validate_against_trainer_v2_3s_crds():
 def test_trainjobs_refer_to_a_shipped_runtime_and_reject_what_the_api_would():
     names = {r["metadata"]["name"] for r in _render(TRAINER)}
     for k in (KubernetesConfig(launcher="trainjob"), GPU_POOL_TRAINJOB):
-        (job,) = build_objects(_cfg("sync:4"), k, "r1", "/c.json")
+        (job,) = _workload(_cfg("sync:4"), k, "r1", "/c.json")
         validate_object(job)
         assert job["spec"]["runtimeRef"]["name"] in names
     bad = json.loads(json.dumps(job))
@@ -540,4 +532,51 @@ def test_compiled_trainjob_pipeline_validates_for_every_run_mode(tmp_path, works
         objects = build_objects(cfg, k, "r1", f"{mount_path}/runs/x/c.json")
         assert validate_all(objects) == len(objects), run
         kinds |= {o["kind"] for o in objects}
-    assert kinds == {"TrainJob", "Job", "Service"}
+    assert kinds == {"NetworkPolicy", "TrainJob", "Job", "Service"}
+
+
+# The client's method names: VERB_namespaced_RESOURCE (the REST verb, then what it acts on).
+_CLIENT_VERBS = {"create": "create", "delete": "delete", "list": "list", "read": "get"}
+_CLIENT_VERBS["get"] = "get"
+_CLIENT_RESOURCES = {
+    "job": ("batch", "jobs"),
+    "job_status": ("batch", "jobs/status"),
+    "service": ("", "services"),
+    "pod": ("", "pods"),
+    "pod_log": ("", "pods/log"),
+    "event": ("", "events"),
+    "network_policy": ("networking.k8s.io", "networkpolicies"),
+}
+
+
+def _permissions_the_launcher_uses() -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every Kubernetes API call in distrain/k8s/, from its code."""
+    from distrain.k8s.launcher import CUSTOM_KINDS
+
+    needed = set()
+    for path in (ROOT / "distrain" / "k8s").glob("*.py"):
+        for verb, what in re.findall(r"\.(\w+?)_namespaced_(\w+)\b", path.read_text()):
+            assert verb in _CLIENT_VERBS, f"{path.name}: {verb}_namespaced_{what}"
+            if what == "custom_object":
+                targets = [(group, plural) for group, _, plural in CUSTOM_KINDS.values()]
+            else:
+                assert what in _CLIENT_RESOURCES, f"{path.name}: {verb}_namespaced_{what}"
+                targets = [_CLIENT_RESOURCES[what]]
+            needed |= {(group, res, _CLIENT_VERBS[verb]) for group, res in targets}
+    return needed
+
+
+def test_the_role_grants_exactly_what_the_launcher_calls():
+    (role,) = [o for o in _render(MANIFESTS / "base") if o["kind"] == "Role"]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    needed = _permissions_the_launcher_uses()
+    # Sanity: the scan sees the calls it must (a broken pattern would find nothing).
+    assert ("batch", "jobs", "create") in needed and ("", "pods/log", "get") in needed
+    assert granted - needed == set(), "granted but never called"
+    assert needed - granted == set(), "called but not granted"

@@ -47,11 +47,25 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     tasks = spec["root"]["dag"]["tasks"]
     assert {"fetch-data", "preprocess", "baseline", "compare"} <= set(tasks)
     loop = next(t for name, t in tasks.items() if name.startswith("for-loop"))
-    assert loop["parameterIterator"]["items"]["inputParameter"] == "pipelinechannel--runs"
+    # The loop runs over the checked trainings: each run spec `repeats` times, a seed each.
+    assert loop["parameterIterator"]["items"]["inputParameter"] == (
+        "pipelinechannel--check-parameters-Output"
+    )
     inner = spec["components"][loop["componentRef"]["name"]]["dag"]["tasks"]
     assert {"train", "evaluate"} <= set(inner)
+    train_inputs = inner["train"]["inputs"]["parameters"]
+    assert train_inputs["seed"]["parameterExpressionSelector"] == 'parseJson(string_value)["seed"]'
+    assert train_inputs["run_spec"]["parameterExpressionSelector"] == (
+        'parseJson(string_value)["run_spec"]'
+    )
+    # A cached time is not a measurement: training is never served from the cache.
+    assert not inner["train"].get("cachingOptions", {}).get("enableCache")
+    assert tasks["preprocess"]["cachingOptions"]["enableCache"]
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["runs"]["defaultValue"] == DEFAULT_RUNS
+    assert defaults["repeats"]["defaultValue"] == 1
+    # Runs stop on a validation plateau by default; epochs are the most.
+    assert defaults["until_plateau"]["defaultValue"] == 3
     model = {"mnist": "mlp", "dbpedia": "fasttext", "gutenberg": "lstm"}[dataset]
     assert defaults["model"]["defaultValue"] == model
     # Sync runs' Horovod controller is a pipeline parameter, checked first, used by training.
@@ -112,6 +126,8 @@ def test_kfp_dsl_compile(tmp_path, cli_env, dataset):
         (["--runs", "syncreplicas:2:aggregate=3"], "replicas_to_aggregate must be between"),
         (["--data", "/nonexistent/mnist"], "data directory /nonexistent/mnist does not exist"),
         (["--controller", "nccl"], "invalid choice: 'nccl'"),
+        (["--repeats", "0"], "--repeats must be between 1 and 50, got 0"),
+        (["--plan", "workers=0"], "needs workers=N with N at least 1"),
     ],
 )
 def test_run_refuses_bad_parameters_before_any_work(tmp_path, cli_env, args, message):

@@ -75,7 +75,16 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
     cmd = launch_command(auto, "c.json")
     if built:  # mpirun itself, as the cluster's MPIJob launcher runs it
         assert Path(cmd[0]).name == "mpirun" and cmd[1:5] == ["-np", "2", "-H", "localhost:2"]
-        assert cmd[5:-6] == MPIRUN_OPTIONS and cmd[-6:] == worker_command("c.json")
+        assert cmd[5:-12] == MPIRUN_OPTIONS and cmd[-6:] == worker_command("c.json")
+        # A local run's ranks talk over loopback only.
+        assert cmd[-12:-6] == [
+            "-mca",
+            "btl_tcp_if_include",
+            "lo",
+            "-mca",
+            "oob_tcp_if_include",
+            "lo",
+        ]
     else:
         assert Path(cmd[0]).name == "horovodrun" and "--gloo" in cmd
     assert sync_controller(_sync(tmp_path, "sync:3:min=2")) == "gloo"  # elastic needs gloo

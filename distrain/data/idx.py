@@ -15,6 +15,7 @@ are usually gzipped; both forms are read. Every problem is raised as
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
 import zlib
@@ -47,6 +48,11 @@ MNIST_FILES: dict[str, tuple[str, str]] = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
+
+
+# Deflate (gzip) expands its input at most about 1032-fold: a header asking for more
+# than that from the file's compressed bytes is impossible, whatever its trailer says.
+_MAX_DEFLATE_RATIO = 1032
 
 
 class IdxFormatError(ValueError):
@@ -121,7 +127,15 @@ def inspect_idx(path: str | os.PathLike, expect_magic: int | None = None):
     else:
         head, length = raw[:1024], len(raw)
     dtype, dims, header = _parse_header(head, str(path), expect_magic)
-    expected = header + int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    # Sizes in Python integers: a header's dimensions multiply past 64 bits (2**31 x 2**31
+    # images), where numpy's int64 would wrap around to a size that looks right.
+    expected = header + math.prod(dims) * dtype.itemsize
+    if gzipped and expected > _MAX_DEFLATE_RATIO * len(raw) + header:
+        raise IdxFormatError(
+            f"{path}: header dimensions {list(dims)} need {expected} bytes, more than "
+            f"{len(raw)} gzip bytes can hold (deflate expands at most "
+            f"{_MAX_DEFLATE_RATIO}-fold): an impossible header"
+        )
     if gzipped and length != expected % 2**32:
         raise IdxFormatError(
             f"{path}: corrupt or truncated gzip stream (its trailer gives {length} bytes, "
@@ -150,7 +164,7 @@ def parse_idx(data: bytes, name: str = "<bytes>", expect_magic: int | None = Non
         IdxFormatError: The header or the data length is wrong.
     """
     dtype, dims, header = _parse_header(data, name, expect_magic)
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize
     got = len(data) - header
     if got != expected:
         raise IdxFormatError(
@@ -232,7 +246,7 @@ def idx_shape(path: str | os.PathLike, expect_magic: int | None = None) -> tuple
     if head[:2] == b"\x1f\x8b":
         raise IdxFormatError(f"{path}: gzipped; rows are read from an unpacked copy")
     dtype, dims, header = _parse_header(head, str(path), expect_magic)
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize
     got = path.stat().st_size - header
     if got != expected:
         raise IdxFormatError(
@@ -260,7 +274,13 @@ def read_idx_rows(
         stop = min(stop, dims[0])
         if not 0 <= start <= stop:
             raise ValueError(f"{path}: rows {start}:{stop} outside 0:{dims[0]}")
-        row = int(np.prod(dims[1:], dtype=np.int64)) * dtype.itemsize
+        row = math.prod(dims[1:]) * dtype.itemsize
+        size = os.fstat(f.fileno()).st_size
+        if header + dims[0] * row != size:  # before a read of the header's sizes
+            raise IdxFormatError(
+                f"{path}: dimensions {list(dims)} need {dims[0] * row} data bytes, "
+                f"file has {size - header}"
+            )
         f.seek(header + start * row)
         data = f.read((stop - start) * row)
     if len(data) != (stop - start) * row:

@@ -102,9 +102,19 @@ class DataSet:
     # ---- preprocessing and records ------------------------------------------------------
 
     def preprocess(
-        self, raw: str, out: str, validation_fraction: float, seed: int, beam_args: list[str]
+        self,
+        raw: str,
+        out: str,
+        validation_fraction: float,
+        seed: int,
+        beam_args: list[str],
+        overwrite: bool = False,
     ) -> dict:
-        """Runs the data set's Beam job; returns the metadata it wrote."""
+        """Runs the data set's Beam job; returns the metadata it wrote.
+
+        ``out`` must be empty or missing, unless ``overwrite``: then it is replaced whole
+        when the job succeeds (:func:`distrain.preprocess.common.staged_output`).
+        """
         raise NotImplementedError
 
     def parser(self, info) -> Callable:

@@ -92,10 +92,12 @@ class Dbpedia(DataSet):
             if path.stat().st_size == 0:
                 raise DataSetError(f"{path}: empty file, expected CSV rows")
 
-    def preprocess(self, raw, out, validation_fraction, seed, beam_args):
+    def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.preprocess import dbpedia
 
-        cfg = dbpedia.DbpediaPreprocessConfig(raw, out, validation_fraction, seed)
+        cfg = dbpedia.DbpediaPreprocessConfig(
+            raw, out, validation_fraction, seed, overwrite=overwrite
+        )
         return dbpedia.preprocess_dbpedia(cfg, beam_args)
 
     def parser(self, info):

@@ -120,10 +120,12 @@ class Gutenberg(DataSet):
         """At least one ``*.txt`` book (each book's own checks come in preprocessing)."""
         self.raw_files(src)
 
-    def preprocess(self, raw, out, validation_fraction, seed, beam_args):
+    def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.preprocess import gutenberg
 
-        cfg = gutenberg.GutenbergPreprocessConfig(raw, out, validation_fraction=validation_fraction)
+        cfg = gutenberg.GutenbergPreprocessConfig(
+            raw, out, validation_fraction=validation_fraction, overwrite=overwrite
+        )
         return gutenberg.preprocess_gutenberg(cfg, beam_args)
 
     def parser(self, info):

@@ -247,10 +247,10 @@ class Mnist(DataSet):
         for split in MNIST_FILES:
             inspect_mnist_split(*mnist_paths(Path(src), split))
 
-    def preprocess(self, raw, out, validation_fraction, seed, beam_args):
+    def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.preprocess import mnist
 
-        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed)
+        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
         return mnist.preprocess_mnist(cfg, beam_args)
 
     def parser(self, info):

@@ -10,12 +10,13 @@ import numpy as np
 
 from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
 from distrain.experiments.report import Result, Table, fmt, png, pyplot
+from distrain.verdict import accuracy_difference, accuracy_interval, with_interval
 
 REPLICAS = 4
 # The models and the kind of loss they have.
 MODELS = {"softmax": "convex", "softmax-l2": "strongly convex", "cnn": "non-convex"}
-# An accuracy difference below this is reported as no difference.
-NEGLIGIBLE = 0.005
+# An accuracy difference is measurable when the two accuracies' 95 % intervals separate
+# (distrain.verdict), whatever its size; a configuration's old "negligible" is ignored.
 BASE = {"init": "shared", "common": 0.0, "weights": "uniform"}
 # The variants, each one knob away from BASE at the middle period.
 VARIANTS = {"init": "independent", "common": 0.1, "weights": "accuracy"}
@@ -94,12 +95,11 @@ class Averaging(Experiment):
             seed=seed,
             data=(DataSource("mnist", "sample", images),),
             points=tuple(points),
-            settings={"negligible": NEGLIGIBLE, "variant_period": middle},
+            settings={"variant_period": middle},
             notes=tuple(notes),
         ).checked()
 
     def analyse(self, config: ExperimentConfig, results: list[Result], figures=True) -> dict:
-        negligible = float(config.settings.get("negligible", NEGLIGIBLE))
         middle = int(config.settings.get("variant_period", 16))
         rows = []
         for r in results:
@@ -110,6 +110,7 @@ class Averaging(Experiment):
                     **{key: k.get(key) for key in ("model", "loss", "period", *BASE)},
                     "variant": k.get("variant"),
                     "accuracy": r.evaluation.get("accuracy"),
+                    "test_examples": r.evaluation.get("num_examples"),
                     "val_accuracy": r.final("val_accuracy"),
                     "iterations": r.history.get("steps"),
                     "iterations_per_epoch": (r.iterations() or [None])[0],
@@ -120,8 +121,8 @@ class Averaging(Experiment):
                     "train_seconds": r.history.get("train_seconds"),
                 }
             )
-        sentences = sweep_sentences(rows, negligible)
-        sentences += variant_sentences(rows, middle, negligible)
+        sentences = sweep_sentences(rows)
+        sentences += variant_sentences(rows, middle)
         table = Table(
             f"Test accuracy of {REPLICAS} averaged replicas per setting",
             [
@@ -171,8 +172,27 @@ def _base(row: dict) -> bool:
     return all(row[key] == value for key, value in BASE.items())
 
 
-def sweep_sentences(rows: list[dict], negligible: float) -> list[str]:
-    """What the averaging period did to each model's accuracy."""
+def _differ(a: dict, b: dict) -> int:
+    """+1 / -1 when row ``a``'s accuracy is measurably above / below ``b``'s, else 0."""
+    return accuracy_difference(a["accuracy"], a["test_examples"], b["accuracy"], b["test_examples"])
+
+
+def _noise(rows: list[dict]) -> str:
+    """How wide the widest accuracy interval among ``rows`` is, in words."""
+    halves = [
+        (i[1] - i[0]) / 2
+        for i in (accuracy_interval(r["accuracy"], r["test_examples"]) for r in rows)
+        if i is not None
+    ]
+    if not halves:
+        return "no interval: the test-set size is not recorded"
+    sizes = sorted({r["test_examples"] for r in rows if r["test_examples"]})
+    on = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"
+    return f"each accuracy's 95 % interval is up to ±{max(halves):.4f} on {on} test examples"
+
+
+def sweep_sentences(rows: list[dict]) -> list[str]:
+    """What the averaging period did to each model's accuracy, decided by 95 % intervals."""
     out, spread = [], {}
     for model in dict.fromkeys(r["model"] for r in rows):
         sweep = sorted(
@@ -182,22 +202,26 @@ def sweep_sentences(rows: list[dict], negligible: float) -> list[str]:
         if len(sweep) < 2:
             continue
         first, last = sweep[0], sweep[-1]
-        accuracies = [r["accuracy"] for r in sweep]
-        spread[model] = (max(accuracies) - min(accuracies), sweep[0]["loss"])
-        change = last["accuracy"] - first["accuracy"]
-        if spread[model][0] < negligible:
-            verdict = "the period made no difference worth the name"
-        elif change <= -negligible:
-            verdict = "averaging less often cost accuracy"
-        elif change >= negligible:
-            verdict = "averaging less often did better"
+        hi = max(sweep, key=lambda r: r["accuracy"])
+        lo = min(sweep, key=lambda r: r["accuracy"])
+        measurable = _differ(hi, lo) != 0
+        spread[model] = (hi["accuracy"] - lo["accuracy"], sweep[0]["loss"], measurable)
+        if not measurable:
+            verdict = f"no measurable difference between the periods ({_noise(sweep)})"
+        elif _differ(last, first) < 0:
+            verdict = "averaging less often cost accuracy, beyond the 95 % intervals"
+        elif _differ(last, first) > 0:
+            verdict = "averaging less often did better, beyond the 95 % intervals"
         else:
-            best = max(sweep, key=lambda r: r["accuracy"])
-            verdict = f"the best was {every(best['period'])}, between the ends"
+            verdict = (
+                f"the ends cannot be told apart, but {every(hi['period'])} was measurably "
+                f"above {every(lo['period'])}"
+            )
         period_every = first.get("iterations_per_epoch")
         text = (
-            f"For {model} ({first['loss']}), test accuracy went from {first['accuracy']:.4f} "
-            f"averaging {every(first['period'])} to {last['accuracy']:.4f} "
+            f"For {model} ({first['loss']}), test accuracy went from "
+            f"{with_interval(first['accuracy'], first['test_examples'])} averaging "
+            f"{every(first['period'])} to {with_interval(last['accuracy'], last['test_examples'])} "
             f"{every(last['period'])} (a spread of {spread[model][0]:.4f} over "
             f"{len(sweep)} periods): {verdict}"
         )
@@ -208,12 +232,21 @@ def sweep_sentences(rows: list[dict], negligible: float) -> list[str]:
             )
         out.append(text + ".")
     if len(spread) >= 2:
-        most = max(spread, key=lambda m: spread[m][0])
-        least = min(spread, key=lambda m: spread[m][0])
-        out.append(
-            f"The period moved {most}'s ({spread[most][1]}) accuracy most ({spread[most][0]:.4f}) "
-            f"and {least}'s ({spread[least][1]}) least ({spread[least][0]:.4f})."
-        )
+        moved = [m for m in spread if spread[m][2]]
+        still = [m for m in spread if not spread[m][2]]
+        if not moved:
+            out.append(
+                f"For none of the {len(spread)} models did the period make a measurable "
+                "difference to test accuracy."
+            )
+        else:
+            parts = ", ".join(
+                f"{m} ({spread[m][1]}, a spread of {spread[m][0]:.4f})" for m in moved
+            )
+            tail = f"; not for {', '.join(still)}" if still else ""
+            out.append(
+                f"The period made a measurable difference to test accuracy for {parts}{tail}."
+            )
     return out
 
 
@@ -224,8 +257,8 @@ WORDS = {
 }
 
 
-def variant_sentences(rows: list[dict], middle: int, negligible: float) -> list[str]:
-    """What each variant (init, common examples, weights) changed, model by model."""
+def variant_sentences(rows: list[dict], middle: int) -> list[str]:
+    """What each variant (init, common examples, weights) changed, decided by 95 % intervals."""
     out = []
     for knob, words in WORDS.items():
         effects = []
@@ -240,23 +273,33 @@ def variant_sentences(rows: list[dict], middle: int, negligible: float) -> list[
                 effects.append((model, base[0], varied[0]))
         if not effects:
             continue
-        parts = []
+        parts, measured = [], []
         for model, base, varied in effects:
             diff = varied["accuracy"] - base["accuracy"]
-            moved = (
-                f"left {model}'s accuracy within {negligible}"
-                if abs(diff) < negligible
-                else f"moved {model}'s accuracy by {diff:+.4f}"
-            )
-            part = f"{moved} ({varied['accuracy']:.4f} against {base['accuracy']:.4f})"
+            if _differ(varied, base) == 0:
+                moved = f"made no measurable difference to {model}'s accuracy"
+                numbers = (
+                    f"{with_interval(varied['accuracy'], varied['test_examples'])} against "
+                    f"{with_interval(base['accuracy'], base['test_examples'])}"
+                )
+            else:
+                measured.append(f"{model} ({base['loss']})")
+                moved = f"moved {model}'s accuracy by {diff:+.4f}"
+                numbers = f"{varied['accuracy']:.4f} against {base['accuracy']:.4f}"
+            part = f"{moved}: {numbers}"
             if knob == "init" and base["divergence_mean"] and varied["divergence_mean"]:
                 ratio = varied["divergence_mean"] / base["divergence_mean"]
                 part += f", its replicas {ratio:.1f}x as far from their average at exchanges"
             parts.append(part)
-        biggest = max(effects, key=lambda e: abs(e[2]["accuracy"] - e[1]["accuracy"]))
         text = f"{words} ({every(middle)}) " + "; ".join(parts)
         if len(effects) > 1:
-            text += f". It mattered most for {biggest[0]} ({biggest[1]['loss']})"
+            text += (
+                f". The difference was measurable for {' and '.join(measured)} only"
+                if measured and len(measured) < len(effects)
+                else ". The difference was measurable for every model"
+                if measured
+                else ". For no model was the difference larger than the 95 % intervals"
+            )
         out.append(text + ".")
     return out
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
 from distrain.experiments.report import Result, Table, fmt, png, pyplot, time_to, worker_delays
+from distrain.verdict import accuracy_difference, accuracy_interval, interval_text
 
 WORKERS = 2  # the paper's two workers
 # The two staleness bounds of SSP: a tight one and a loose one.
@@ -97,6 +98,7 @@ class Consistency(Experiment):
                     "staleness_bound": r.point.knobs.get("staleness"),
                     "run": r.point.run,
                     "accuracy": ev.get("accuracy"),
+                    "test_examples": ev.get("num_examples"),
                     "macro_precision": ev.get("macro_precision"),
                     "macro_recall": ev.get("macro_recall"),
                     "train_seconds": r.history.get("train_seconds"),
@@ -158,6 +160,17 @@ class Consistency(Experiment):
         }
 
 
+def _differ(a: dict, b: dict, key: str) -> int:
+    """+1 / -1 when row ``a``'s ``key`` is measurably above / below ``b``'s, else 0.
+
+    Accuracy and macro recall both get the binomial interval of the test set's size (for
+    macro recall an approximation: its classes' own samples are smaller, its noise larger).
+    """
+    if a[key] is None or b[key] is None:
+        return 0
+    return accuracy_difference(a[key], a["test_examples"], b[key], b["test_examples"])
+
+
 def _names(rows: list[dict], key: str, value: float) -> str:
     """The rules whose ``key`` is ``value``, ties named together (``async and SSP s=1``)."""
     tied = [r["rule"] for r in rows if r[key] is not None and abs(r[key] - value) < 1e-12]
@@ -171,17 +184,38 @@ def model_sentences(model: str, rows: list[dict], fraction: float) -> list[str]:
     if scored:
         hi = max(r["accuracy"] for r in scored)
         lo = min(r["accuracy"] for r in scored)
+        top = next(r for r in scored if r["accuracy"] == hi)
+        bottom = next(r for r in scored if r["accuracy"] == lo)
+        measurable = _differ(top, bottom, "accuracy") != 0
         if hi - lo < 1e-12:
             text = f"With {model}, every rule reached the same test accuracy ({hi:.4f})"
+        elif not measurable:
+            text = (
+                f"With {model}, no rule's test accuracy was measurably different from another's: "
+                f"{lo:.4f} to {hi:.4f}, inside the 95 % intervals "
+                f"({interval_text(accuracy_interval(hi, top['test_examples']))} for the highest)"
+            )
         else:
             text = (
                 f"With {model}, {_names(scored, 'accuracy', hi)} reached the highest test "
                 f"accuracy ({hi:.4f}) and {_names(scored, 'accuracy', lo)} the lowest "
-                f"({lo:.4f}), {hi - lo:.4f} apart"
+                f"({lo:.4f}), {hi - lo:.4f} apart, beyond the 95 % intervals"
             )
         recall = max(r["macro_recall"] or 0.0 for r in scored)
-        best_recall = _names(scored, "macro_recall", recall)
-        text += f"; the highest macro recall ({recall:.4f}) was {best_recall}'s."
+        low_recall = min(r["macro_recall"] or 0.0 for r in scored)
+        first = next(r for r in scored if (r["macro_recall"] or 0.0) == recall)
+        last = next(r for r in scored if (r["macro_recall"] or 0.0) == low_recall)
+        if recall - low_recall < 1e-12:
+            text += f"; every rule had the same macro recall ({recall:.4f})."
+        elif _differ(first, last, "macro_recall"):
+            best_recall = _names(scored, "macro_recall", recall)
+            text += f"; the highest macro recall ({recall:.4f}) was {best_recall}'s."
+        else:
+            either = " either" if not measurable else ""
+            text += (
+                f"; macro recall ({low_recall:.4f} to {recall:.4f}) was not measurably "
+                f"different{either}."
+            )
         out.append(text)
     timed = [r for r in rows if r["time_to_target"] is not None]
     missed = [r["rule"] for r in rows if r["time_to_target"] is None]
@@ -259,10 +293,11 @@ def across_models(rows: dict[str, list[dict]]) -> list[str]:
     ]
     if not pairs:
         return []
-    wins = {a: sum(x["accuracy"] > y["accuracy"] for x, y in pairs)}
-    wins[b] = sum(y["accuracy"] > x["accuracy"] for x, y in pairs)
+    # A win is an accuracy measurably above the other's (95 % intervals apart).
+    wins = {a: sum(_differ(x, y, "accuracy") > 0 for x, y in pairs)}
+    wins[b] = sum(_differ(y, x, "accuracy") > 0 for x, y in pairs)
     ties = len(pairs) - wins[a] - wins[b]
-    tied = f", and tied under {ties}" if ties else ""
+    tied = f", and could not be told apart under {ties}" if ties else ""
     if wins[a] == wins[b]:
         return [f"{a} and {b} each won {wins[a]} of the {len(pairs)} rules on test accuracy{tied}."]
     leader = a if wins[a] > wins[b] else b

@@ -14,6 +14,7 @@ import numpy as np
 from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
 from distrain.experiments.report import Result, Table, fmt, png, pyplot
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.verdict import accuracy_difference, with_interval
 
 # Seed 004's six models and the data set each learns.
 MODELS = {
@@ -175,6 +176,8 @@ def row_of(r: Result) -> dict:
         "epoch_seconds": _epoch_seconds(r.history),
         "loss": r.final("loss"),
         "quality": float(r.evaluation[quality[0]]) if quality else None,
+        "quality_key": quality[0] if quality else None,
+        "test_examples": r.evaluation.get("num_examples"),
         "quality_name": quality[1] if quality else None,
         "higher_is_better": quality[2] if quality else True,
         "parameters": int(max(parameters)) if parameters else None,
@@ -225,10 +228,26 @@ def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
                         f"and the same under every split ({len(others)})."
                     )
                     continue
+                if single["quality_key"] != "accuracy":
+                    # One run each and no interval for this score: the difference is
+                    # given, not judged.
+                    judged = "one run each, no interval to judge it by"
+                elif accuracy_difference(
+                    gap["quality"], gap["test_examples"], single["quality"], single["test_examples"]
+                ):
+                    judged = "beyond the 95 % intervals"
+                else:
+                    out.append(
+                        f"{model}'s {single['quality_name']} alone was "
+                        f"{with_interval(single['quality'], single['test_examples'])}; no split "
+                        f"differed measurably from it (the furthest, {gap['split']}, at "
+                        f"{gap['quality']:.4f})."
+                    )
+                    continue
                 out.append(
                     f"{model}'s {single['quality_name']} alone was {single['quality']:.4f}; the "
                     f"split furthest from it was {gap['split']} ({gap['quality']:.4f}, "
-                    f"{'better' if better else 'worse'} by {abs(diff):.4f})."
+                    f"{'better' if better else 'worse'} by {abs(diff):.4f}, {judged})."
                 )
     models = list(dict.fromkeys(r["model"] for r in rows))
     for kinds, words in (

@@ -23,6 +23,7 @@ from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point
 from distrain.experiments.report import Result, Table, fmt, png, pyplot
 from distrain.train.config import RunSpec
 from distrain.train.driver import steady
+from distrain.verdict import accuracy_difference, with_interval
 
 # The net at each width (hidden layers this many times seed 000's).
 MODELS = {1: "fc", 2: "fc-x2", 4: "fc-x4", 8: "fc-x8"}
@@ -185,6 +186,7 @@ def rows_of(results: list[Result], link: dict | None) -> list[dict]:
                 "predicted_speedup": base_epoch / predicted if base_epoch and predicted else None,
                 "error": predicted / epoch - 1.0 if predicted and epoch else None,
                 "accuracy": r.evaluation.get("accuracy"),
+                "test_examples": r.evaluation.get("num_examples"),
             }
         )
     return rows
@@ -269,15 +271,26 @@ def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -
             f"measured ones (median {statistics.median(errors):+.0%}) over "
             f"{len(errors)} runs."
         )
-    accuracies = [r["accuracy"] for r in rows if r["accuracy"] is not None]
-    if accuracies:
-        out.append(
-            f"Test accuracy ranged from {min(accuracies):.4f} to {max(accuracies):.4f} over "
-            f"the {len(accuracies)} runs: speed here is not bought with a worse model."
-            if max(accuracies) - min(accuracies) < 0.02
-            else f"Test accuracy ranged from {min(accuracies):.4f} to {max(accuracies):.4f} "
-            f"over the {len(accuracies)} runs."
+    scored = [r for r in rows if r["accuracy"] is not None]
+    if scored:
+        hi = max(scored, key=lambda r: r["accuracy"])
+        lo = min(scored, key=lambda r: r["accuracy"])
+        ranged = (
+            f"Test accuracy ranged from {lo['accuracy']:.4f} to {hi['accuracy']:.4f} over the "
+            f"{len(scored)} runs"
         )
+        # Decided by the test set's 95 % intervals (distrain.verdict), not by a threshold.
+        if accuracy_difference(
+            hi["accuracy"], hi["test_examples"], lo["accuracy"], lo["test_examples"]
+        ):
+            out.append(f"{ranged}: the lowest is measurably below the highest.")
+        else:
+            out.append(
+                f"{ranged}, inside the 95 % intervals "
+                f"(the lowest {with_interval(lo['accuracy'], lo['test_examples'])}): no "
+                "measurable difference in the models, so speed here is not bought with a "
+                "worse one."
+            )
     return out
 
 

@@ -18,6 +18,18 @@ _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$")
 _CPU = re.compile(r"^\d+(\.\d+)?m?$")
 _TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+# The volume sources a task may pass through to the training pods: those Pod Security's
+# "restricted" profile admits. hostPath (a node's files), and the rest, are refused.
+VOLUME_SOURCES = (
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +56,10 @@ class KubernetesConfig:
         mount_path: Where the claim is mounted in every pod.
         service_account: Service account of the training pods.
         port: Port of the TensorFlow servers (PS modes).
-        timeout_seconds: Deadline of the whole job (0: none).
+        timeout_seconds: Deadline of the whole job (0: none but ``job_deadline_seconds``).
+        job_deadline_seconds: ``activeDeadlineSeconds`` of a parameter-server run's Jobs when
+            ``timeout_seconds`` is 0 (parameter servers never exit on their own: a leaked one
+            would hold its node's drain behind the PodDisruptionBudget). Three days.
         poll_seconds: Seconds between status polls.
         launcher: ``kubernetes`` (MPIJob, Jobs) or ``trainjob`` (Kubeflow Trainer v2).
         trainjob_runtime: The ClusterTrainingRuntime of sync TrainJobs (default:
@@ -73,6 +88,7 @@ class KubernetesConfig:
     service_account: str = "distrain"
     port: int = 2222
     timeout_seconds: int = 0
+    job_deadline_seconds: int = 3 * 24 * 3600
     poll_seconds: float = 5.0
     launcher: str = "kubernetes"
     trainjob_runtime: str = ""
@@ -123,6 +139,15 @@ class KubernetesConfig:
                 isinstance(v, dict) and v.get("name") for v in items
             ):
                 raise ConfigError(f"{name} must be a list of objects with a name: {items!r}")
+        for volume in self.volumes:
+            sources = set(volume) - {"name"}
+            if not sources or sources - set(VOLUME_SOURCES):
+                raise ConfigError(
+                    f"volume {volume['name']!r}: {', '.join(sorted(sources)) or 'no source'} is "
+                    f"not passed to training pods (allowed: {', '.join(VOLUME_SOURCES)})"
+                )
+        if self.job_deadline_seconds <= 0:
+            raise ConfigError("job_deadline_seconds must be > 0")
         mounted = {m["name"] for m in self.volume_mounts}
         missing = mounted - {v["name"] for v in self.volumes}
         if missing:

@@ -51,11 +51,12 @@ class Cancelled(TrainingError):
 
 @dataclass
 class KubeApi:
-    """The three Kubernetes client APIs the launcher uses."""
+    """The four Kubernetes client APIs the launcher uses."""
 
     core: Any
     batch: Any
     custom: Any
+    networking: Any
 
     @classmethod
     def from_environment(cls) -> KubeApi:
@@ -66,7 +67,12 @@ class KubeApi:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        return cls(client.CoreV1Api(), client.BatchV1Api(), client.CustomObjectsApi())
+        return cls(
+            client.CoreV1Api(),
+            client.BatchV1Api(),
+            client.CustomObjectsApi(),
+            client.NetworkingV1Api(),
+        )
 
 
 def _not_found(err: Exception) -> bool:
@@ -300,7 +306,7 @@ class ClusterRun:
         """Creates every object, recording each one before the next."""
         for obj in self.objects:
             kind, obj_name = obj["kind"], obj["metadata"]["name"]
-            if kind not in (*CUSTOM_KINDS, "Job", "Service"):
+            if kind not in (*CUSTOM_KINDS, "Job", "Service", "NetworkPolicy"):
                 raise TrainingError(f"the launcher does not create {kind} objects")
             tries = {"n": 0}
 
@@ -327,6 +333,8 @@ class ClusterRun:
             )
         elif kind == "Job":
             self.api.batch.create_namespaced_job(self.namespace, obj)
+        elif kind == "NetworkPolicy":
+            self.api.networking.create_namespaced_network_policy(self.namespace, obj)
         else:
             self.api.core.create_namespaced_service(self.namespace, obj)
 
@@ -361,6 +369,8 @@ class ClusterRun:
             self.api.batch.delete_namespaced_job(
                 obj_name, self.namespace, propagation_policy="Background"
             )
+        elif kind == "NetworkPolicy":
+            self.api.networking.delete_namespaced_network_policy(obj_name, self.namespace)
         else:
             self.api.core.delete_namespaced_service(obj_name, self.namespace)
 

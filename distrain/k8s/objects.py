@@ -43,7 +43,23 @@ TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 # The JobSet's replicated jobs of distrain's Horovod runtimes (manifests/trainer/), and the
 # name of their training container, as Trainer's MPI plugin requires.
 TRAINJOB_LAUNCHER, TRAINJOB_NODE, TRAINJOB_CONTAINER = "launcher", "node", "node"
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000}
+# Every pod distrain creates meets Pod Security's "restricted" profile (tests/test_manifests.py
+# checks each rule on the rendered objects): non-root, no privilege escalation, no
+# capabilities, the runtime's default seccomp filter. sshd (the MPI workers') runs as the same
+# non-root user on port 2222 and needs none of them.
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "fsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+NETWORK_API = ("networking.k8s.io", "v1", "networkpolicies")
 RUN_LABEL = "distrain.dev/run"
 ROLE_LABEL = "distrain.dev/role"
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/distrain/.sshd_config"]
@@ -128,10 +144,11 @@ def _pod_spec(
     restart_policy: str = "Never",
     computes: bool = True,
 ) -> dict:
+    container["securityContext"] = json.loads(json.dumps(CONTAINER_SECURITY))
     spec: dict = {
         "restartPolicy": restart_policy,
         "serviceAccountName": k.service_account,
-        "securityContext": dict(POD_SECURITY),
+        "securityContext": json.loads(json.dumps(POD_SECURITY)),
         "containers": [container],
         **placement(k, computes),
     }
@@ -328,7 +345,7 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
         labels = _labels(name, job)
         labels["distrain.dev/task"] = task
         if job == "ps":
-            args = server_args(k.cpu_threads())  # holds the variables
+            args = server_args(k.cpu_threads(), cfg.output_dir)  # holds the variables
         else:
             # The chief and the workers train (each worker its own steps, between-graph);
             # their role comes from TF_CONFIG.
@@ -363,8 +380,9 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
                 "spec": _pod_spec(k, container, data_volume=job != "ps", computes=job == "worker"),
             },
         }
-        if k.timeout_seconds:
-            job_spec["activeDeadlineSeconds"] = k.timeout_seconds
+        # A deadline even when the run has none: parameter servers never exit on their own,
+        # and a leaked one would hold its node's drain behind the PodDisruptionBudget.
+        job_spec["activeDeadlineSeconds"] = k.timeout_seconds or k.job_deadline_seconds
         jobs.append(
             {
                 "apiVersion": "batch/v1",
@@ -374,6 +392,31 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
             }
         )
     return services + jobs
+
+
+def network_policy(name: str, k: KubernetesConfig, objects: list[dict]) -> dict:
+    """The run's NetworkPolicy: its pods take connections from the run's own pods only.
+
+    TensorFlow's gRPC servers and Horovod's MPI transport listen on every interface with no
+    authentication, so nothing else in the cluster may reach them. Where the run has
+    Services (the parameter-server modes), only their ports are open; an MPI run's ssh and
+    TCP transport use ports chosen at run time, so all of them are open, to the run's pods.
+    """
+    services = [obj for obj in objects if obj["kind"] == "Service"]
+    ports = sorted({port["targetPort"] for obj in services for port in obj["spec"]["ports"]})
+    rule: dict = {"from": [{"podSelector": {"matchLabels": {RUN_LABEL: name}}}]}
+    if ports:
+        rule["ports"] = [{"protocol": "TCP", "port": port} for port in ports]
+    return {
+        "apiVersion": f"{NETWORK_API[0]}/{NETWORK_API[1]}",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(name, k, "network"),
+        "spec": {
+            "podSelector": {"matchLabels": {RUN_LABEL: name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [rule],
+        },
+    }
 
 
 def check_cluster_run(cfg: TrainConfig) -> None:
@@ -391,6 +434,8 @@ def check_cluster_run(cfg: TrainConfig) -> None:
 def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> list[dict]:
     """Every object the launcher creates for a run, in creation order (the mode's choice).
 
+    The run's :func:`network_policy` comes first, then the mode's objects.
+
     With ``k.launcher == "trainjob"`` the mode's :meth:`~distrain.train.modes.Mode.trainjob_objects`
     (a TrainJob for sync and avg; the parameter-server modes keep their Jobs), else its
     :meth:`~distrain.train.modes.Mode.kubernetes_objects` (an MPIJob, or Jobs).
@@ -404,5 +449,8 @@ def build_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path:
         raise ConfigError(f"{cfg.run.name} runs in the step's own pod, not as a cluster job")
     check_cluster_run(cfg)
     if k.launcher == "trainjob":
-        return mode.trainjob_objects(cfg, k, name, config_path)
-    return mode.kubernetes_objects(cfg, k, name, config_path)
+        objects = mode.trainjob_objects(cfg, k, name, config_path)
+    else:
+        objects = mode.kubernetes_objects(cfg, k, name, config_path)
+    # The policy first: no pod of the run exists before it is in force.
+    return [network_policy(name, k, objects), *objects]

@@ -108,8 +108,8 @@ def remove_earlier_attempts(
         api: The Kubernetes APIs.
         namespace: Where the objects live.
         key: The run key (:func:`run_key`).
-        kinds: The kinds of objects the run creates (``MPIJob``, ``TrainJob``, ``Job``,
-            ``Service``).
+        kinds: The kinds of objects the run creates (``NetworkPolicy``, ``MPIJob``,
+            ``TrainJob``, ``Job``, ``Service``).
         poll_seconds: Seconds between checks for remaining pods.
         wait_seconds: How long to wait for them.
         out: Where progress goes.
@@ -127,6 +127,9 @@ def remove_earlier_attempts(
     selector = f"{RUN_KEY_LABEL}={key}"
     found: list[tuple[str, str]] = []
     # In creation order (Services before Jobs): the deletion goes newest first.
+    if "NetworkPolicy" in kinds:
+        policies = api.networking.list_namespaced_network_policy(namespace, label_selector=selector)
+        found += [("NetworkPolicy", p.metadata.name) for p in policies.items]
     if "Service" in kinds:
         services = api.core.list_namespaced_service(namespace, label_selector=selector)
         found += [("Service", s.metadata.name) for s in services.items]

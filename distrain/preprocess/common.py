@@ -210,15 +210,40 @@ class CombineAll(beam.PTransform):
 
 
 class AllWritten(beam.PTransform):
-    """The last transform of a job: waits for every sink's output.
+    """The last transform of a job: waits for every sink's output and lists what they wrote.
 
     Beam 2.77's Dask runner computes only what the pipeline's last transform depends
     on; this one depends on every sink. On other runners it costs a few elements.
-    Input: a tuple of the sinks' output PCollections. Output: one element per file written.
+    Input: a tuple of the sinks' output PCollections (a file name, or ``(file name,
+    record count)`` for TFRecord files). With ``manifest`` (a path without its
+    ``.jsonl``), every file is written there as a line ``{"file", "records", "bytes"}``,
+    its size taken once it is in place (:func:`read_manifest` reads it back). Output:
+    one element per file written.
     """
 
+    def __init__(self, manifest: str | None = None):
+        super().__init__()
+        self.manifest = manifest
+
     def expand(self, written):
-        return written | "Flatten" >> beam.Flatten() | "Done" >> beam.Map(lambda item: item)
+        done = written | "Flatten" >> beam.Flatten() | "Done" >> beam.Map(lambda item: item)
+        if self.manifest is None:
+            return done
+        return (
+            done
+            | "Describe" >> beam.Map(_describe_file)
+            | "WriteManifest"
+            >> WriteJsonLines(self.manifest, exact_name=True, key=lambda d: d["file"])
+        )
+
+
+def _describe_file(item) -> dict:
+    """``{"file", "records", "bytes"}`` of a sink's output (records: None if not TFRecords)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path, records = item if isinstance(item, tuple) else (item, None)
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    return {"file": path, "records": records, "bytes": int(size)}
 
 
 class WriteJsonLines(beam.PTransform):
@@ -269,7 +294,9 @@ class RecordAccountingError(ValueError):
     """
 
 
-def check_accounting(name: str, input_records: int, written: int, rejected: int) -> None:
+def check_accounting(
+    name: str, input_records: int, written: int, rejected: int, unit: str = "records"
+) -> None:
     """Fails loudly unless every input record was written or rejected.
 
     Args:
@@ -277,15 +304,16 @@ def check_accounting(name: str, input_records: int, written: int, rejected: int)
         input_records: Records in it, counted independently of the parser.
         written: Records written out.
         rejected: Records dead-lettered.
+        unit: What is counted (``records``, ``lines``, ``bytes``).
 
     Raises:
         RecordAccountingError: ``input_records != written + rejected``.
     """
     if input_records != written + rejected:
         raise RecordAccountingError(
-            f"{name}: {input_records} records in the input, but {written} written + "
+            f"{name}: {input_records} {unit} in the input, but {written} written + "
             f"{rejected} rejected = {written + rejected}; "
-            f"{abs(input_records - written - rejected)} records "
+            f"{abs(input_records - written - rejected)} {unit} "
             f"{'lost' if input_records > written + rejected else 'counted twice'}"
         )
 
@@ -304,11 +332,14 @@ class _WriteShard(beam.DoFn):
 
 
 def batch_file_name(order_key) -> str:
-    """A file-name part for a batch key.
+    """A file-name part for a batch key; different keys never get the same name.
 
     Integers are zero-padded (files sort in batch order); anything else is reduced to
-    ``[A-Za-z0-9_.]``.
+    ``[A-Za-z0-9_.]`` for the reader and followed by a hash of its exact text, so that
+    keys differing only in characters outside that set (``pg-11.txt``, ``pg 11.txt``)
+    still name different files.
     """
+    import hashlib
     import re
 
     parts = order_key if isinstance(order_key, tuple) else (order_key,)
@@ -317,7 +348,9 @@ def batch_file_name(order_key) -> str:
         if isinstance(part, int | np.integer):
             out.append(f"{int(part):09d}")
         else:
-            out.append(re.sub(r"[^A-Za-z0-9_.]+", "_", str(part)))
+            text = str(part)
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            out.append(f"{re.sub(r'[^A-Za-z0-9_.]+', '_', text)}.{digest}")
     return "-".join(out)
 
 
@@ -391,6 +424,8 @@ def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
         flag = "--" + f.name.replace("_", "-")
         if f.default is dataclasses.MISSING:
             parser.add_argument(flag, required=True, dest=f.name)
+        elif isinstance(f.default, bool):
+            parser.add_argument(flag, action="store_true", default=f.default, dest=f.name)
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default, dest=f.name)
     args, beam_args = parser.parse_known_args(argv)
@@ -408,20 +443,166 @@ def check_fraction(name: str, value: float, *, low_open: bool = False, high_open
         raise ValueError(f"{name} must be in {interval}, got {value}")
 
 
-def check_bad_ratio(name: str, input_records: int, rejected: int, max_bad_ratio: float) -> None:
-    """Fails when the share of rejected records is above ``max_bad_ratio``."""
+def check_bad_ratio(
+    name: str,
+    input_records: int,
+    rejected: int,
+    max_bad_ratio: float,
+    output_dir: str | os.PathLike | None = None,
+    unit: str = "records",
+) -> None:
+    """Fails when the share of rejected records (or lines) is above ``max_bad_ratio``.
+
+    ``output_dir``: the job's output folder; the message points at the dead letters the
+    failed job left in ``OUT.failed`` (:func:`staged_output`).
+    """
     if input_records and rejected / input_records > max_bad_ratio:
+        where = (
+            f"{failed_dir(output_dir) / 'dead_letter'}" if output_dir else "the dead_letter output"
+        )
         raise BadRecordsError(
-            f"{name}: {rejected} of {input_records} records rejected "
+            f"{name}: {rejected} of {input_records} {unit} rejected "
             f"({rejected / input_records:.2%}), above the allowed {max_bad_ratio:.2%}; "
-            "see the dead_letter output for each record and its reason"
+            f"see {where} for each record and its reason"
         )
 
 
+class OutputExistsError(ValueError):
+    """The output folder already holds files, and ``--overwrite`` was not given."""
+
+
+METADATA = "metadata.json"
+MANIFEST = "written"  # the list of files a job wrote (AllWritten), read by read_manifest
+
+
+def failed_dir(output_dir: str | os.PathLike) -> Path:
+    """Where a failed job's output goes (its dead letters, for a look): ``OUT.failed``."""
+    out = Path(output_dir)
+    return out.with_name(out.name + ".failed")
+
+
+@contextlib.contextmanager
+def staged_output(output_dir: str | os.PathLike, overwrite: bool = False):
+    """A job's output folder, written in a temporary sibling and moved into place whole.
+
+    The job writes into the folder this yields (``.NAME.tmp-XXXX`` beside ``output_dir``).
+    When the block ends without an error it replaces ``output_dir``: a reader sees the
+    old output or the new one, never a mix, and never a partial one. When the block
+    fails, the temporary folder becomes ``NAME.failed`` (its dead letters can be read
+    there) and ``output_dir`` is left as it was.
+
+    Args:
+        output_dir: The output folder; it may be missing or empty.
+        overwrite: Replace an output folder that holds files (``--overwrite``).
+
+    Yields:
+        The temporary folder to write into.
+
+    Raises:
+        OutputExistsError: ``output_dir`` holds files and ``overwrite`` is off.
+    """
+    import shutil
+    import uuid
+
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out}: exists and is not a folder")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held and not overwrite:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise OutputExistsError(
+            f"{out}: not empty (holds {shown}); an output folder is never mixed with an "
+            "earlier one: give --overwrite to replace it whole, or choose an empty folder"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:12]}")
+    stage.mkdir()
+    try:
+        yield stage
+    except BaseException:
+        failed = failed_dir(out)
+        shutil.rmtree(failed, ignore_errors=True)
+        if any(stage.iterdir()):
+            os.replace(stage, failed)
+        else:
+            stage.rmdir()
+        raise
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:12]}")
+        os.replace(out, old)
+    os.replace(stage, out)
+    shutil.rmtree(failed_dir(out), ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_manifest(stage: str | os.PathLike) -> list[dict]:
+    """The files a job wrote (:class:`AllWritten`'s list), relative to ``stage``; removes it.
+
+    Raises:
+        RecordAccountingError: Two outputs of the job were written to the same file (the
+            later one replaced the earlier), or a file is outside the output folder.
+    """
+    stage = Path(stage)
+    path = stage / f"{MANIFEST}.jsonl"
+    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    path.unlink()
+    seen: dict[str, dict] = {}
+    for item in items:
+        relative = os.path.relpath(item["file"], stage)
+        if relative.startswith(".."):
+            raise RecordAccountingError(f"{item['file']}: written outside {stage}")
+        if relative in seen:
+            raise RecordAccountingError(
+                f"{relative}: two outputs of the job were written to this one file (the "
+                "later replaced the earlier); file names must not collide"
+            )
+        seen[relative] = {**item, "file": relative}
+    return [seen[k] for k in sorted(seen)]
+
+
+def list_shards(files: list[dict], folder: str, counts: dict[str, int]) -> dict[str, list[dict]]:
+    """The TFRecord files of each split under ``folder`` (``""``: the top), checked.
+
+    Args:
+        files: What the job wrote (:func:`read_manifest`).
+        folder: The folder holding one sub-folder per split.
+        counts: Records per split, as the job's statistics counted them.
+
+    Returns:
+        ``{split: [{"file", "records", "bytes"}, ...]}``, files in name order.
+
+    Raises:
+        RecordAccountingError: A split's files hold another number of records than its
+            count says.
+    """
+    out = {}
+    for split, count in counts.items():
+        where = os.path.join(folder, split) if folder else split
+        listed = [
+            {k: f[k] for k in ("file", "records", "bytes")}
+            for f in files
+            if os.path.dirname(f["file"]) == where and f["file"].endswith(".tfrecord")
+        ]
+        written = sum(f["records"] for f in listed)
+        if written != count:
+            raise RecordAccountingError(
+                f"{where}: the files written hold {written} records, the job counted {count}"
+            )
+        out[split] = listed
+    return out
+
+
 def write_metadata(output_dir: str | os.PathLike, metadata: dict) -> Path:
-    """Writes ``metadata.json`` atomically."""
-    path = Path(output_dir) / "metadata.json"
-    tmp = path.with_name("metadata.json.tmp")
+    """Writes ``metadata.json`` atomically, marked complete: the last file a job writes.
+
+    Call it only after every check of the job has passed: a data set without it is not
+    one (training refuses the folder).
+    """
+    metadata["complete"] = True
+    path = Path(output_dir) / METADATA
+    tmp = path.with_name(f"{METADATA}.tmp")
     tmp.write_text(json.dumps(metadata, indent=2, sort_keys=True))
     os.replace(tmp, path)
     return path

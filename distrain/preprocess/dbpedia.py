@@ -22,11 +22,13 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import apache_beam as beam
 import numpy as np
 
 from distrain.preprocess.common import (
+    MANIFEST,
     AllWritten,
     ByTag,
     CombineAll,
@@ -37,8 +39,11 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     job_pipeline,
+    list_shards,
+    read_manifest,
     read_single_json,
     run_job,
+    staged_output,
     validation_mask,
     write_metadata,
 )
@@ -50,6 +55,12 @@ _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 # Bytes that were not UTF-8, as decoding with ``surrogateescape`` leaves them.
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _CLASS_INDEX = re.compile(r"\s*\d+\s*")
+# A line that starts a row of the layout: a class index (quoted or not), then a comma.
+ROW_START = re.compile(rb'(?:\xef\xbb\xbf)?"?[ \t]*\d+[ \t]*"?[ \t]*,')
+# A record whose quoted field stays open past this many lines or bytes is rejected, and
+# reading resumes at the next line that starts a row (dbpedia_csv rows are one line).
+MAX_RECORD_LINES = 32
+MAX_RECORD_BYTES = 1 << 20
 
 
 class DbpediaFormatError(ValueError):
@@ -80,6 +91,10 @@ class DbpediaPreprocessConfig:
             parsed and encoded as one element (its memory is bounded by this, not by the
             input's size) and written as one file per split: object stores read few
             large files far faster than many small ones.
+        max_record_lines: A record whose quoted field is still open after this many
+            lines is rejected, with every line up to the next line that starts a row.
+        max_record_bytes: The same bound in bytes.
+        overwrite: Replace an output folder that holds files (else it is refused).
     """
 
     input_dir: str
@@ -94,12 +109,25 @@ class DbpediaPreprocessConfig:
     max_bad_ratio: float = 0.01
     rows_per_range: int = 0
     range_mb: float = 32.0
+    max_record_lines: int = MAX_RECORD_LINES
+    max_record_bytes: int = MAX_RECORD_BYTES
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if min(self.min_count, self.max_unigrams, self.max_tokens) < 1:
-            raise ValueError("min_count, max_unigrams and max_tokens must be positive")
+        positive = (
+            self.min_count,
+            self.max_unigrams,
+            self.max_tokens,
+            self.max_record_lines,
+            self.max_record_bytes,
+        )
+        if min(positive) < 1:
+            raise ValueError(
+                "min_count, max_unigrams, max_tokens, max_record_lines and "
+                "max_record_bytes must be positive"
+            )
         if self.rows_per_range < 0 or not self.range_mb > 0:
             raise ValueError(
                 f"rows_per_range must be >= 0 (0: by size) and range_mb positive, got "
@@ -145,23 +173,55 @@ def read_classes(input_dir: str | os.PathLike) -> list[str]:
     return [n.strip() for n in names]
 
 
-def csv_records(data: bytes, chunk_bytes: int = 1 << 24) -> tuple[np.ndarray, np.ndarray]:
-    r"""The records of CSV bytes, found by quote parity alone, without the csv module.
+class CsvRecords(NamedTuple):
+    """Where the records of CSV bytes are (:func:`csv_records`).
+
+    Attributes:
+        ends: The offset after each record.
+        lines: The number of line breaks before each record's start (its 0-based line).
+        runaway: Whether the record is a quote left open (past the bounds or the end of
+            the data), cut at the next line that starts a row.
+    """
+
+    ends: np.ndarray
+    lines: np.ndarray
+    runaway: np.ndarray
+
+
+def physical_lines(data: bytes) -> int:
+    r"""Lines of ``data`` as a text editor counts them (``\n``, ``\r\n``, a lone ``\r``).
+
+    The jobs' input count: it knows nothing of quotes, rows or the parser.
+    """
+    breaks = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+    return breaks + (1 if data and data[-1:] not in (b"\n", b"\r") else 0)
+
+
+def csv_records(
+    data: bytes,
+    chunk_bytes: int = 1 << 24,
+    max_lines: int = MAX_RECORD_LINES,
+    max_bytes: int = MAX_RECORD_BYTES,
+) -> CsvRecords:
+    r"""The records of CSV bytes, found by quote parity, without the csv module.
 
     In RFC 4180 a record ends at a line break outside quotes: after an even number of
-    ``"`` since the start (an escaped quote, ``""``, adds two). Line breaks are ``\n``,
-    ``\r\n`` and a lone ``\r``, as Python's csv module reads them. This count of the
-    records is independent of the parser, which reads each record on its own: it is
-    what the job's input count is, and what each record's line number comes from. An
-    unbalanced quote makes the rest of the bytes one record.
+    ``"`` since its start (an escaped quote, ``""``, adds two). Line breaks are ``\n``,
+    ``\r\n`` and a lone ``\r``, as Python's csv module reads them. A quote left open
+    (one stray ``"``) would make the rest of the data one record; instead a record still
+    open past ``max_lines`` lines or ``max_bytes`` bytes, or at the end of the data, is
+    a *runaway*: it ends before the next line that starts a row (:data:`ROW_START`), where
+    reading resumes. The same bytes from the same record start give the same records, so
+    a file cut at record ends (:func:`csv_row_ranges`) reads as the whole does.
 
     Args:
         data: CSV bytes (any ASCII-compatible encoding).
         chunk_bytes: Bytes scanned per numpy pass (bounds the memory used).
+        max_lines: Most lines of one record.
+        max_bytes: Most bytes of one record of more than one line.
 
     Returns:
-        ``(ends, lines)``: the offset after each record, and the number of line breaks
-        before each record's start (its 0-based line number).
+        The records (:class:`CsvRecords`).
     """
     raw = np.frombuffer(data, dtype=np.uint8)
     breaks, parities, parity = [], [], 0
@@ -176,20 +236,63 @@ def csv_records(data: bytes, chunk_bytes: int = 1 << 24) -> tuple[np.ndarray, np
         breaks.append(at + offset)
         parities.append(after[at])
         parity = int(after[-1]) if len(after) else parity
-    at = np.concatenate(breaks) if breaks else np.zeros(0, dtype=np.int64)
-    outside = np.flatnonzero(np.concatenate(parities) == 0) if breaks else at
-    ends = at[outside] + 1
-    lines = np.concatenate([[0], outside + 1])
-    if len(data) and (not len(ends) or ends[-1] != len(data)):
-        ends = np.append(ends, len(data))  # the last record has no final line break
-    return ends.astype(np.int64), lines[: len(ends)].astype(np.int64)
+    at = np.concatenate(breaks).astype(np.int64) if breaks else np.zeros(0, dtype=np.int64)
+    closed = np.concatenate(parities).astype(np.uint8) if breaks else np.zeros(0, np.uint8)
+    # Every line: where it ends, and its quote parity at that end (from the data's start).
+    line_end = at + 1
+    if len(data) and (not len(line_end) or line_end[-1] != len(data)):
+        line_end = np.append(line_end, len(data))  # the last line has no final break
+        closed = np.append(closed, np.uint8(parity))
+    n = len(line_end)
+    # The fast way, right when no quote stays open: records end where the parity is even.
+    last = np.flatnonzero(closed == 0)  # the last line of each record
+    first = np.concatenate([[0], last[:-1] + 1]) if len(last) else last
+    line_start = np.concatenate([[0], line_end[:-1]]) if n else line_end
+    too_long = (last - first + 1 > max_lines) | (
+        (last > first) & (line_end[last] - line_start[first] > max_bytes)
+    )
+    if not too_long.any() and (not n or (len(last) and last[-1] == n - 1)):
+        ends = line_end[last]
+        return CsvRecords(ends, first, np.zeros(len(ends), dtype=bool))
+    # Otherwise line by line from the first record that is not right.
+    bad = np.flatnonzero(too_long)
+    keep = int(bad[0]) if len(bad) else len(last)
+    starts, stops, runaway = first[:keep].tolist(), last[:keep].tolist(), [False] * keep
+    odd = np.bitwise_xor(closed, np.concatenate([[0], closed[:-1]]).astype(np.uint8)).tolist()
+    line_start, line_end = line_start.tolist(), line_end.tolist()
+    k = int(first[keep]) if keep < len(first) else (stops[-1] + 1 if stops else 0)
+    while k < n:
+        j, open_quote = k, odd[k]
+        while open_quote:
+            j += 1
+            if j >= n or j - k + 1 > max_lines or line_end[j] - line_start[k] > max_bytes:
+                break
+            open_quote ^= odd[j]
+        if open_quote:  # a runaway: it ends before the next line that starts a row
+            j = k + 1
+            while j < n and not ROW_START.match(data, line_start[j]):
+                j += 1
+            j -= 1
+        starts.append(k)
+        stops.append(j)
+        runaway.append(bool(open_quote))
+        k = j + 1
+    ends = np.array([line_end[j] for j in stops], dtype=np.int64)
+    return CsvRecords(ends, np.array(starts, dtype=np.int64), np.array(runaway, dtype=bool))
 
 
-def parse_csv(path: str, data: bytes, num_classes: int, first_line: int = 1):
+def parse_csv(
+    path: str,
+    data: bytes,
+    num_classes: int,
+    first_line: int = 1,
+    max_lines: int = MAX_RECORD_LINES,
+    max_bytes: int = MAX_RECORD_BYTES,
+):
     """Parses one dbpedia_csv file, or a range of its records, into good rows and rejects.
 
     Each record (:func:`csv_records`) is read by a csv reader of its own, so a malformed
-    record (an unbalanced quote, a field over the csv module's size limit) is rejected
+    record (a field over the csv module's size limit, a quote left open) is rejected
     alone and reading goes on with the next. A UTF-8 byte-order mark at the start of
     the file is skipped.
 
@@ -198,17 +301,33 @@ def parse_csv(path: str, data: bytes, num_classes: int, first_line: int = 1):
         data: Its bytes, or the bytes of whole records of it (see :func:`csv_row_ranges`).
         num_classes: Classes in classes.txt (indices are 1-based).
         first_line: The file's line number of the first line of ``data``.
+        max_lines: Most lines of one record (:func:`csv_records`).
+        max_bytes: Most bytes of one record of more than one line.
 
     Yields:
-        ``("ok", line, label0, text)`` or ``("bad", line, raw, reason)``, one per record;
-        ``line`` is the line of the file where the record starts.
+        ``("ok", line, label0, text, lines)`` or ``("bad", line, raw, reason, lines)``,
+        one per record; ``line`` is the line of the file where the record starts and
+        ``lines`` how many lines of the file it takes (counted in its own bytes).
     """
     start = len(codecs.BOM_UTF8) if first_line == 1 and data.startswith(codecs.BOM_UTF8) else 0
-    ends, lines = csv_records(data[start:])
-    ends = (ends + start).tolist()
+    found = csv_records(data[start:], max_lines=max_lines, max_bytes=max_bytes)
+    ends = (found.ends + start).tolist()
     begins = [start, *ends[:-1]][: len(ends)]
-    for begin, end, line in zip(begins, ends, lines.tolist(), strict=True):
-        yield _parse_record(data[begin:end], first_line + line, num_classes)
+    for begin, end, line, runaway in zip(
+        begins, ends, found.lines.tolist(), found.runaway.tolist(), strict=True
+    ):
+        record = data[begin:end]
+        lines = physical_lines(record)
+        if runaway:
+            text = _printable(record[:500].decode("utf-8", errors="surrogateescape"))
+            reason = (
+                f"unbalanced quote: a quoted field runs past {max_lines} lines, {max_bytes} "
+                "bytes or the end of the file; its lines are rejected up to the next line "
+                "that starts a row"
+            )
+            yield "bad", first_line + line, text, reason, lines
+        else:
+            yield (*_parse_record(record, first_line + line, num_classes), lines)
 
 
 def _parse_record(record: bytes, line: int, num_classes: int):
@@ -244,16 +363,22 @@ def _printable(text: str) -> str:
 
 
 def csv_row_ranges(
-    data: bytes, rows_per_range: int, range_bytes: int = 0
+    data: bytes,
+    rows_per_range: int,
+    max_lines: int = MAX_RECORD_LINES,
+    max_bytes: int = MAX_RECORD_BYTES,
+    range_bytes: int = 0,
 ) -> list[tuple[int, int, int, int]]:
     """Cuts a CSV file into ranges of whole records, so that they can be parsed apart.
 
     Record boundaries come from :func:`csv_records` (quoted fields may hold commas,
-    quotes and line breaks).
+    quotes and line breaks; a quote left open ends at the next line starting a row).
 
     Args:
         data: The file's bytes.
         rows_per_range: Records per range (the last range may have fewer); 0: by size.
+        max_lines: Most lines of one record.
+        max_bytes: Most bytes of one record of more than one line.
         range_bytes: With ``rows_per_range`` 0, bytes per range: each range ends with
             the first record that takes it to this size (the last may be smaller).
 
@@ -264,7 +389,9 @@ def csv_row_ranges(
     """
     if rows_per_range < 0 or (rows_per_range == 0 and range_bytes < 1):
         raise ValueError("rows_per_range must be positive, or range_bytes with rows_per_range 0")
-    ends, lines = csv_records(data)
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    ends, lines, _ = csv_records(data[bom:], max_lines=max_lines, max_bytes=max_bytes)
+    ends = ends + bom
     n = len(ends)
     if not n:
         return [(0, len(data), 1, 0)]
@@ -291,54 +418,83 @@ class PlanCsvRanges(beam.DoFn):
 
     Output, as ``(tag, value)`` pairs: ``ranges``, ``(source, path, byte_start, byte_end,
     first_line)`` (only these cross the shuffle, and each worker reads its own ranges of
-    the file), and ``stats``: the file's record count, independent of the parser.
+    the file), and ``stats``: the file's records and its physical lines
+    (:func:`physical_lines`, the count the job's accounting trusts: it shares nothing
+    with the parser).
     """
 
-    def __init__(self, input_dir: str, rows_per_range: int, range_bytes: int = 0):
+    def __init__(
+        self,
+        input_dir: str,
+        rows_per_range: int,
+        max_lines: int = MAX_RECORD_LINES,
+        max_bytes: int = MAX_RECORD_BYTES,
+        range_bytes: int = 0,
+    ):
         self.input_dir = input_dir
         self.rows_per_range, self.range_bytes = rows_per_range, range_bytes
+        self.max_lines, self.max_bytes = max_lines, max_bytes
 
     def process(self, source: str):
         path = os.path.join(self.input_dir, f"{source}.csv")
         with open(path, "rb") as f:
             data = f.read()
         records = 0
-        ranges = csv_row_ranges(data, self.rows_per_range, self.range_bytes)
+        ranges = csv_row_ranges(
+            data, self.rows_per_range, self.max_lines, self.max_bytes, self.range_bytes
+        )
         for start, end, first_line, count in ranges:
             records += count
             yield "ranges", (source, path, start, end, first_line)
-        yield "stats", {"input": {source: records}}
+        yield "stats", {"input": {source: records}, "input_lines": {source: physical_lines(data)}}
 
 
 class ParseCsvRange(beam.DoFn):
     """Parses one range of a CSV file into ``(tag, value)`` pairs.
 
-    Tags: ``rows``, batches ``(source, [(line, label, text), ...])`` of good rows, and
-    ``dead_letter``, one ``{"file", "line", "raw", "reason"}`` per rejected record.
-    ``batch_size``: rows per batch; 0 (default): the range's rows are one batch, so that
-    each range becomes one file per split.
+    Tags: ``rows``, batches ``(source, [(line, label, text), ...])`` of good rows,
+    ``dead_letter``, one ``{"file", "line", "lines", "raw", "reason"}`` per rejected
+    record (``lines``: the lines of the file it takes, each one counted as rejected), and
+    ``stats``: the lines of the good rows, per source. ``batch_size``: rows per batch; 0
+    (default): the range's rows are one batch, so that each range becomes one file per
+    split.
     """
 
-    def __init__(self, num_classes: int, batch_size: int = 0):
+    def __init__(
+        self,
+        num_classes: int,
+        batch_size: int = 0,
+        max_lines: int = MAX_RECORD_LINES,
+        max_bytes: int = MAX_RECORD_BYTES,
+    ):
         self.num_classes = num_classes
         self.batch_size = batch_size
+        self.max_lines, self.max_bytes = max_lines, max_bytes
 
     def process(self, item):
         source, path, start, end, first_line = item
         with open(path, "rb") as f:
             f.seek(start)
             data = f.read(end - start)
-        batch = []
-        for kind, line, a, b in parse_csv(path, data, self.num_classes, first_line):
+        batch, good_lines = [], 0
+        records = parse_csv(
+            path, data, self.num_classes, first_line, self.max_lines, self.max_bytes
+        )
+        for kind, line, a, b, lines in records:
             if kind == "bad":
-                yield "dead_letter", {"file": path, "line": line, "raw": a, "reason": b}
+                yield (
+                    "dead_letter",
+                    {"file": path, "line": line, "lines": lines, "raw": a, "reason": b},
+                )
                 continue
+            good_lines += lines
             batch.append((line, a, b))
             if len(batch) == self.batch_size:  # never with batch_size 0
                 yield "rows", (source, batch)
                 batch = []
         if batch:
             yield "rows", (source, batch)
+        yield "stats", {"good_lines": {source: good_lines}}
 
 
 def _split_batch(batch, seed: int, fraction: float):
@@ -456,7 +612,9 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
 
     Raises:
         DbpediaFormatError: classes.txt or a CSV file is missing or empty.
-        BadRecordsError: Too many rows were rejected (after writing them out).
+        BadRecordsError: Too many lines were rejected (dead letters left in OUT.failed).
+        RecordAccountingError: The lines of a file are not all in good rows or rejects.
+        OutputExistsError: The output folder holds files and overwrite is off.
     """
     classes = read_classes(config.input_dir)
     for source in ("train", "test"):
@@ -465,8 +623,15 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             raise DbpediaFormatError(f"{path}: file not found")
         if path.stat().st_size == 0:
             raise DbpediaFormatError(f"{path}: empty split (no rows)")
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with staged_output(config.output_dir, config.overwrite) as out:
+        _run_pipeline(config, classes, out, beam_args)
+        metadata = _metadata(config, classes, out)
+        write_metadata(out, metadata)
+    return metadata
+
+
+def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path, beam_args):
+    """The Beam job itself, writing into ``out``."""
     with_bigrams = config.max_bigrams > 0
     with job_pipeline(beam_args) as pipeline:
         planned = (
@@ -474,15 +639,28 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
             | "Sources" >> beam.Create(["train", "test"])
             | "PlanRanges"
             >> beam.ParDo(
-                PlanCsvRanges(config.input_dir, config.rows_per_range, config.range_bytes)
+                PlanCsvRanges(
+                    config.input_dir,
+                    config.rows_per_range,
+                    config.max_record_lines,
+                    config.max_record_bytes,
+                    config.range_bytes,
+                )
             )
             | "PlanByTag" >> ByTag("ranges", "stats")
         )
         parsed = (
             planned["ranges"]
             | "Spread" >> beam.Reshuffle()
-            | "ParseCsv" >> beam.ParDo(ParseCsvRange(len(classes)))
-            | "ParseByTag" >> ByTag("rows", "dead_letter")
+            | "ParseCsv"
+            >> beam.ParDo(
+                ParseCsvRange(
+                    len(classes),
+                    max_lines=config.max_record_lines,
+                    max_bytes=config.max_record_bytes,
+                )
+            )
+            | "ParseByTag" >> ByTag("rows", "dead_letter", "stats")
         )
         rows = parsed["rows"] | "AssignSplit" >> beam.FlatMap(
             _split_batch, config.seed, config.validation_fraction
@@ -517,17 +695,29 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         )
         reasons = parsed["dead_letter"] | "Reasons" >> beam.Map(
             lambda d: {
-                "rejected": {d["reason"].split(" (")[0]: 1},
-                "rejected_by_source": {os.path.basename(d["file"]).removesuffix(".csv"): 1},
+                "rejected": {d["reason"].split(" (")[0].split(":")[0]: d["lines"]},
+                "rejected_by_source": {
+                    os.path.basename(d["file"]).removesuffix(".csv"): d["lines"]
+                },
             }
         )
         written.append(
-            (planned["stats"], encoded["histogram"], reasons)
+            (planned["stats"], parsed["stats"], encoded["histogram"], reasons)
             | "AllStats" >> beam.Flatten()
             | "SumStats" >> CombineAll(SumStatsFn())
             | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
-        _ = tuple(written) | "AllWritten" >> AllWritten()
+        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
+
+
+def _metadata(config: DbpediaPreprocessConfig, classes: list[str], out: Path) -> dict:
+    """The metadata of a finished job, once its counts agree; raises if they do not.
+
+    The accounting is in lines of the files: each physical line (counted apart from the
+    parser) is in a good row or rejected. A bad record of several lines (a quote left
+    open) counts each of its lines, and so does the bad-record ratio.
+    """
+    files = read_manifest(out)
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
     k = len(classes)
@@ -535,19 +725,22 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
     counts = {s: int(sum(h)) for s, h in histogram.items()}
     # Records as the planner counted them in each file, not as the parser got to them.
     input_rows = {s: int(stats.get("input", {}).get(s, 0)) for s in ("train", "test")}
+    input_lines = {s: int(stats.get("input_lines", {}).get(s, 0)) for s in ("train", "test")}
+    good_lines = stats.get("good_lines", {})
     rejected_by = stats.get("rejected_by_source", {})
-    for source, written_rows in (
-        ("train", counts["train"] + counts["validation"]),
-        ("test", counts["test"]),
-    ):
+    for source in ("train", "test"):
         check_accounting(
             str(Path(config.input_dir) / f"{source}.csv"),
-            input_rows[source],
-            written_rows,
+            input_lines[source],
+            int(good_lines.get(source, 0)),
             int(rejected_by.get(source, 0)),
+            unit="lines",
         )
     rejected = int(sum(stats.get("rejected", {}).values()))
-    total = sum(input_rows.values())
+    total = sum(input_lines.values())
+    check_bad_ratio(
+        config.input_dir, total, rejected, config.max_bad_ratio, config.output_dir, unit="lines"
+    )
     vocab_size = sum(1 for _ in open(out / "vocab.txt", encoding="utf-8"))
     metadata = {
         "dataset": "dbpedia",
@@ -557,17 +750,17 @@ def preprocess_dbpedia(config: DbpediaPreprocessConfig, beam_args: list[str] | N
         "splits": counts,
         "class_histogram": histogram,
         "input_records": input_rows,
+        "input_lines": input_lines,
         "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
         "vocab_size": vocab_size,
         "vocab_file": "vocab.txt",
         "max_tokens": config.max_tokens,
         "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
+        "shards": list_shards(files, "", counts),
         "dead_letter": "dead_letter/part-*.jsonl",
         "feature_spec": {"tokens": "int64 list (0 pad, 1 oov)", "label": "int64 0-based"},
         "config": asdict(config),
     }
-    write_metadata(out, metadata)
-    check_bad_ratio(config.input_dir, total, rejected, config.max_bad_ratio)
     return metadata
 
 

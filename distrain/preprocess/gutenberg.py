@@ -27,6 +27,7 @@ from pathlib import Path
 import apache_beam as beam
 
 from distrain.preprocess.common import (
+    MANIFEST,
     AllWritten,
     ByTag,
     CombineAll,
@@ -37,8 +38,11 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     job_pipeline,
+    list_shards,
+    read_manifest,
     read_single_json,
     run_job,
+    staged_output,
     write_metadata,
 )
 from distrain.preprocess.records import example, int64_feature
@@ -78,6 +82,7 @@ class GutenbergPreprocessConfig:
         source_len: Line pairs (the ``pairs`` view, for encoder-decoders): characters
             kept of the first line's end.
         target_len: Line pairs: characters of the next line's start to predict.
+        overwrite: Replace an output folder that holds files (else it is refused).
     """
 
     input_dir: str
@@ -90,6 +95,7 @@ class GutenbergPreprocessConfig:
     max_bad_ratio: float = 0.5
     source_len: int = 48
     target_len: int = 32
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if min(self.seq_len, self.stride, self.source_len, self.target_len) < 1:
@@ -232,9 +238,15 @@ class ReadBook(beam.DoFn):
         body, reason = (None, encoding) if text is None else strip_gutenberg(text)
         if body is None:
             yield "dead_letter", {"file": path, "reason": reason, "bytes": len(data)}
-            yield "stats", {"books": {"rejected": 1}, "rejected": {reason: 1}}
+            yield (
+                "stats",
+                {"books": {"rejected": 1}, "rejected": {reason: 1}, "bytes_read": len(data)},
+            )
             return
-        yield "stats", {"books": {"accepted": 1}, "encodings": {encoding: 1}}
+        yield (
+            "stats",
+            {"books": {"accepted": 1}, "encodings": {encoding: 1}, "bytes_read": len(data)},
+        )
         yield "books", (name, split_book(body, self.validation_fraction))
 
 
@@ -339,13 +351,25 @@ def preprocess_gutenberg(
 
     Raises:
         GutenbergFormatError: No ``*.txt`` book in the input directory.
-        BadRecordsError: Too many books were rejected (after writing them out).
+        BadRecordsError: Too many books were rejected (dead letters left in OUT.failed).
+        OutputExistsError: The output folder holds files and overwrite is off.
     """
     books = sorted(str(p) for p in Path(config.input_dir).glob("*.txt"))
     if not books:
         raise GutenbergFormatError(f"{config.input_dir}: no *.txt books")
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    # The input as the file system lists it, before any book is read: names and sizes.
+    sizes = {book: os.path.getsize(book) for book in books}
+    with staged_output(config.output_dir, config.overwrite) as out:
+        _run_pipeline(config, books, out, beam_args)
+        metadata = _metadata(config, books, sizes, out)
+        write_metadata(out, metadata)
+    return metadata
+
+
+def _run_pipeline(
+    config: GutenbergPreprocessConfig, books: list[str], out: Path, beam_args
+) -> None:
+    """The Beam job itself, writing into ``out``."""
     with job_pipeline(beam_args) as pipeline:
         read = (
             pipeline
@@ -397,7 +421,12 @@ def preprocess_gutenberg(
             | "SumStats" >> CombineAll(SumStatsFn())
             | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
-        _ = tuple(written) | "AllWritten" >> AllWritten()
+        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
+
+
+def _metadata(config, books: list[str], sizes: dict[str, int], out: Path) -> dict:
+    """The metadata of a finished job, once its counts agree; raises if they do not."""
+    files = read_manifest(out)
     stats = read_single_json(str(out / "stats.json"))
     stats.update(read_single_json(str(out / "vocabulary.json")))
     (out / "stats.json").unlink()
@@ -405,6 +434,16 @@ def preprocess_gutenberg(
     accepted = int(stats.get("books", {}).get("accepted", 0))
     rejected = int(stats.get("books", {}).get("rejected", 0))
     check_accounting(config.input_dir, len(books), accepted, rejected)
+    check_accounting(
+        config.input_dir, sum(sizes.values()), int(stats.get("bytes_read", 0)), 0, unit="bytes"
+    )
+    if accepted == 0:
+        raise GutenbergFormatError(
+            f"{config.input_dir}: every book was rejected ({stats.get('rejected', {})})"
+        )
+    check_bad_ratio(config.input_dir, len(books), rejected, config.max_bad_ratio, config.output_dir)
+    windows_by_split = {s: int(stats.get("windows", {}).get(s, 0)) for s in SPLITS}
+    pairs_by_split = {s: int(stats.get("pairs", {}).get(s, 0)) for s in SPLITS}
     vocabulary = stats.get("vocabulary", ["<oov>"])
     metadata = {
         "dataset": "gutenberg",
@@ -414,10 +453,10 @@ def preprocess_gutenberg(
         "vocabulary": vocabulary,
         "seq_len": config.seq_len,
         "labels_per_example": config.seq_len,
-        "splits": {s: int(stats.get("windows", {}).get(s, 0)) for s in SPLITS},
+        "splits": windows_by_split,
         "characters": {s: int(stats.get("characters", {}).get(s, 0)) for s in SPLITS},
         "oov_characters": {s: int(stats.get("oov_characters", {}).get(s, 0)) for s in SPLITS},
-        "input_records": {"books": len(books)},
+        "input_records": {"books": len(books), "bytes": sum(sizes.values())},
         "books": {
             "accepted": accepted,
             "rejected": rejected,
@@ -425,14 +464,17 @@ def preprocess_gutenberg(
         },
         "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
         "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
+        "shards": list_shards(files, "", windows_by_split),
         "text": "text/part-*.jsonl",
+        "text_files": [f["file"] for f in files if os.path.dirname(f["file"]) == "text"],
         "dead_letter": "dead_letter/part-*.jsonl",
         "feature_spec": {"chars": f"int64[{config.seq_len + 1}] character ids (0 = OOV)"},
         # Consecutive lines, for encoder-decoders (DatasetInfo.view("pairs")).
         "views": {
             "pairs": {
-                "splits": {s: int(stats.get("pairs", {}).get(s, 0)) for s in SPLITS},
+                "splits": pairs_by_split,
                 "files": {s: f"pairs/{s}/part-*.tfrecord" for s in SPLITS},
+                "shards": list_shards(files, "pairs", pairs_by_split),
                 "source_len": config.source_len,
                 "target_len": config.target_len,
                 "labels_per_example": config.target_len,
@@ -445,19 +487,29 @@ def preprocess_gutenberg(
         },
         "config": asdict(config),
     }
-    write_metadata(out, metadata)
-    if accepted == 0:
-        raise GutenbergFormatError(
-            f"{config.input_dir}: every book was rejected ({stats.get('rejected', {})})"
-        )
-    check_bad_ratio(config.input_dir, len(books), rejected, config.max_bad_ratio)
     return metadata
 
 
 def read_texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
-    """The normalised text of each book's part of a split, from a preprocessed directory."""
+    """The normalised text of each book's part of a split, from a preprocessed directory.
+
+    Reads the text files ``metadata.json`` lists (``text_files``), and only those.
+
+    Raises:
+        GutenbergFormatError: The metadata lists no text files, or a listed one is missing.
+    """
+    meta = Path(data_dir, "metadata.json")
+    listed = json.loads(meta.read_text()).get("text_files") if meta.exists() else None
+    if listed is None:
+        raise GutenbergFormatError(
+            f"{meta}: no list of text files (preprocessed by an older version of distrain); "
+            "preprocess the data again"
+        )
     texts = {}
-    for path in sorted(Path(data_dir, "text").glob("part-*.jsonl")):
+    for name in sorted(listed):
+        path = Path(data_dir, name)
+        if not path.is_file():
+            raise GutenbergFormatError(f"{path}: listed in {meta}, but missing")
         for line in path.read_text(encoding="utf-8").splitlines():
             item = json.loads(line)
             if item["split"] == split:

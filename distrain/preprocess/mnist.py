@@ -31,6 +31,7 @@ from distrain.data.idx import (
     unpack_idx,
 )
 from distrain.preprocess.common import (
+    MANIFEST,
     AllWritten,
     ByTag,
     CombineAll,
@@ -41,8 +42,11 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     job_pipeline,
+    list_shards,
+    read_manifest,
     read_single_json,
     run_job,
+    staged_output,
     validation_mask,
     write_metadata,
 )
@@ -65,6 +69,7 @@ class MnistPreprocessConfig:
             where the batch is made, with no shuffle of the records.
         batch_size: Records per batch inside the DoFns.
         max_bad_ratio: Largest share of rejected records before the job fails.
+        overwrite: Replace an output folder that holds files (else it is refused).
     """
 
     input_dir: str
@@ -74,6 +79,7 @@ class MnistPreprocessConfig:
     num_shards: int = 0
     batch_size: int = 1024
     max_bad_ratio: float = 0.0
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
@@ -242,7 +248,7 @@ def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_arg
             result["stats"]
             | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
         )
-        _ = tuple(written) | "AllWritten" >> AllWritten()
+        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -257,19 +263,27 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
 
     Raises:
         IdxFormatError: An input file is missing or malformed.
-        BadRecordsError: Too many records were rejected (after writing them out).
+        BadRecordsError: Too many records were rejected (dead letters left in OUT.failed).
+        OutputExistsError: The output folder holds files and overwrite is off.
     """
     inputs = validate_inputs(config.input_dir)
     shapes = {tuple(shape) for _, shape in inputs.values()}
     if len(shapes) != 1:
         raise ValueError(f"{config.input_dir}: train and test image shapes differ: {shapes}")
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / ".work"
-    try:
-        _run_pipeline(config, out, work, beam_args)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with staged_output(config.output_dir, config.overwrite) as out:
+        work = out / ".work"
+        try:
+            _run_pipeline(config, out, work, beam_args)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        metadata = _metadata(config, inputs, shapes.pop(), out)
+        write_metadata(out, metadata)
+    return metadata
+
+
+def _metadata(config: MnistPreprocessConfig, inputs: dict, shape, out: Path) -> dict:
+    """The metadata of a finished job, once its counts agree; raises if they do not."""
+    files = read_manifest(out)
     stats = read_single_json(str(out / "stats.json"))
     (out / "stats.json").unlink()
     histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
@@ -283,9 +297,10 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
         check_accounting(str(images), count, written, int(rejected_by.get(split, 0)))
     rejected = int(sum(stats.get("rejected", {}).values()))
     total_in = sum(input_records.values())
-    metadata = {
+    check_bad_ratio(config.input_dir, total_in, rejected, config.max_bad_ratio, config.output_dir)
+    return {
         "dataset": "mnist",
-        "image_shape": list(shapes.pop()),
+        "image_shape": list(shape),
         "num_classes": NUM_CLASSES,
         "class_names": [str(i) for i in range(NUM_CLASSES)],
         "splits": counts,
@@ -293,13 +308,11 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
         "input_records": input_records,
         "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
         "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
+        "shards": list_shards(files, "", counts),
         "dead_letter": "dead_letter/part-*.jsonl",
         "feature_spec": {"image": "bytes: raw uint8 rows*cols", "label": "int64"},
         "config": asdict(config),
     }
-    write_metadata(out, metadata)
-    check_bad_ratio(f"{config.input_dir}", total_in, rejected, config.max_bad_ratio)
-    return metadata
 
 
 def run(argv: list[str] | None = None) -> dict:

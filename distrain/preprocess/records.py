@@ -170,6 +170,35 @@ def write_tfrecords(path: str, records: Iterable[bytes], chunk_bytes: int = 1 <<
     return count
 
 
+class TFRecordFramingError(ValueError):
+    """A TFRecord file ends inside a record (cut short, or not a TFRecord file)."""
+
+
+def count_tfrecords(path: str | os.PathLike) -> int:
+    """Records in a local TFRecord file, from its framing alone (lengths; no data read).
+
+    A count that shares nothing with the writer's or the reader's: each record's
+    8-byte length is read and the rest of the record skipped with a seek.
+
+    Raises:
+        TFRecordFramingError: The file ends inside a record.
+    """
+    count, size = 0, os.path.getsize(path)
+    with open(path, "rb") as f:
+        position = 0
+        while position < size:
+            header = f.read(8)
+            if len(header) < 8:
+                raise TFRecordFramingError(f"{path}: ends inside the length of record {count + 1}")
+            (length,) = struct.unpack("<Q", header)
+            position += 8 + 4 + length + 4
+            if position > size:
+                raise TFRecordFramingError(f"{path}: ends inside record {count + 1}")
+            f.seek(position)
+            count += 1
+    return count
+
+
 def write_text(text: str, path: str) -> str:
     """Writes a UTF-8 text file atomically; returns the path."""
     _write_atomically(path, [text.encode("utf-8")])

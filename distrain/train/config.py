@@ -186,6 +186,10 @@ class TrainConfig:
         dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
             (used to check that ranks agree).
         start_timeout: Seconds to wait for all worker processes to start.
+        operation_timeout: PS modes: seconds one session call may wait on another
+            process (the sessions' ``operation_timeout_in_ms``) before the process fails
+            with a transient error: a stopped parameter server ends the run (which a
+            retry resumes) instead of hanging it.
         elastic_commit_steps: Elastic sync runs: the state (variables, step, the epoch's
             progress) is committed in memory every this many steps; after a lost worker
             the others go back to the last commit.
@@ -217,6 +221,7 @@ class TrainConfig:
     until_plateau: int = 0
     dump_rank_weights: bool = False
     start_timeout: int = 120
+    operation_timeout: int = 300
     elastic_commit_steps: int = 10
     controller: str = "auto"
     idle_horovod_threads: bool = False
@@ -240,6 +245,7 @@ class TrainConfig:
             "checkpoint_every_epochs",
             "validation_freq",
             "start_timeout",
+            "operation_timeout",
             "elastic_commit_steps",
         ):
             if getattr(self, name) < 1:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from dataclasses import dataclass, replace
@@ -43,6 +42,11 @@ class DatasetInfo:
         for key in ("dataset", "splits", "files"):
             if key not in meta:
                 raise DataError(f"{path}: missing key {key!r}")
+        if meta.get("complete") is not True:
+            raise DataError(
+                f"{path}: not marked complete (written by a job that did not finish, or by "
+                "an older version of distrain); preprocess the data again"
+            )
         return cls(
             data_dir=str(data_dir),
             dataset=meta["dataset"],
@@ -73,17 +77,63 @@ class DatasetInfo:
         )
 
     def split_files(self, split: str) -> list[str]:
-        """The sorted TFRecord shards of a split.
+        """The TFRecord files of a split: exactly those ``metadata.json`` lists, checked.
+
+        The preprocessing job lists every file it wrote with its records and bytes. A
+        split's folder must hold exactly those files (none missing, none more: an
+        earlier job's, a stray copy), each of its size and holding its number of records
+        (counted from the file's framing), together the split's count.
 
         Raises:
-            DataError: The split is unknown or has no files.
+            DataError: The split is unknown, or its files differ from the list (the
+                message names the file and the difference).
         """
+        from distrain.preprocess.records import TFRecordFramingError, count_tfrecords
+
         if split not in self.files:
             raise DataError(f"{self.data_dir}: no split {split!r} (have {sorted(self.files)})")
-        files = sorted(glob.glob(os.path.join(self.data_dir, self.files[split])))
-        if not files:
-            raise DataError(f"{self.data_dir}: no files match {self.files[split]!r} for {split}")
-        return files
+        shards = self.metadata.get("shards")
+        meta = os.path.join(self.data_dir, "metadata.json")
+        if shards is None or split not in shards:
+            raise DataError(
+                f"{meta}: no list of the files of {split} (preprocessed by an older version "
+                "of distrain); preprocess the data again"
+            )
+        listed = {os.path.normpath(item["file"]): item for item in shards[split]}
+        folders = {os.path.dirname(name) for name in listed} or {os.path.dirname(self.files[split])}
+        for folder in sorted(folders):
+            where = os.path.join(self.data_dir, folder)
+            present = sorted(os.listdir(where)) if os.path.isdir(where) else []
+            for name in present:
+                if os.path.join(folder, name) not in listed:
+                    raise DataError(
+                        f"{os.path.join(where, name)}: not in {meta}'s list of {split} "
+                        "files (an earlier job's output, or a stray file); the data set is "
+                        "refused rather than read mixed: preprocess into an empty folder"
+                    )
+        total = 0
+        for name, item in sorted(listed.items()):
+            path = os.path.join(self.data_dir, name)
+            if not os.path.isfile(path):
+                raise DataError(f"{path}: listed in {meta} for {split}, but missing")
+            size = os.path.getsize(path)
+            if size != item["bytes"]:
+                raise DataError(f"{path}: {size} bytes, {meta} lists {item['bytes']}")
+            try:
+                records = count_tfrecords(path)
+            except TFRecordFramingError as err:
+                raise DataError(str(err)) from None
+            if records != item["records"]:
+                raise DataError(f"{path}: {records} records, {meta} lists {item['records']}")
+            total += records
+        if total != self.splits.get(split, total):
+            raise DataError(
+                f"{meta}: the files of {split} hold {total} records, its count says "
+                f"{self.splits[split]}"
+            )
+        if not listed:
+            raise DataError(f"{self.data_dir}: no files for {split}")
+        return [os.path.join(self.data_dir, name) for name in sorted(listed)]
 
 
 _PARSE_CALLS = 2

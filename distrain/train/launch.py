@@ -48,6 +48,11 @@ MPIRUN_OPTIONS = [
 # [sync, MPI] What ranks on other hosts (over ssh) need of the launcher's environment; local
 # ranks are mpirun's children and inherit all of it.
 MPIRUN_EXPORTS = ["PATH", "LD_LIBRARY_PATH", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED"]
+# [sync, MPI] A local run's ranks talk over loopback only: nothing on another host can
+# reach their unauthenticated TCP ports. (TensorFlow's gRPC servers, the parameter-server
+# modes', bind every interface whatever the cluster spec says; on a cluster each run's
+# NetworkPolicy admits its own pods only, see distrain.k8s.objects.network_policy.)
+MPIRUN_LOOPBACK = ["-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 # [sync, MPI] Open MPI settings of local runs (and of CPU ranks on a cluster, given to the
 # MPIJob's mpirun as -mca options). A rank's waits yield its core instead of
 # spinning on it: the ranks share their cores with TensorFlow's compute threads, and Open
@@ -190,9 +195,17 @@ def worker_args(config_path: str | os.PathLike) -> list[str]:
     return ["worker", "--config", str(config_path)]
 
 
-def server_args(threads: int) -> list[str]:
-    """The ``distrain`` subcommand of a parameter-server or worker server (PS modes)."""
-    return ["server", "--threads", str(threads)]
+def server_args(threads: int, output_dir: str | os.PathLike = "") -> list[str]:
+    """The ``distrain`` subcommand of a parameter-server or worker server (PS modes).
+
+    ``output_dir``: the run's output folder, where a failing server records its error.
+    """
+    return [
+        "server",
+        "--threads",
+        str(threads),
+        *(["--output", str(output_dir)] * bool(output_dir)),
+    ]
 
 
 def worker_command(config_path: str | os.PathLike) -> list[str]:
@@ -200,9 +213,9 @@ def worker_command(config_path: str | os.PathLike) -> list[str]:
     return [*LOCAL_PREFIX, *worker_args(config_path)]
 
 
-def server_command(threads: int) -> list[str]:
+def server_command(threads: int, output_dir: str | os.PathLike = "") -> list[str]:
     """The local command of a server process (PS modes)."""
-    return [*LOCAL_PREFIX, *server_args(threads)]
+    return [*LOCAL_PREFIX, *server_args(threads, output_dir)]
 
 
 def local_host_aliases() -> list[str]:
@@ -256,7 +269,8 @@ def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
     if sync_controller(cfg) == "mpi":
         # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
         # would put a shell between it and this process, which a killed launcher orphans).
-        return [venv_tool("mpirun"), "-np", str(n), "-H", f"localhost:{n}", *MPIRUN_OPTIONS, *cmd]
+        hosts = ["-H", f"localhost:{n}"]
+        return [venv_tool("mpirun"), "-np", str(n), *hosts, *MPIRUN_OPTIONS, *MPIRUN_LOOPBACK, *cmd]
     low = cfg.run.option("min")
     if low is not None:  # [sync, elastic] between min and n ranks, hosts found by a script
         script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)

@@ -322,6 +322,9 @@ class PSGraph:
             # a variable's shape on a parameter server; the placer puts the two together
             # (as TF1's Estimator and MonitoredTrainingSession users set it).
             allow_soft_placement=True,
+            # A stopped parameter server or peer fails the call instead of hanging it
+            # (calls that wait on purpose pass their own, shorter, RunOptions timeout).
+            operation_timeout_in_ms=self.cfg.operation_timeout * 1000,
         )
         return tf.compat.v1.Session(server.target, graph=self.graph, config=config)
 
@@ -901,7 +904,7 @@ class ParameterServerMode(Mode):
         processes = [
             Process(
                 f"ps:{i}",
-                server_command(1),
+                server_command(1, cfg.output_dir),
                 env={"TF_CONFIG": tf_config(cluster, "ps", i)},
                 log=logs / f"ps-{i}.log",
                 critical=True,
@@ -934,16 +937,25 @@ class ParameterServerMode(Mode):
     def train(self, cfg) -> dict:
         """Runs this process's role of the cluster (chief, or worker), from ``TF_CONFIG``.
 
-        Does not return: the process ends once its part is done (with code 1 after an
-        error, its traceback printed), without waiting for the TensorFlow server's
-        teardown, which can wait for peers that are gone or stopped.
+        Does not return: the process ends once its part is done, without waiting for the
+        TensorFlow server's teardown, which can wait for peers that are gone or stopped.
+        After an error its traceback is printed and the error recorded for the launcher
+        (``<output>/errors/``, as every training process records its own), and the exit
+        code is 2 for bad input or settings, 1 otherwise.
         """
+        from distrain.failures import Failure
+        from distrain.train.worker import record_error
+
         code = 0
         try:
             self._train_role(cfg, Role.from_environment())
-        except BaseException:  # noqa: BLE001 (reported, then the process ends at once)
+        except BaseException as exc:  # noqa: BLE001 (reported, then the process ends at once)
             traceback.print_exc()
-            code = 1
+            record_error(cfg.output_dir, exc)
+            code = Failure.of(cfg.run.name, exc).exit_code
+            # Held until the exit: freeing the exception's frames would close their
+            # sessions, and closing one to a stopped server waits forever.
+            self.failed = exc
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -7,12 +7,13 @@ parameter servers, it passes in; the lines where it matters are marked ``[sync]`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.inputs import make_dataset, shard_size
 
 VAL_BATCH = 512
@@ -166,6 +167,11 @@ class Replica:
         # update change (elastic) resumes mid-epoch from these.
         self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
         self.epoch_examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_ex")
+        # What shapes the variables, saved in every checkpoint: a resume checks it first.
+        self.fingerprint = self.model_fingerprint()
+        self.fingerprint_var = tf.Variable(
+            json.dumps(self.fingerprint, sort_keys=True), trainable=False, name="fingerprint"
+        )
         self.ckpt = tf.train.Checkpoint(
             model=self.model,
             optimizer=self.optimizer,
@@ -173,6 +179,7 @@ class Replica:
             version=self.version,
             examples=self.examples,
             epoch_examples=self.epoch_examples,
+            fingerprint=self.fingerprint_var,
         )
         # TensorFlow writes a checkpoint's files under temporary names and only then
         # points the ``checkpoint`` state file at it: a run killed while saving leaves
@@ -364,30 +371,143 @@ class Replica:
 
     # ---- checkpoints and the saved model ----------------------------------------------
 
+    def model_fingerprint(self) -> dict:
+        """What shapes this process's variables: the data set, the model and every shape.
+
+        Stored in each checkpoint; a checkpoint with another one is not this run's.
+        """
+        return {
+            "dataset": self.info.dataset,
+            "model": self.cfg.model,
+            "variables": [list(v.shape) for v in self.model.weights],
+        }
+
+    def stored_fingerprint(self, path: str) -> dict | None:
+        """The fingerprint saved in a checkpoint (None: one from before they were saved).
+
+        Raises:
+            Exception: The checkpoint cannot be read (TensorFlow's error, as it comes).
+        """
+        key = "fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
+        reader = self.tf.train.load_checkpoint(path)
+        if not reader.has_tensor(key):
+            return None
+        return json.loads(reader.get_tensor(key).decode())
+
+    def check_fingerprint(self, path: str, theirs: dict | None) -> None:
+        """Refuses a checkpoint whose fingerprint differs from this run's, naming how.
+
+        Raises:
+            ConfigError: The checkpoint is of another model or configuration (a
+                permanent error: a retry finds the same checkpoint).
+        """
+        if theirs is None:
+            self.log(f"checkpoint {path} has no fingerprint (an older version); not checked")
+            return
+        ours = self.fingerprint
+        differences = [
+            f"{k}: {theirs.get(k)!r} in the checkpoint, {ours[k]!r} now"
+            for k in ("dataset", "model")
+            if theirs.get(k) != ours[k]
+        ]
+        old, new = theirs.get("variables", []), ours["variables"]
+        if len(old) != len(new):
+            differences.append(f"{len(old)} variables in the checkpoint, {len(new)} now")
+        else:
+            differences += [
+                f"variable {i}: shape {a} in the checkpoint, {b} now"
+                for i, (a, b) in enumerate(zip(old, new, strict=True))
+                if a != b
+            ][:3]
+        if differences:
+            raise ConfigError(
+                f"{path}: a checkpoint of another model or configuration ("
+                + "; ".join(differences)
+                + f"); resume with the settings it was made with, or use a new --output "
+                f"(or remove {self.checkpoint_dir()})"
+            )
+
+    def _checkpoints_on_disk(self) -> list[str]:
+        """The checkpoints in the folder by their own files (``ckpt-N.index``), oldest first."""
+        found = []
+        for index in self.checkpoint_dir().glob("ckpt-*.index"):
+            number = index.name[len("ckpt-") : -len(".index")]
+            if number.isdigit():
+                found.append((int(number), str(index)[: -len(".index")]))
+        return [path for _, path in sorted(found)]
+
+    def _rebuild_state(self) -> None:
+        """Rewrites an unreadable ``checkpoint`` state file from the checkpoints' files.
+
+        TensorFlow reads a garbled state file as no checkpoint at all, and the run would
+        start over from step 0 and overwrite the old checkpoints.
+
+        Raises:
+            TrainingError: The state file cannot be rewritten.
+        """
+        tf = self.tf
+        on_disk = self._checkpoints_on_disk()
+        if not on_disk:
+            return
+        state = self.checkpoint_dir() / "checkpoint"
+        self.log(
+            f"{state} is missing or unreadable but {len(on_disk)} checkpoint(s) are there; "
+            f"rebuilt it from their files (newest: {on_disk[-1]})"
+        )
+        # With their times: the manager keeps (and later rotates) only checkpoints newer
+        # than the state's "last preserved" time.
+        times = [Path(f"{path}.index").stat().st_mtime for path in on_disk]
+        try:
+            tf.compat.v1.train.update_checkpoint_state(
+                str(self.checkpoint_dir()),
+                on_disk[-1],
+                all_model_checkpoint_paths=on_disk,
+                all_model_checkpoint_timestamps=times,
+                last_preserved_timestamp=min(times) - 1.0,
+            )
+        except Exception as err:  # noqa: BLE001 (any failure: refuse, naming the file)
+            raise TrainingError(f"{state}: unreadable and cannot be rebuilt ({err})") from err
+        self.manager = tf.train.CheckpointManager(self.ckpt, str(self.checkpoint_dir()), 3)
+
     def restore(self) -> str | None:
         """Restores the newest readable checkpoint; returns its path (None: there is none).
 
         A checkpoint that cannot be read (a damaged file) is reported and the one before
         it is tried; when none can be read the run fails rather than start over silently.
+        An unreadable state file is rebuilt from the checkpoints' files. A checkpoint of
+        another model or configuration (its fingerprint) is refused.
 
         Raises:
             TrainingError: No checkpoint in the directory can be read.
+            ConfigError: The newest readable checkpoint is of another model or
+                configuration.
         """
+        if not self.manager.checkpoints:
+            self._rebuild_state()
         candidates = list(reversed(self.manager.checkpoints))
         errors = []
         for path in candidates:
             try:
+                theirs = self.stored_fingerprint(path)
+            except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
+                self._unreadable(path, err, errors)
+                continue
+            self.check_fingerprint(path, theirs)  # another model's: refused, not skipped
+            try:
                 self.ckpt.restore(path).expect_partial()
                 return path
             except Exception as err:  # noqa: BLE001 (any damage: try an older checkpoint)
-                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                errors.append(f"{path}: {type(err).__name__}: {first_line}")
-                self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
+                self._unreadable(path, err, errors)
         if errors:
             raise TrainingError(
                 f"no readable checkpoint in {self.checkpoint_dir()}: " + "; ".join(errors)
             )
         return None
+
+    def _unreadable(self, path: str, err: BaseException, errors: list[str]) -> None:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        errors.append(f"{path}: {type(err).__name__}: {first_line}")
+        self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
 
     def checkpoint(self, step: int, engine=None) -> None:
         """Rank 0's (the chief's) checkpoint at update ``step``."""

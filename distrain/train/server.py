@@ -13,16 +13,34 @@ import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Starts the TensorFlow server named by TF_CONFIG and serves until killed."""
+    """Starts the TensorFlow server named by TF_CONFIG and serves until killed.
+
+    A failure (a bad TF_CONFIG, a port taken) is recorded for the launcher in the run's
+    ``<output>/errors/`` (``--output``), as a training process records its own
+    (:func:`distrain.train.worker.record_error`), so that a permanent one is not retried;
+    then it is printed as one line, and the exit code is 2 for bad settings, 1 otherwise.
+    """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    parser.add_argument("--output", default="", help="the run's output folder (its errors/)")
     args = parser.parse_args(argv)
-    from distrain.train.ps import Role, start_server
+    try:
+        from distrain.train.ps import Role, start_server
 
-    role = Role.from_environment()
-    server = start_server(role, args.threads)
-    print(f"{role.job}:{role.index} serving at {server.target}", flush=True)
-    server.join()
+        role = Role.from_environment()
+        server = start_server(role, args.threads)
+        print(f"{role.job}:{role.index} serving at {server.target}", flush=True)
+        server.join()
+    except Exception as exc:  # noqa: BLE001 (recorded for the launcher, then one line)
+        from distrain.failures import Failure, report
+        from distrain.train.worker import record_error
+        from distrain.train.worker import role as process_role
+
+        if args.output:
+            record_error(args.output, exc)
+        failure = Failure.of(f"server {process_role()}", exc)
+        report(failure, exc)
+        return failure.exit_code
     return 0
 
 
