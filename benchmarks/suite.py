@@ -97,6 +97,8 @@ class SuiteConfig:
         model_batch: Batch (per data-parallel rank) of section 9.
         model_epochs: Epochs of section 9's runs (the first is warm-up).
         model_micro: Micro-batches of section 9's pipeline runs.
+        full_size_repeats: Repeats of each preprocessing and one-epoch measure of
+            section 11 (DBPedia up to 560,000 rows).
     """
 
     quick: bool = False
@@ -135,6 +137,7 @@ class SuiteConfig:
     model_batch: int = 256
     model_epochs: int = 3
     model_micro: int = 4
+    full_size_repeats: int = 2
 
     @classmethod
     def small(cls, **kw) -> SuiteConfig:
@@ -1250,6 +1253,10 @@ def targets(results: dict) -> list[dict]:
                 "miss": f"{floor - ratio:.3f} short",
             }
         )
+    if results.get("full_size"):
+        from benchmarks.full_size import full_size_targets
+
+        out += full_size_targets(results["full_size"])
     eff = results["training"]["sync_efficiency"]
     out.append(
         {
@@ -1701,6 +1708,10 @@ def render_markdown(results: dict) -> str:
         from benchmarks.prose import render_prose
 
         lines += ["", *render_prose(results["prose"])]
+    if results.get("full_size"):
+        from benchmarks.full_size import render_full_size
+
+        lines += ["", *render_full_size(results["full_size"])]
     return "\n".join(lines) + "\n"
 
 
@@ -1760,6 +1771,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
             lambda: _models(cfg, tmp, results),
         ),
         "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp)),
+        "full": ("full_size", "11 DBPedia at full size", lambda: _full_size(cfg, tmp)),
         "dask": ("dask", "1b/9 Beam's Dask runner", lambda: bench_dask(cfg, tmp)),
         "peers": ("peers", "8/9 each mode against its plain-TensorFlow peer", peers),
     }
@@ -1768,7 +1780,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         results.update(json.loads(Path(args.json).read_text()))
         log(f"{line} (alone)")
         results[key] = measure()
-        if key == "peers":
+        if key in ("peers", "full_size"):
             results["targets"] = targets(results)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1785,7 +1797,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask", "models", "prose"],
+        choices=["peers", "dask", "models", "prose", "full"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -1816,6 +1828,8 @@ def main(argv: list[str] | None = None) -> int:
         results["models"] = _models(cfg, tmp, results)
         log("10/10 real prose")
         results["prose"] = _prose(cfg, tmp)
+        log("11 DBPedia at full size, and how cost grows")
+        results["full_size"] = _full_size(cfg, tmp)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
@@ -1837,6 +1851,26 @@ def _prose(cfg: SuiteConfig, tmp: Path) -> dict | None:
     section = bench_prose(cfg.quick, tmp, log)
     if section is not None:
         section["measured"] = machine(cfg)["date"]
+    return section
+
+
+def _full_size(cfg: SuiteConfig, tmp: Path) -> dict | None:
+    """Section 11: DBPedia at 560,000 rows against fastText, and cost against size.
+
+    Not in a ``--quick`` run (its point is the full size), nor without fastText
+    (``fasttext-numpy2``, which ``scripts/bench.sh`` installs: a benchmark-only dependency).
+    """
+    from benchmarks.full_size import bench_full_size
+
+    if cfg.quick:
+        return None
+    try:
+        import fasttext  # noqa: F401
+    except ImportError:
+        log("  skipped: fastText is not installed (pip install fasttext-numpy2)")
+        return None
+    section = bench_full_size(cfg.quick, tmp, log, repeats=cfg.full_size_repeats)
+    section["measured"] = machine(cfg)["date"]
     return section
 
 

@@ -8,4 +8,6 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
+# fastText, section 11's reference: a benchmark-only dependency, never the project's.
+.venv/bin/python -m pip install -q 'fasttext-numpy2==0.10.4'
 exec .venv/bin/python -m benchmarks.suite "$@"

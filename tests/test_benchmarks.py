@@ -512,3 +512,94 @@ def test_dask_section_renders_beside_the_local_runner():
     assert "1b." not in render_markdown(results)
     results["dask"] = rows
     assert "### 1b. Beam's Dask runner" in render_markdown(results)
+
+
+def _full_size_section(reached=30.0):
+    from benchmarks.full_size import growth_slopes
+
+    mb = 2**20
+    rows = [
+        {
+            "rows": n,
+            "raw_bytes": n * 320,
+            "files": 3 * k,
+            "tfrecord_bytes": 3 * k * 20 * mb,
+            # (seconds, peak bytes): time linear in rows, memory flat
+            "preprocess": [(10.0 * k, 500 * mb), (11.0 * k, 520 * mb)],
+            "epoch": [(4.0 * k, 900 * mb, 9.0 * k)],
+        }
+        for k, n in ((1, 140_000), (4, 560_000))
+    ]
+    epochs = [
+        {"epoch": e, "wall_seconds": 16.0 * e, "val_accuracy": a} for e, a in ((1, 0.9), (2, 0.95))
+    ]
+    return {
+        "rows": rows,
+        "fasttext": {
+            "seconds": 10.0,
+            "epoch_seconds": 2.0,
+            "test_accuracy": 0.93,
+            "test_rows": 100,
+            "settings": {"thread": 2, "epoch": 5, "dim": 10, "wordNgrams": 2},
+        },
+        "ours": {
+            "epoch_seconds": 16.0,
+            "epochs": epochs,
+            "seconds_to_fasttext_accuracy": reached,
+            "run_seconds": 32.0,
+            "peak_bytes": 900 * mb,
+        },
+        "epoch_ratio": 8.0,
+        "accuracy_ratio": None if reached is None else reached / 10.0,
+        "slopes": growth_slopes(rows),
+    }
+
+
+def test_full_size_section_times_to_accuracy_fits_slopes_and_judges_its_targets():
+    from benchmarks.full_size import full_size_targets, slope, time_to
+
+    # 0.93 lies 3/5 of the way from epoch 1's 0.90 to epoch 2's 0.95: 16 + 0.6 * 16 s.
+    history = {"epochs": _full_size_section()["ours"]["epochs"]}
+    assert time_to(history, 0.93) == pytest.approx(25.6)
+    assert time_to(history, 0.85) == 16.0 and time_to(history, 0.99) is None
+    assert slope([1, 4], [3.0, 12.0]) == pytest.approx(1.0)
+    assert slope([1, 4, 16], [7.0, 7.0, 7.0]) == pytest.approx(0.0)
+    assert slope([1], [2.0]) is None
+    section = _full_size_section()
+    assert section["slopes"]["preprocess_seconds"] == pytest.approx(1.0)
+    assert section["slopes"]["preprocess_memory"] == pytest.approx(0.0)
+    got = {t["target"].split(": ", 1)[1]: t for t in full_size_targets(section)}
+    epoch = got["one epoch of single:1 <= 5x fastText's"]
+    assert not epoch["met"] and epoch["measured"] == "8.0x" and epoch["miss"] == "1.6x over"
+    assert got["time to fastText's test accuracy <= 10x fastText's"]["met"]
+    assert got["Beam job's peak memory < 1 GB"]["met"]
+    never = {t["target"]: t for t in full_size_targets(_full_size_section(reached=None))}
+    assert [t["measured"] for t in never.values()][1] == "not reached"
+
+
+def test_full_size_section_renders_its_table_slopes_and_ratios():
+    results = _results()
+    results["full_size"] = _full_size_section()
+    results["targets"] = targets(results)
+    md = render_markdown(results)
+    assert "## 11. DBPedia at full size, and how cost grows" in md
+    assert "| 560,000 | 171 | 40.0–44.0 | 500–520 | 12 (20.0) | 16.0 | 900 |" in md
+    assert "preprocessing time 1.00, its memory 0.00" in md
+    assert "(**8.0x** fastText's)" in md and "(**3.0x** fastText's whole run)" in md
+    assert "| DBPedia 560,000 rows: one epoch of single:1 <= 5x fastText's | 8.0x |" in md
+    assert "Seconds against rows (log-log; P preprocessing, E one epoch" in md
+
+
+def test_full_size_targets_judge_no_ratio_from_untrusted_timings_or_copied_rows():
+    from benchmarks.full_size import full_size_targets
+
+    section = _full_size_section()
+    section["rows"][-1]["copies"] = 4
+    copied = full_size_targets(section)
+    assert copied[0]["met"] is False and copied[1]["met"] is False  # 8x misses anyway
+    assert copied[1]["miss"] == "not judged: the rows are copies (see section 11)"
+    section["epoch_ratio"] = 2.0
+    section["untrusted"] = "a loaded host"
+    judged = full_size_targets(section)
+    assert [t["met"] for t in judged] == [False, False, True]
+    assert judged[0]["miss"] == "not judged: a loaded host"

@@ -111,6 +111,53 @@ def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range)
         assert len(ranges) == -(-len(whole) // rows_per_range)
 
 
+@pytest.mark.parametrize("range_bytes", [1, 40, 100, 10_000])
+@pytest.mark.parametrize(
+    "data",
+    [EDGE, EDGE + b'6,"No final line break","text"', b'1,"a","b"\r2,"c","d"\r\n3,"e","f\r\ng"\n'],
+    ids=["edge", "no-final-break", "mixed-breaks"],
+)
+def test_ranges_by_size_end_at_the_record_that_fills_them(data, range_bytes):
+    from distrain.preprocess.dbpedia import csv_records
+
+    ranges = csv_row_ranges(data, 0, range_bytes=range_bytes)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    pieces = [
+        row
+        for start, end, first_line, _ in ranges
+        for row in parse_csv("t.csv", data[start:end], 14, first_line)
+    ]
+    assert pieces == list(parse_csv("t.csv", data, 14))
+    ends = [0, *map(int, csv_records(data)[0])]
+    for start, end, _, count in ranges[:-1]:
+        # Full, and not one record longer than it takes to be full.
+        assert end - start >= range_bytes
+        assert ends[ends.index(end) - 1] - start < range_bytes
+        assert count >= 1
+    assert len(ranges) <= max(1, len(data) // range_bytes + 1)
+
+
+def test_the_default_job_writes_one_file_per_range_and_split(tmp_path):
+    # Few files of about range_mb each, not one per 512 rows: 2,351 files of 56 KB for
+    # 560,000 rows was the small-file pattern object stores punish (issue 41).
+    train, test = _rows(900), _rows(200, 1)
+    raw = _layout(tmp_path / "raw", train, test)
+    range_mb = 12_000 / 2**20  # about 12 kB of CSV per range
+    cfg = DbpediaPreprocessConfig(str(raw), str(tmp_path / "out"), range_mb=range_mb)
+    meta = preprocess_dbpedia(cfg, OPTIONS)
+    ranges = {
+        source: len(csv_row_ranges(data, 0, range_bytes=cfg.range_bytes))
+        for source, data in (("train", train), ("test", test))
+    }
+    assert ranges["train"] > 2
+    files = {s: sorted((tmp_path / "out" / s).glob("part-*")) for s in ("train", "validation")}
+    files["test"] = sorted((tmp_path / "out" / "test").glob("part-*"))
+    assert len(files["train"]) == len(files["validation"]) == ranges["train"]
+    assert len(files["test"]) == ranges["test"]
+    assert meta["splits"]["train"] + meta["splits"]["validation"] == 900
+
+
 def test_tokenize_and_encode():
     assert tokenize("It's the U.S.A., 1999!") == ["it's", "the", "u", "s", "a", "1999"]
     vocab = build_vocabulary(

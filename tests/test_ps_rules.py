@@ -18,11 +18,15 @@ from distrain.train.launch import free_ports
 LR = 0.01
 
 
-def adam_steps(*grads: float, lr: float = LR) -> float:
-    """The change of a variable after Adam's updates with gradients ``grads``, in turn."""
+def adam_steps(*grads: float, lr: float = LR, first: int = 1) -> float:
+    """The change of a variable after Adam's updates with gradients ``grads``, in turn.
+
+    ``first``: the optimizer's step of the first (a sparse row first touched at a later
+    update: its moments start at zero, the bias correction is the step's).
+    """
     b1, b2, eps = 0.9, 0.999, 1e-7
     m = v = change = 0.0
-    for t, grad in enumerate(grads, 1):
+    for t, grad in enumerate(grads, first):
         m, v = b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad**2
         change -= lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(v) + eps)
     return change
@@ -44,7 +48,7 @@ def tiny_info(tmp_path, classes: int) -> DatasetInfo:
 class Cluster:
     """Servers of a whole cluster in this process, and one graph per role."""
 
-    def __init__(self, tmp_path, rule_for):
+    def __init__(self, tmp_path, rule_for, sparse: bool = False):
         import tensorflow as tf
 
         from distrain.train import ps
@@ -71,6 +75,12 @@ class Cluster:
             with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{i}"):
                 _, variables = g.rule.trained(g)  # the shared variables, or a copy (easgd)
                 grads = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in variables]
+                if sparse:  # the first variable's gradient in rows, as an embedding's
+                    grads[0] = tf.IndexedSlices(
+                        tf.compat.v1.placeholder(tf.float32, [None, *variables[0].shape[1:]]),
+                        tf.compat.v1.placeholder(tf.int64, [None]),
+                        tf.constant(variables[0].shape.as_list(), tf.int64),
+                    )
                 read = tf.compat.v1.placeholder(tf.int64, [])
                 g.step_loss = tf.compat.v1.placeholder_with_default(1.0, [])
 
@@ -98,13 +108,21 @@ class Cluster:
         """Worker ``worker`` pushes a gradient of ``value`` everywhere, computed on ``read``."""
         return self.pushed(worker, value, read, loss)[0]
 
-    def pushed(self, worker: int, value: float, read: int, loss=1.0) -> tuple[bool, bool]:
+    def pushed(self, worker: int, value: float, read: int, loss=1.0, rows=()) -> tuple[bool, bool]:
         """As :meth:`push`; also whether the worker is to wait before its next step.
 
-        ``loss``: the step's mean loss the rule sees (easgd's adaptive period).
+        ``loss``: the step's mean loss the rule sees (easgd's adaptive period). ``rows``:
+        the rows of a sparse first gradient (a cluster built with ``sparse``).
         """
         g, sess, grads, read_ph, go_on, done, wait = self.workers[worker]
-        feed = {ph: np.full(ph.shape, value, np.float32) for ph in grads}
+        feed = {}
+        for ph in grads:
+            if isinstance(ph, self.tf.IndexedSlices):
+                shape = [len(rows), *ph.values.shape[1:]]
+                feed[ph.values] = np.full(shape, value, np.float32)
+                feed[ph.indices] = np.array(rows, np.int64)
+            else:
+                feed[ph] = np.full(ph.shape, value, np.float32)
         feed[read_ph] = read
         feed[g.step_loss] = loss
         ok, _, must_wait = sess.run([go_on, done, wait], feed)
@@ -155,6 +173,52 @@ def test_syncreplicas_averages_two_fresh_gradients_and_drops_the_stale_one(graph
     assert list(counters["steps"]) == [1, 1, 1]
     assert counters["delays"][0][0] == counters["delays"][1][0] == 1
     assert counters["delays"][2][1] == 1 and counters["delays"][2].sum() == 1
+
+
+def test_syncreplicas_applies_sparse_gradients_lazily_on_the_rows_they_touched(tmp_path):
+    # Lazy Adam, as a single worker's sparse step: the mean of the accumulated rows updates
+    # those rows only; a row no gradient of the update touched keeps its value and moments.
+    from distrain.train.modes.syncreplicas import SyncReplicasRule
+
+    c = Cluster(tmp_path, lambda: SyncReplicasRule(2), sparse=True)
+    c.push_rows = lambda w, value, read, rows: c.pushed(w, value, read, rows=rows)[0]
+    assert c.push_rows(0, 1.0, read=0, rows=[0])
+    assert c.push_rows(1, 3.0, read=0, rows=[0, 2, 2])  # repeated rows add up
+    first = c.values()
+    # Row 0: (1 + 3) / 2; row 2: (3 + 3) / 2; rows 1 and 3 untouched.
+    np.testing.assert_allclose(first[0][0], c.initial[0][0] + adam_steps(2.0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(first[0][2], c.initial[0][2] + adam_steps(3.0), rtol=1e-5, atol=1e-7)
+    for row in (1, 3):
+        np.testing.assert_array_equal(first[0][row], c.initial[0][row])
+    # The dense variables: the mean of the dense gradients, (1 + 3) / 2.
+    np.testing.assert_allclose(first[1], c.initial[1] + adam_steps(2.0), rtol=1e-5, atol=1e-7)
+    # Second update, row 2 only: row 0 keeps its value (its moments did not decay into a
+    # step), row 2 takes Adam's second step from its own moments (float32's 1 - beta_2 ** 2
+    # is good to about 1e-5 of the step).
+    assert c.push_rows(2, 2.0, read=1, rows=[2])
+    assert c.push_rows(0, 4.0, read=1, rows=[2])
+    second = c.values()
+    np.testing.assert_array_equal(second[0][0], first[0][0])
+    np.testing.assert_allclose(
+        second[0][2], c.initial[0][2] + adam_steps(3.0, 3.0), rtol=1e-5, atol=1e-6
+    )
+    assert c.counters()["version"] == 2
+
+
+def test_async_applies_sparse_gradients_lazily(tmp_path):
+    # [async] each gradient is one update, lazy Adam on its rows alone.
+    from distrain.train.modes.asynchronous import AsyncRule
+
+    c = Cluster(tmp_path, AsyncRule, sparse=True)
+    assert c.pushed(0, 1.0, read=0, rows=[1])[0]
+    assert c.pushed(1, -2.0, read=1, rows=[3])[0]
+    now = c.values()[0]
+    np.testing.assert_allclose(now[1], c.initial[0][1] + adam_steps(1.0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        now[3], c.initial[0][3] + adam_steps(-2.0, first=2), rtol=1e-5, atol=1e-7
+    )
+    for row in (0, 2):
+        np.testing.assert_array_equal(now[row], c.initial[0][row])
 
 
 def test_syncreplicas_makes_no_update_past_the_limit(graph_rule):

@@ -80,11 +80,17 @@ class DbpediaPreprocessConfig:
         max_unigrams: Most unigrams kept (the most frequent).
         max_bigrams: Most word bigrams kept (0: unigrams only).
         max_tokens: Longest token sequence kept per example.
-        num_shards: TFRecord files per split; 0 (default): one file per batch, written
-            where the batch is made, with no shuffle of the records.
+        num_shards: TFRecord files per split; 0 (default): one file per range of the
+            CSV and split, written where the range is parsed, with no shuffle of the
+            records (files of about ``range_mb`` times the split's share, tens of MB).
         max_bad_ratio: Largest share of rejected rows before the job fails.
         rows_per_range: CSV rows per unit of parallel parsing (a file is cut into
-            ranges of whole rows; workers read their ranges themselves).
+            ranges of whole rows; workers read their ranges themselves); 0 (default):
+            ranges of about ``range_mb`` megabytes instead.
+        range_mb: Megabytes of CSV per range when ``rows_per_range`` is 0. A range is
+            parsed and encoded as one element (its memory is bounded by this, not by the
+            input's size) and written as one file per split: object stores read few
+            large files far faster than many small ones.
         max_record_lines: A record whose quoted field is still open after this many
             lines is rejected, with every line up to the next line that starts a row.
         max_record_bytes: The same bound in bytes.
@@ -101,7 +107,8 @@ class DbpediaPreprocessConfig:
     max_tokens: int = 400
     num_shards: int = 0
     max_bad_ratio: float = 0.01
-    rows_per_range: int = 1024
+    rows_per_range: int = 0
+    range_mb: float = 32.0
     max_record_lines: int = MAX_RECORD_LINES
     max_record_bytes: int = MAX_RECORD_BYTES
     overwrite: bool = False
@@ -113,15 +120,24 @@ class DbpediaPreprocessConfig:
             self.min_count,
             self.max_unigrams,
             self.max_tokens,
-            self.rows_per_range,
             self.max_record_lines,
             self.max_record_bytes,
         )
         if min(positive) < 1:
             raise ValueError(
-                "min_count, max_unigrams, max_tokens, rows_per_range, max_record_lines and "
+                "min_count, max_unigrams, max_tokens, max_record_lines and "
                 "max_record_bytes must be positive"
             )
+        if self.rows_per_range < 0 or not self.range_mb > 0:
+            raise ValueError(
+                f"rows_per_range must be >= 0 (0: by size) and range_mb positive, got "
+                f"{self.rows_per_range} and {self.range_mb}"
+            )
+
+    @property
+    def range_bytes(self) -> int:
+        """Bytes of CSV per range when ranges are cut by size (``rows_per_range`` 0)."""
+        return 0 if self.rows_per_range else max(1, int(self.range_mb * 2**20))
 
 
 def tokenize(text: str) -> list[str]:
@@ -351,6 +367,7 @@ def csv_row_ranges(
     rows_per_range: int,
     max_lines: int = MAX_RECORD_LINES,
     max_bytes: int = MAX_RECORD_BYTES,
+    range_bytes: int = 0,
 ) -> list[tuple[int, int, int, int]]:
     """Cuts a CSV file into ranges of whole records, so that they can be parsed apart.
 
@@ -359,25 +376,38 @@ def csv_row_ranges(
 
     Args:
         data: The file's bytes.
-        rows_per_range: Records per range (the last range may have fewer).
+        rows_per_range: Records per range (the last range may have fewer); 0: by size.
         max_lines: Most lines of one record.
         max_bytes: Most bytes of one record of more than one line.
+        range_bytes: With ``rows_per_range`` 0, bytes per range: each range ends with
+            the first record that takes it to this size (the last may be smaller).
 
     Returns:
         ``(byte_start, byte_end, first_line, records)`` per range, in file order,
         covering ``data`` exactly; ``first_line`` is the 1-based line number where it
         starts.
     """
-    if rows_per_range < 1:
-        raise ValueError("rows_per_range must be positive")
+    if rows_per_range < 0 or (rows_per_range == 0 and range_bytes < 1):
+        raise ValueError("rows_per_range must be positive, or range_bytes with rows_per_range 0")
     bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     ends, lines, _ = csv_records(data[bom:], max_lines=max_lines, max_bytes=max_bytes)
     ends = ends + bom
-    if not len(ends):
+    n = len(ends)
+    if not n:
         return [(0, len(data), 1, 0)]
+    if rows_per_range:
+        firsts = list(range(0, n, rows_per_range))
+    else:
+        firsts = [0]
+        while True:
+            start = int(ends[firsts[-1] - 1]) if firsts[-1] else 0
+            last = int(np.searchsorted(ends, start + range_bytes, side="left"))
+            if last + 1 >= n:
+                break
+            firsts.append(last + 1)
     ranges = []
-    for first in range(0, len(ends), rows_per_range):
-        last = min(first + rows_per_range, len(ends)) - 1
+    for first, following in zip(firsts, [*firsts[1:], n], strict=True):
+        last = following - 1
         start = int(ends[first - 1]) if first else 0
         ranges.append((start, int(ends[last]), int(lines[first]) + 1, last - first + 1))
     return ranges
@@ -399,9 +429,10 @@ class PlanCsvRanges(beam.DoFn):
         rows_per_range: int,
         max_lines: int = MAX_RECORD_LINES,
         max_bytes: int = MAX_RECORD_BYTES,
+        range_bytes: int = 0,
     ):
         self.input_dir = input_dir
-        self.rows_per_range = rows_per_range
+        self.rows_per_range, self.range_bytes = rows_per_range, range_bytes
         self.max_lines, self.max_bytes = max_lines, max_bytes
 
     def process(self, source: str):
@@ -409,7 +440,9 @@ class PlanCsvRanges(beam.DoFn):
         with open(path, "rb") as f:
             data = f.read()
         records = 0
-        ranges = csv_row_ranges(data, self.rows_per_range, self.max_lines, self.max_bytes)
+        ranges = csv_row_ranges(
+            data, self.rows_per_range, self.max_lines, self.max_bytes, self.range_bytes
+        )
         for start, end, first_line, count in ranges:
             records += count
             yield "ranges", (source, path, start, end, first_line)
@@ -422,13 +455,15 @@ class ParseCsvRange(beam.DoFn):
     Tags: ``rows``, batches ``(source, [(line, label, text), ...])`` of good rows,
     ``dead_letter``, one ``{"file", "line", "lines", "raw", "reason"}`` per rejected
     record (``lines``: the lines of the file it takes, each one counted as rejected), and
-    ``stats``: the lines of the good rows, per source.
+    ``stats``: the lines of the good rows, per source. ``batch_size``: rows per batch; 0
+    (default): the range's rows are one batch, so that each range becomes one file per
+    split.
     """
 
     def __init__(
         self,
         num_classes: int,
-        batch_size: int = 512,
+        batch_size: int = 0,
         max_lines: int = MAX_RECORD_LINES,
         max_bytes: int = MAX_RECORD_BYTES,
     ):
@@ -454,7 +489,7 @@ class ParseCsvRange(beam.DoFn):
                 continue
             good_lines += lines
             batch.append((line, a, b))
-            if len(batch) == self.batch_size:
+            if len(batch) == self.batch_size:  # never with batch_size 0
                 yield "rows", (source, batch)
                 batch = []
         if batch:
@@ -609,6 +644,7 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
                     config.rows_per_range,
                     config.max_record_lines,
                     config.max_record_bytes,
+                    config.range_bytes,
                 )
             )
             | "PlanByTag" >> ByTag("ranges", "stats")

@@ -17,8 +17,10 @@ class SyncReplicasRule(PushRule):
     backup workers' late gradients are dropped that way. A worker whose gradient waits in
     the accumulators waits for the update (a token, as ``SyncReplicasOptimizer``'s workers
     do) before its next step, rather than compute one that would be stale. Sparse
-    gradients are added row by row. All of it runs inside the lock, so no gradient can
-    land between the mean and the version's advance.
+    gradients are added row by row, and their rows are marked: the update is the sparse
+    (lazy Adam) one on the rows some gradient touched, as when a single worker's sparse
+    gradient is applied, so every mode follows the same rule. All of it runs inside the
+    lock, so no gradient can land between the mean and the version's advance.
 
     Args:
         aggregate: Gradients averaged into one update.
@@ -29,11 +31,16 @@ class SyncReplicasRule(PushRule):
 
     def create_variables(self, g: PSGraph) -> list:
         tf = g.tf
-        self.sums = []
+        self.sums, self.touched = [], []
         for var in g.variables:
             with tf.compat.v1.device(var.device):
                 self.sums.append(
                     tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False, name="grad_sum")
+                )
+                # The rows a sparse gradient added to (a variable of rank 0 has none).
+                rows = var.shape[:1] if var.shape.rank else [0]
+                self.touched.append(
+                    tf.Variable(tf.zeros(rows, tf.int32), trainable=False, name="grad_rows")
                 )
         with tf.compat.v1.device("/job:ps/task:0"):
             self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
@@ -42,7 +49,7 @@ class SyncReplicasRule(PushRule):
             self.tokens = tf.queue.FIFOQueue(
                 2**30, [tf.int64], shapes=[[]], shared_name="distrain_tokens", name="tokens"
             )
-        return [*self.sums, self.count]
+        return [*self.sums, *self.touched, self.count]
 
     def waiter(self, g: PSGraph):
         with g.tf.compat.v1.device("/job:ps/task:0"):
@@ -58,20 +65,37 @@ class SyncReplicasRule(PushRule):
             accept = tf.logical_and(fresh, open_)
             weight = tf.cast(accept, tf.float32)
             adds = []
-            for grad, total in zip(grads, self.sums, strict=True):
+            sparse = [isinstance(grad, tf.IndexedSlices) for grad in grads]
+            for grad, total, touched in zip(grads, self.sums, self.touched, strict=True):
                 with tf.compat.v1.device(total.device):
                     if isinstance(grad, tf.IndexedSlices):
                         rows = tf.IndexedSlices(grad.values * weight, grad.indices)
                         adds.append(total.scatter_add(rows))
+                        mark = tf.fill(tf.shape(grad.indices), tf.cast(accept, tf.int32))
+                        adds.append(touched.scatter_max(tf.IndexedSlices(mark, grad.indices)))
                     else:
                         adds.append(total.assign_add(grad * weight))
             count = self.count.read_value() + tf.cast(accept, tf.int64)
 
+            def mean_of(total, touched, is_sparse):
+                if not is_sparse:
+                    return total.read_value() / agg
+                rows = tf.cast(tf.reshape(tf.where(touched.read_value() > 0), [-1]), tf.int32)
+                values = tf.gather(total, rows) / agg
+                return tf.IndexedSlices(values, rows, tf.shape(total, out_type=tf.int32))
+
             def apply_mean():
-                mean = [total.read_value() / agg for total in self.sums]
+                mean = [
+                    mean_of(*args) for args in zip(self.sums, self.touched, sparse, strict=True)
+                ]
                 update = g.optimizer.apply_gradients(zip(mean, g.variables, strict=True))
                 with tf.control_dependencies([update]):
                     zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
+                    zero += [
+                        touched.assign(tf.zeros_like(touched))
+                        for touched, is_sparse in zip(self.touched, sparse, strict=True)
+                        if is_sparse
+                    ]
                 with tf.control_dependencies(zero):
                     new = g.version.assign_add(1)
                     wake = [self.tokens.enqueue_many([tf.fill([agg - 1], new)])] if agg > 1 else []
