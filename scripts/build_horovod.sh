@@ -6,7 +6,9 @@
 #      CMAKE_POLICY_VERSION_MINIMUM=3.5 is set;
 #   2. xla_mpi_ops.cc is dropped from horovod/tensorflow/CMakeLists.txt (its XLA headers
 #      need highwayhash/farmhash, which the TF wheel lacks);
-#   3. it is built without build isolation, after TensorFlow is installed.
+#   3. it is built without build isolation, after TensorFlow is installed;
+#   4. for GPU (NCCL) builds, mpi_ops.cc stops calling AsGpuStreamValue (gone from TF's
+#      stream executor).
 # The wheel is cached outside the clone, keyed by Horovod, TF and Python versions, so a
 # second setup and CI's fresh clone reuse it.
 #
@@ -18,7 +20,8 @@
 #                             setup uses the Open MPI wheel from PyPI inside the venv, and the
 #                             wheel is then patched to find libmpi relative to itself.
 #   DISTRAIN_HOROVOD_NCCL=1   GPU collectives with NCCL (GPU trainer; needs nvcc and NCCL,
-#                             HOROVOD_NCCL_HOME / HOROVOD_CUDA_HOME where they are not default)
+#                             HOROVOD_NCCL_HOME / HOROVOD_CUDA_HOME where they are not default;
+#                             images/trainer-gpu.Dockerfile shows them taken from PyPI wheels)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck disable=SC1091
@@ -63,6 +66,21 @@ if [ -z "$wheel" ]; then
   if grep -q xla_mpi_ops.cc "$src/horovod/tensorflow/CMakeLists.txt"; then
     echo "horovod: failed to drop xla_mpi_ops.cc from the CMakeLists" >&2
     exit 1
+  fi
+  if [ "${DISTRAIN_HOROVOD_NCCL:-0}" = 1 ]; then
+    # (4) GPU builds: mpi_ops.cc gets an op's CUDA stream from
+    # stream_executor::gpu::AsGpuStreamValue, which TF 2.21's stream executor no longer has
+    # (the extension would fail to load on the undefined symbol); take it from the stream.
+    sed -i 's/stream_executor::gpu::AsGpuStreamValue(/hvd_gpu_stream(/' "$src/horovod/tensorflow/mpi_ops.cc"
+    sed -i '/^#endif \/\/ TENSORFLOW_VERSION >= 2011000000$/a\
+static inline GpuStreamHandle hvd_gpu_stream(stream_executor::Stream* s) {\
+  return static_cast<GpuStreamHandle>(s->platform_specific_handle().stream);\
+}' "$src/horovod/tensorflow/mpi_ops.cc"
+    if [ "$(grep -c 'hvd_gpu_stream(' "$src/horovod/tensorflow/mpi_ops.cc")" -lt 2 ] ||
+       grep -q 'gpu::AsGpuStreamValue(' "$src/horovod/tensorflow/mpi_ops.cc"; then
+      echo "horovod: failed to patch AsGpuStreamValue out of mpi_ops.cc" >&2
+      exit 1
+    fi
   fi
   # (1) cmake: prefer a system cmake < 4; otherwise allow the old policy level.
   cmake_bin="$(command -v cmake || true)"
