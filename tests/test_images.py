@@ -61,6 +61,7 @@ def test_image_is_pinned_and_runs_as_non_root(kind):
             continue
         base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), base)
         assert re.search(r":\d+\.\d+\.\d+", base), f"{kind}: base image {base} is not pinned"
+        assert re.search(r"@sha256:[0-9a-f]{64}$", base), f"{kind}: {base} has no digest"
     final = _final_stage(text)
     users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1] not in ("0", "root"), f"{kind} runs as root"
@@ -105,7 +106,7 @@ def test_pods_run_the_same_commands_as_local_processes():
     cfg = TrainConfig(data_dir="/d", output_dir="/o", run="async:2:ps=1")
     objects = build_objects(cfg, KubernetesConfig(cpu_per_worker="3"), "r", "/o/train_config.json")
     local_worker = worker_command("/o/train_config.json")[len(LOCAL_PREFIX) :]
-    local_server = server_command(3)[len(LOCAL_PREFIX) :]
+    local_server = server_command(3, "/o")[len(LOCAL_PREFIX) :]
     seen = set()
     for job in (o for o in objects if o["kind"] == "Job"):
         container = job["spec"]["template"]["spec"]["containers"][0]
