@@ -6,15 +6,7 @@ import numpy as np
 import pytest
 
 from distrain import lm
-from distrain.lm import (
-    StreamScorer,
-    encode,
-    recurrent_copy,
-    row_outliers,
-    row_spread,
-    scored_characters,
-    stream_batches,
-)
+from distrain.lm import StreamScorer, encode, recurrent_copy, scored_characters, stream_batches
 
 VOCAB = ["<oov>", *"abcdefgh ."]
 LOG2 = np.log(2)
@@ -79,6 +71,8 @@ def test_the_score_does_not_depend_on_how_the_text_is_cut(trained):
 
 
 def test_rows_far_above_the_others_or_a_unigram_are_flagged(trained):
+    from distrain.lm import row_outliers, row_spread
+
     assert row_outliers([2.0, 2.1, 5.0, 1.9], [4.0] * 4) == [2]  # far above the others
     assert row_outliers([2.0, 2.1, 2.2, 1.9], [4.0, 4.0, 2.1, 4.0]) == [2]  # above the unigram
     assert row_outliers([2.0, 2.1, 2.2], [3.0] * 3) == []
