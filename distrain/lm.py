@@ -363,9 +363,10 @@ class StreamScorer:
     its state carried along the text, however the text is cut into rows: the book is cut
     into ``streams`` rows scored side by side, and each row starts from the state the row
     before it ended with. Since that state is only known after a pass, passes are
-    repeated until every row's start state is the previous row's end state (within
-    ``tolerance``): after ``p`` passes a book's first ``p`` rows are exact, and a model
-    that forgets its start within a row needs about three passes whatever the cut. The
+    repeated until every row's start state is the previous row's end state, or every
+    row's bits/char is the pass before's (within ``tolerance``): after ``p`` passes a
+    book's first ``p`` rows are exact, and a model that forgets its start within a row
+    needs two or three passes whatever the cut. The
     first pass starts each row from the state after ``warmup`` characters read from a
     zero state (only a guess: it sets how many passes are needed, not the score).
 
@@ -382,7 +383,7 @@ class StreamScorer:
         context: A non-recurrent model's window.
         tolerance: The largest difference in a state value (absolute, and relative to
             the value) between a row's start and the row before it's end that counts as
-            the same state.
+            the same state; and in a row's bits/char from one pass to the next.
     """
 
     def __init__(
@@ -498,7 +499,7 @@ class StreamScorer:
         segments = [(books[k][a:b], books[k][a + 1 : b + 1]) for k, a, b in cuts]
         # The rows whose start is the end of the row before them (not a book's first).
         follows = np.array([i > 0 and cuts[i - 1][0] == k for i, (k, _, _) in enumerate(cuts)])
-        self.passes = 0
+        self.passes, before = 0, None
         while True:
             self.passes += 1
             ends, sums = self._read(segments, starts)
@@ -509,9 +510,14 @@ class StreamScorer:
                 np.allclose(n, s, rtol=self.tolerance, atol=self.tolerance)
                 for n, s in zip(nexts, starts, strict=True)
             )
+            # Or every row's score as in the pass before (a unit with a long memory may
+            # keep the states apart after they no longer change a prediction).
+            bits = sums[:, 0] / np.maximum(sums[:, 2], 1) / math.log(2)
+            if before is not None and np.all(np.abs(bits - before) <= self.tolerance):
+                same = True
             if same or self.passes > len(cuts):
                 break
-            starts = nexts
+            starts, before = nexts, bits
         score = Score(rows=[])
         for nats, correct, count in sums[index::num_shards]:
             score.add(Score(float(nats), float(correct), int(count), [(nats, correct, count)]))
