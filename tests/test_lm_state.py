@@ -111,6 +111,12 @@ def test_the_comparison_notes_the_rows_that_stand_out():
     note = next(n for n in comparison["notes"] if n.startswith("single:1"))
     assert "1 of 4 scored rows" in note and "row 2: 9.50 (unigram 4.40)" in note
     assert "worst row b/c" in render_markdown(comparison)
+    from distrain.train.tasks import NEXT_CHARACTER
+
+    summary = {**evaluation, "perplexity": 8.6, "accuracy": 0.5, "temperature": 0.8}
+    summary = NEXT_CHARACTER.markdown({**summary, "prompt": "a", "sample": "b"}, "lstm")
+    assert "4 scored rows: min 1.900, median 2.050, max 9.500" in summary
+    assert "row 2 stands out: 9.500 bits/char (a unigram model: 4.400)" in summary
 
 
 # ---- point 3: sampling carries its state ---------------------------------------------
