@@ -100,6 +100,7 @@ def test_the_comparison_notes_the_rows_that_stand_out():
     evaluation = {
         "bits_per_char": 3.1,
         "row_bits_per_char": [2.0, 2.1, 9.5, 1.9],
+        "row_bits_per_char_min": 1.9,
         "row_bits_per_char_median": 2.05,
         "row_bits_per_char_max": 9.5,
         "outlier_rows": [{"row": 2, "bits_per_char": 9.5, "unigram_bits_per_char": 4.4}],
