@@ -50,6 +50,76 @@ def write_prose_book(out: Path, chars: int = CHARS, source: Path = JARGON) -> di
     }
 
 
+# Other real English texts a Debian machine can install (apt-get install NAME), each read
+# into plain text: the Debian Reference's HTML chapters through w3m's text dump, and the
+# fortune cookies of ``fortunes`` (one file after another, in name order).
+DEBIAN_REFERENCE = Path("/usr/share/debian-reference")
+FORTUNES = Path("/usr/share/games/fortunes")
+
+
+def jargon_text() -> tuple[str, list[Path]]:
+    """The Jargon File's text and its file."""
+    return gzip.decompress(JARGON.read_bytes()).decode("utf-8"), [JARGON]
+
+
+def debian_reference_text() -> tuple[str, list[Path]]:
+    """The Debian Reference (``debian-reference-en``) as text: w3m's dump of each page."""
+    pages = [DEBIAN_REFERENCE / "index.en.html", *sorted(DEBIAN_REFERENCE.glob("ch*.en.html"))]
+    pages += sorted(DEBIAN_REFERENCE.glob("ap*.en.html"))
+    dumps = [
+        subprocess.run(
+            ["w3m", "-dump", "-cols", "78", "-T", "text/html", str(page)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for page in pages
+    ]
+    return "\n".join(dumps), pages
+
+
+def fortunes_text() -> tuple[str, list[Path]]:
+    """The ``fortunes`` package's cookies: its text files one after another."""
+    files = sorted(f for f in FORTUNES.iterdir() if f.is_file() and f.suffix not in (".dat", ".u8"))
+    return "".join(f.read_text("utf-8", errors="replace") for f in files), files
+
+
+# name: (the package, its text)
+TEXTS = {
+    "jargon": ("jargon-text", jargon_text),
+    "debian-reference": ("debian-reference-en", debian_reference_text),
+    "fortunes": ("fortunes", fortunes_text),
+}
+
+
+def write_text_book(out: Path, name: str, chars: int = CHARS) -> dict:
+    """``out/NAME.txt``: the first ``chars`` characters (whole lines) of a text, as a book.
+
+    Returns:
+        What was used: the package, its files' sha256 (together), the characters kept.
+    """
+    package, read = TEXTS[name]
+    text, files = read()
+    body = text[:chars]
+    body = body[: body.rfind("\n") + 1]
+    title = name.replace("-", " ").upper()
+    start = f"*** START OF THE PROJECT GUTENBERG EBOOK {title} ***"
+    end = f"*** END OF THE PROJECT GUTENBERG EBOOK {title} ***"
+    out.mkdir(parents=True, exist_ok=True)
+    book = f"The Project Gutenberg eBook of {title}\n\n{start}\n\n{body}\n{end}\n"
+    (out / f"{name}.txt").write_text(book, encoding="utf-8")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return {
+        "text": name,
+        "package": package,
+        "sha256": digest.hexdigest(),
+        "source_chars": len(text),
+        "chars": len(body),
+    }
+
+
 def time_to_bits(epochs: list[dict], target: float) -> float | None:
     """Training wall-clock seconds until the validation bits/char first reached ``target``.
 
@@ -165,4 +235,111 @@ def render_prose(section: dict) -> list[str]:
             f"{b:.3f} ({t:.0f})" for b, t in zip(r["val_bits"], r["wall_seconds"], strict=True)
         )
         lines.append(f"- {r['run']}: {points}")
+    if section.get("texts"):
+        lines += ["", *render_texts_section(section["texts"])]
     return lines
+
+
+def render_texts_section(texts: dict) -> list[str]:
+    """Section 10's table of several texts and seeds (``python -m benchmarks.prose``)."""
+    cells = texts["cells"]
+    lines = [
+        "### Several texts and seeds",
+        "",
+        "`python -m benchmarks.prose --texts TEXTS --seeds SEEDS` (one `distrain run gutenberg "
+        f"--runs single:1 --epochs {cells[0]['epochs'] if cells else EPOCHS} --seed S` per cell, "
+        "the default model, batch and learning rate) on the first ~1 MB (whole lines) of "
+        "each text, wrapped as one Gutenberg book; the last 10 % is the validation text. "
+        "Each cell's n-gram is the best Kneser-Ney n-gram of orders 3-7 fitted on that "
+        "text's training part. Scored over the contiguous validation text as if read in one "
+        "pass (rows chained until each starts from the state the row before it ended with), "
+        "with the stream training that also trains zero states; rows min-max is the spread "
+        f"of the 32 scored rows' bits/char. Measured on {texts['measured']}. {texts['note']}",
+        "",
+        *render_texts(cells),
+    ]
+    return lines
+
+
+def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print) -> dict:
+    """One cell of the multi-text table: ``single:1`` on a text with a seed, and its n-gram."""
+    books = tmp / f"{name}-books"
+    text = write_text_book(books, name)
+    work = tmp / f"{name}-seed{seed}"
+    cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
+    cmd += ["--output", str(work), "--runs", "single:1", "--epochs", str(epochs)]
+    cmd += ["--seed", str(seed)]
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    comparison = json.loads((work / "comparison.json").read_text())
+    baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
+    report = next(r for r in comparison["runs"] if r.get("history"))
+    history, evaluation = report["history"], report["evaluation"]
+    ngram = baseline["evaluation"]["bits_per_char"]
+    log(f"{name} seed {seed}: {evaluation['bits_per_char']:.3f} against {ngram:.3f} ({wall:.0f} s)")
+    return {
+        **text,
+        "seed": seed,
+        "run": report["run"]["name"],
+        "ngram": baseline["run"]["name"],
+        "ngram_bits_per_char": ngram,
+        "bits_per_char": evaluation["bits_per_char"],
+        "row_bits_per_char_min": evaluation.get("row_bits_per_char_min"),
+        "row_bits_per_char_max": evaluation.get("row_bits_per_char_max"),
+        "outlier_rows": evaluation.get("outlier_rows"),
+        "scoring_passes": evaluation.get("scoring_passes"),
+        "characters_scored": evaluation["characters"],
+        "train_seconds": history["train_seconds"],
+        "epochs": len(history["epochs"]),
+        "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
+        "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
+        "wall_seconds": wall,
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+        "sample": evaluation.get("sample", ""),
+    }
+
+
+def render_texts(cells: list[dict]) -> list[str]:
+    """The multi-text table: text x seed, the model against the n-gram on the same text."""
+    lines = [
+        "| text (package) | characters (validation) | seed | run | bits/char | rows min-max "
+        "| best n-gram | vs n-gram | train s | epochs | load before/after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        rows = (
+            f"{c['row_bits_per_char_min']:.2f}-{c['row_bits_per_char_max']:.2f}"
+            if c.get("row_bits_per_char_min") is not None
+            else "—"
+        )
+        lines.append(
+            f"| {c['text']} (`{c['package']}`) | {c['chars']:,} ({c['characters_scored']:,}) "
+            f"| {c['seed']} | {c['run']} | {c['bits_per_char']:.3f} | {rows} "
+            f"| {c['ngram']} {c['ngram_bits_per_char']:.3f} "
+            f"| {c['bits_per_char'] - c['ngram_bits_per_char']:+.3f} | {c['train_seconds']:.0f} "
+            f"| {c['epochs']} | {c['load_before'][0]:.1f}/{c['load_after'][0]:.1f} |"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="single:1 on real texts x seeds, with n-grams")
+    parser.add_argument("--texts", default=",".join(TEXTS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--tmp", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per cell")
+    args = parser.parse_args()
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for name in args.texts.split(","):
+            cell = bench_text(name, seed, args.tmp, args.epochs)
+            with args.results.open("a") as f:
+                f.write(json.dumps(cell) + "\n")

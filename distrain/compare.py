@@ -35,6 +35,8 @@ COLUMNS = [
     ("accuracy", "accuracy", "{:.4f}"),
     ("macro_f1", "macro F1", "{:.4f}"),
     ("bits_per_char", "bits/char", "{:.3f}"),
+    # A language model's scored rows: the worst row's bits/char (the spread behind the mean).
+    ("row_bits_per_char_max", "worst row b/c", "{:.3f}"),
     # Autoencoders: mean squared error per pixel and the peak signal-to-noise ratio.
     ("reconstruction_mse", "recon MSE", "{:.4f}"),
     ("psnr", "PSNR dB", "{:.1f}"),
@@ -72,6 +74,21 @@ COLUMNS = [
 
 # What a run's evaluation must have one of: its quality, in its task's terms.
 QUALITY = ("accuracy", "bits_per_char", "reconstruction_mse")
+
+
+def _outlier_note(name: str, evaluation: dict) -> str:
+    """A note naming a language model's scored rows that stand out from the others."""
+    rows = evaluation["outlier_rows"]
+    listed = ", ".join(
+        f"row {r['row']}: {r['bits_per_char']:.2f} (unigram {r['unigram_bits_per_char']:.2f})"
+        for r in rows[:5]
+    )
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return (
+        f"{name}: {len(rows)} of {len(evaluation['row_bits_per_char'])} scored rows stand out "
+        f"(median row {evaluation['row_bits_per_char_median']:.2f} bits/char): {listed}{more}; "
+        "its bits/char averages them in"
+    )
 
 
 def _rank_loss(history: dict) -> str | None:
@@ -204,6 +221,7 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
         "accuracy": ev.get("accuracy"),
         "macro_f1": ev.get("macro_f1"),
         "bits_per_char": ev.get("bits_per_char"),
+        "row_bits_per_char_max": ev.get("row_bits_per_char_max"),
         "reconstruction_mse": ev.get("reconstruction_mse"),
         "psnr": ev.get("psnr"),
         "sample": ev.get("sample"),
@@ -252,6 +270,9 @@ def _summarized(repeats: list[dict]) -> dict:
     """The repeats of one run spec as one row: medians, 95 % intervals and raw values."""
     row = dict(repeats[0])
     row["repeats"] = len(repeats)
+    # A language model's worst scored row over every repeat.
+    worst_rows = [r["row_bits_per_char_max"] for r in repeats if r.get("row_bits_per_char_max")]
+    row["row_bits_per_char_max"] = max(worst_rows) if worst_rows else None
     row["repeat_values"] = {}
     for key in SUMMARIZED:
         values = [r.get(key) for r in repeats]
@@ -368,6 +389,9 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
     notes = []
     if base is None:
         notes.append(f"no {config.baseline!r} run: speedup and efficiency need it as the reference")
+    for r in reports:
+        if r["evaluation"].get("outlier_rows"):
+            notes.append(_outlier_note(r["run"]["name"], r["evaluation"]))
     for row in rows:
         if row["mode"] == BASELINE:
             continue

@@ -33,6 +33,12 @@ class StreamTraining:
         anneal: The learning rate falls along a half cosine to zero over the run's
             epochs (with ``--until-plateau``, the most it may run): the last updates are
             small, which averages out their noise.
+        reset_probability: Before each batch, each row's state is set to zero with this
+            probability (and every row's at an epoch's start), so that the model also
+            learns to read on from a zero state: carried from batch to batch only, a
+            model's behaviour from a zero state is never trained, and from there it
+            sometimes fell into a state it never left (predicting rare characters
+            everywhere).
     """
 
     clip_norm: float = 1.0
@@ -40,6 +46,7 @@ class StreamTraining:
     evaluation_streams: int = 32
     bptt: int = 50
     anneal: bool = False
+    reset_probability: float = 0.05
 
     def decay_per_update(self, updates_per_epoch: int) -> float:
         """The learning rate's factor per update that makes :attr:`decay_per_epoch` an epoch."""
@@ -206,6 +213,32 @@ def recurrent_copy(model, batch_size: int | None, stateful: bool = True):
     return copy
 
 
+def reset_rows(model, keep) -> None:
+    """Sets the state of the rows where ``keep`` is 0 to zero (a stateful model's)."""
+    import tensorflow as tf
+
+    for layer in model.layers:
+        if type(layer).__name__ in RECURRENT_LAYERS:
+            for state in layer.states:
+                state.assign(state * tf.cast(keep, state.dtype)[:, None])
+
+
+def random_resets(model, stream: StreamTraining, seed, update, updates_per_epoch: int) -> None:
+    """Before update ``update``: each row's state zeroed with the stream's probability.
+
+    Every row's at an epoch's start. Drawn from ``(seed, update)`` alone (a stateless
+    draw), so a resumed run resets the same rows as one that was never stopped.
+    """
+    import tensorflow as tf
+
+    rows = model.input_shape[0]
+    pair = tf.stack([tf.constant(seed, tf.int64), tf.cast(update, tf.int64)])
+    draw = tf.random.stateless_uniform([rows], pair)
+    keep = draw >= stream.reset_probability
+    epoch_start = tf.equal(tf.math.floormod(update, max(updates_per_epoch, 1)), 0)
+    reset_rows(model, tf.logical_and(keep, tf.logical_not(epoch_start)))
+
+
 # ---- scoring ---------------------------------------------------------------------------
 
 
@@ -216,11 +249,15 @@ class Score:
     nats: float = 0.0
     correct: float = 0.0
     count: int = 0
+    #: Each scored row's ``(nats, correct, count)`` (a recurrent model's, carried state).
+    rows: list | None = None
 
     def add(self, other: Score) -> None:
         self.nats += other.nats
         self.correct += other.correct
         self.count += other.count
+        if other.rows is not None:
+            self.rows = [*(self.rows or []), *other.rows]
 
     def scores(self) -> dict:
         """Nats/char, bits/char, perplexity and accuracy (see :func:`language_model_scores`)."""
@@ -247,39 +284,106 @@ def _rows(texts, vocabulary, streams: int, warmup: int):
     predictions are not counted: they give the state its context), so that every
     character is counted in exactly one row.
     """
-    ids = [encode(t, vocabulary) for t in texts if len(t) > 1]
-    total = sum(len(i) - 1 for i in ids)
+    books, cuts = row_cuts(texts, vocabulary, streams)
     rows = []
-    for book in ids:
+    for book, a, b in cuts:
+        ids = books[book]
+        s = max(0, a - warmup)
+        mask = np.zeros(b - s, np.float32)
+        mask[a - s :] = 1.0
+        rows.append((ids[s:b], ids[s + 1 : b + 1], mask))
+    return rows
+
+
+def row_cuts(texts, vocabulary, streams: int):
+    """The books' ids and their rows ``(book, start, end)``: predictions ``start..end - 1``.
+
+    A book's ``n - 1`` predictions are cut into parts in proportion to its length, about
+    ``streams`` rows in all, in order: a book's rows follow one another.
+    """
+    books = [encode(t, vocabulary) for t in texts if len(t) > 1]
+    total = sum(len(i) - 1 for i in books)
+    cuts = []
+    for k, book in enumerate(books):
         n = len(book) - 1
         parts = max(1, round(streams * n / total))
         bounds = np.linspace(0, n, parts + 1).astype(int)
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            if b <= a:
-                continue
-            s = max(0, a - warmup)
-            mask = np.zeros(b - s, np.float32)
-            mask[a - s :] = 1.0
-            rows.append((book[s:b], book[s + 1 : b + 1], mask))
-    return rows
+        cuts += [(k, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    return books, cuts
+
+
+def unigram_bits(train_texts, texts, vocabulary: list[str]) -> list[float]:
+    """Bits/char of each text under the training text's unigram (add-one) distribution."""
+    counts = np.bincount(encode("".join(train_texts), vocabulary), minlength=len(vocabulary))
+    log_probs = np.log2((counts + 1.0) / (counts.sum() + len(vocabulary)))
+    return [float(-log_probs[encode(t, vocabulary)].mean()) if t else 0.0 for t in texts]
+
+
+def row_outliers(row_bits, unigram_row_bits, margin: float = 1.0) -> list[int]:
+    """Rows whose bits/char are ``margin`` above the rows' median, or above the unigram's.
+
+    Such a row is not an average part of the text for the model (it broke down there,
+    or the text there is unlike the rest): a comparison names it, not only its mean.
+    """
+    median = float(np.median(row_bits)) if len(row_bits) else 0.0
+    return [
+        i
+        for i, (bits, unigram) in enumerate(zip(row_bits, unigram_row_bits, strict=True))
+        if bits > median + margin or bits > unigram
+    ]
+
+
+def row_spread(rows, texts, train_texts, vocabulary: list[str], streams: int) -> dict:
+    """The bits/char of each scored row (:attr:`Score.rows`), their spread, the outliers.
+
+    A row stands out (:func:`row_outliers`) when it is far above the others or above a
+    unigram model of the training text on the same characters.
+    """
+    books = [t for t in texts if len(t) > 1]
+    _, cuts = row_cuts(books, vocabulary, streams)
+    unigram = unigram_bits(train_texts, [books[k][a + 1 : b + 1] for k, a, b in cuts], vocabulary)
+    bits = [nats / count / math.log(2) for nats, _, count in rows]
+    flagged = row_outliers(bits, unigram)
+    return {
+        "row_bits_per_char": [round(b, 4) for b in bits],
+        "row_bits_per_char_min": min(bits),
+        "row_bits_per_char_median": float(np.median(bits)),
+        "row_bits_per_char_max": max(bits),
+        "outlier_rows": [
+            {"row": i, "bits_per_char": bits[i], "unigram_bits_per_char": unigram[i]}
+            for i in flagged
+        ],
+    }
 
 
 class StreamScorer:
     """Scores a model over contiguous texts, each character once (see the module's words).
 
-    A recurrent model runs as a stateful copy over ``streams`` rows side by side, in
-    chunks of ``chunk`` characters, its state carried along each row (``carry_state``
-    False: reset before every chunk, as a model trained on windows from a zero state
-    sees them). Other models see a context of the ``context`` characters before each
-    scored one, in windows that overlap by half.
+    A recurrent model's score is that of reading each book from its start in one pass,
+    its state carried along the text, however the text is cut into rows: the book is cut
+    into ``streams`` rows scored side by side, and each row starts from the state the row
+    before it ended with. Since that state is only known after a pass, passes are
+    repeated until every row's start state is the previous row's end state, or every
+    row's bits/char is the pass before's (within ``tolerance``): after ``p`` passes a
+    book's first ``p`` rows are exact, and a model that forgets its start within a row
+    needs two or three passes whatever the cut. The
+    first pass starts each row from the state after ``warmup`` characters read from a
+    zero state (only a guess: it sets how many passes are needed, not the score).
+
+    ``carry_state`` False: the state is reset before every chunk instead, as a model
+    trained on windows from a zero state sees them. Other models see a context of the
+    ``context`` characters before each scored one, in windows that overlap by half.
 
     Args:
         model: A Keras model from ids ``[batch, time]`` to logits ``[batch, time, vocab]``.
         streams: Rows scored side by side.
         chunk: Characters per call.
-        warmup: Characters of a row read before its first scored one (recurrent models).
+        warmup: Characters read before a row's first scored one, for the first pass.
         carry_state: Carry a recurrent model's state from one chunk to the next.
         context: A non-recurrent model's window.
+        tolerance: The largest difference in a state value (absolute, and relative to
+            the value) between a row's start and the row before it's end that counts as
+            the same state; and in a row's bits/char from one pass to the next.
     """
 
     def __init__(
@@ -290,13 +394,15 @@ class StreamScorer:
         warmup: int = 200,
         carry_state: bool = True,
         context: int = 0,
+        tolerance: float = 1e-4,
     ):
         import tensorflow as tf
 
         self.recurrent = is_recurrent(model)
         self.streams, self.chunk, self.warmup = streams, chunk, warmup
-        self.carry_state, self.context = carry_state, context
+        self.carry_state, self.context, self.tolerance = carry_state, context, tolerance
         self.model = recurrent_copy(model, streams) if self.recurrent else model
+        self.passes = 0  # passes the last score needed
         batch = streams if self.recurrent else None
 
         @tf.function(input_signature=[tf.TensorSpec([batch, None], tf.int32)] * 2)
@@ -314,9 +420,15 @@ class StreamScorer:
             self.model.set_weights(model.get_weights())
 
     def score(self, texts, vocabulary: list[str], shard=(1, 0)) -> Score:
-        """Scores the texts' characters after each text's first (this shard's rows of them)."""
+        """Scores the texts' characters after each text's first (this shard's rows of them).
+
+        A recurrent model's rows are all computed by every shard (a row's start state is
+        the row before it's end state); each shard counts its own rows.
+        """
+        if self.recurrent and self.carry_state:
+            return self._score_carried(texts, vocabulary, shard)
         if self.recurrent:
-            return self._score_recurrent(texts, vocabulary, shard)
+            return self._score_reset(texts, vocabulary, shard)
         return self._score_windows(texts, vocabulary, shard)
 
     def _run(self, x, y, mask, score: Score) -> None:
@@ -325,10 +437,96 @@ class StreamScorer:
         score.correct += float(np.sum(hits.numpy() * mask))
         score.count += int(mask.sum())
 
-    def _score_recurrent(self, texts, vocabulary, shard) -> Score:
+    def _state_variables(self) -> list:
+        return [
+            v
+            for layer in self.model.layers
+            if type(layer).__name__ in RECURRENT_LAYERS
+            for v in layer.states
+        ]
+
+    def _read(self, segments, starts: list[np.ndarray]):
+        """Reads each segment ``(inputs, targets)`` from its start state.
+
+        Returns:
+            ``(ends, sums)``: each segment's end state (one array per state variable,
+            a row per segment) and its ``[nats, correct, count]``.
+        """
+        variables = self._state_variables()
+        ends = [s.copy() for s in starts]
+        sums = np.zeros((len(segments), 3))
+        b = self.streams
+        for g in range(0, len(segments), b):
+            group = segments[g : g + b]
+            lengths = np.array([len(xi) for xi, _ in group])
+            length = int(lengths.max())
+            if not length:
+                continue
+            x = np.zeros((b, length), np.int32)
+            y = np.zeros((b, length), np.int32)
+            for i, (xi, yi) in enumerate(group):
+                x[i, : len(xi)], y[i, : len(yi)] = xi, yi
+            for v, start in zip(variables, starts, strict=True):
+                value = np.zeros(v.shape, v.dtype.as_numpy_dtype)
+                value[: len(group)] = start[g : g + len(group)]
+                v.assign(value)
+            # Calls end at every chunk and at every row's end (to read its state there).
+            bounds = sorted({*range(self.chunk, length, self.chunk), *lengths.tolist(), length})
+            t0 = 0
+            for t1 in (t for t in bounds if t > 0):
+                nats, hits = self.step(x[:, t0:t1], y[:, t0:t1])
+                scored = (np.arange(t0, t1)[None, :] < lengths[:, None]).astype(np.float64)
+                n = len(group)
+                sums[g : g + n, 0] += np.sum(nats.numpy()[:n] * scored, axis=1)
+                sums[g : g + n, 1] += np.sum(hits.numpy()[:n] * scored, axis=1)
+                sums[g : g + n, 2] += scored.sum(axis=1)
+                done = np.flatnonzero(lengths == t1)
+                if len(done):
+                    for v, end in zip(variables, ends, strict=True):
+                        end[g + done] = v.numpy()[done]
+                t0 = t1
+        return ends, sums
+
+    def _score_carried(self, texts, vocabulary, shard) -> Score:
+        num_shards, index = shard
+        books, cuts = row_cuts(texts, vocabulary, self.streams)
+        zero = [np.zeros((len(cuts), *v.shape[1:]), np.float32) for v in self._state_variables()]
+        warm = [
+            (books[k][max(0, a - self.warmup) : a], books[k][max(0, a - self.warmup) + 1 : a + 1])
+            for k, a, _ in cuts
+        ]
+        starts, _ = self._read(warm, zero)
+        segments = [(books[k][a:b], books[k][a + 1 : b + 1]) for k, a, b in cuts]
+        # The rows whose start is the end of the row before them (not a book's first).
+        follows = np.array([i > 0 and cuts[i - 1][0] == k for i, (k, _, _) in enumerate(cuts)])
+        self.passes, before = 0, None
+        while True:
+            self.passes += 1
+            ends, sums = self._read(segments, starts)
+            nexts = [s.copy() for s in starts]
+            for nxt, end in zip(nexts, ends, strict=True):
+                nxt[1:][follows[1:]] = end[:-1][follows[1:]]
+            same = all(
+                np.allclose(n, s, rtol=self.tolerance, atol=self.tolerance)
+                for n, s in zip(nexts, starts, strict=True)
+            )
+            # Or every row's score as in the pass before (a unit with a long memory may
+            # keep the states apart after they no longer change a prediction).
+            bits = sums[:, 0] / np.maximum(sums[:, 2], 1) / math.log(2)
+            if before is not None and np.all(np.abs(bits - before) <= self.tolerance):
+                same = True
+            if same or self.passes > len(cuts):
+                break
+            starts, before = nexts, bits
+        score = Score(rows=[])
+        for nats, correct, count in sums[index::num_shards]:
+            score.add(Score(float(nats), float(correct), int(count), [(nats, correct, count)]))
+        return score
+
+    def _score_reset(self, texts, vocabulary, shard) -> Score:
         num_shards, index = shard
         # The same rows however many shards score them: the same number from every split.
-        rows = _rows(texts, vocabulary, self.streams, self.warmup)[index::num_shards]
+        rows = _rows(texts, vocabulary, self.streams, 0)[index::num_shards]
         score = Score()
         b = self.streams
         for g in range(0, len(rows), b):
@@ -340,10 +538,8 @@ class StreamScorer:
             mask = np.zeros((b, length), np.float32)
             for i, (xi, yi, mi) in enumerate(group):
                 x[i, : len(xi)], y[i, : len(yi)], mask[i, : len(mi)] = xi, yi, mi
-            self.model.reset_states()
             for t in range(0, length, self.chunk):
-                if not self.carry_state:
-                    self.model.reset_states()
+                self.model.reset_states()
                 part = slice(t, t + self.chunk)
                 if mask[:, part].any():
                     self._run(x[:, part], y[:, part], mask[:, part], score)

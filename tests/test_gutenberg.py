@@ -172,8 +172,8 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     vocabulary = info.metadata["vocabulary"]
     index = {c: i for i, c in enumerate(vocabulary)}
     rng, ids, expected = np.random.default_rng(0), [index.get(c, 0) for c in "The "], []
-    for _ in range(12):  # the eager reference: one model call per character
-        logits = model(np.array([ids[-8:]], dtype=np.int32), training=False).numpy()[0, -1]
+    for _ in range(12):  # the eager reference: the whole text so far in one call per character
+        logits = model(np.array([ids], dtype=np.int32), training=False).numpy()[0, -1]
         probs = np.exp(logits / 0.8 - (logits / 0.8).max())
         probs[0] = 0.0
         ids.append(int(rng.choice(len(probs), p=probs / probs.sum())))
@@ -190,6 +190,11 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     assert scores["characters"] == count
     assert scores["nats_per_char"] == pytest.approx(nats / count, rel=1e-3)
     assert len(scores["sample"]) == 5
+    # Each scored row's bits/char, their spread and the rows that stand out (none here).
+    assert len(scores["row_bits_per_char"]) > 1 and scores["scoring_passes"] >= 1
+    assert scores["row_bits_per_char_min"] <= scores["bits_per_char"] + 1e-6
+    assert scores["row_bits_per_char_max"] >= scores["bits_per_char"] - 1e-6
+    assert isinstance(scores["outlier_rows"], list)
 
 
 @pytest.mark.case("gutenberg/utf16")

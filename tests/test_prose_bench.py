@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from benchmarks.prose import END, START, render_prose, time_to_bits, write_prose_book
+from benchmarks.prose import (
+    END,
+    START,
+    render_prose,
+    render_texts,
+    time_to_bits,
+    write_prose_book,
+)
 from distrain.preprocess.gutenberg import strip_gutenberg
 
 
@@ -60,3 +67,28 @@ def test_the_prose_table_sets_each_run_against_the_ngram():
     assert "| 7-gram KN | baseline | 2.000 | — |" in md
     assert "| single:1 | lstm | 1.850 | -0.150 | 0.5000 | 2 | 300 | 250 |" in md
     assert "- single:1: 2.200 (150), 1.850 (300)" in md
+
+
+def test_the_text_table_sets_each_cell_against_its_own_ngram():
+    cell = {
+        "text": "fortunes",
+        "package": "fortunes",
+        "chars": 999_973,
+        "characters_scored": 99_998,
+        "seed": 1,
+        "run": "single:1",
+        "bits_per_char": 2.2,
+        "row_bits_per_char_min": 1.9,
+        "row_bits_per_char_max": 2.6,
+        "ngram": "7-gram KN",
+        "ngram_bits_per_char": 2.35,
+        "train_seconds": 590.0,
+        "epochs": 13,
+        "load_before": [1.0, 0, 0],
+        "load_after": [2.0, 0, 0],
+    }
+    lines = render_texts([cell])
+    assert lines[2] == (
+        "| fortunes (`fortunes`) | 999,973 (99,998) | 1 | single:1 | 2.200 | 1.90-2.60 "
+        "| 7-gram KN 2.350 | -0.150 | 590 | 13 | 1.0/2.0 |"
+    )

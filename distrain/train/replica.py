@@ -303,8 +303,16 @@ class Replica:
         """The traced step: gradients, one update, the version; returns (loss sum, correct)."""
         tf = self.tf
 
+        from distrain.lm import random_resets
+
+        per_epoch = self.batches_per_epoch() if self.streams else 0
+        # Each process its own rows' resets ([sync] a rank's rows are its own streams).
+        seed = self.cfg.seed * 1000 + self.rank
+
         @tf.function
         def train_step(x, y):
+            if self.streams and self.lm.reset_probability:
+                random_resets(self.model, self.lm, seed, self.version, per_epoch)
             loss_sum, correct, grads = self.gradients(x, y, reduce)
             self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
             self.version.assign_add(1)

@@ -147,8 +147,21 @@ class NextCharacter(Task):
         return _ngram_baseline(info, read_texts(info.data_dir, self.split).values(), self.split)
 
     def markdown(self, evaluation, title):
+        rows = ""
+        if evaluation.get("row_bits_per_char"):
+            rows = (
+                f"- bits/char of the {len(evaluation['row_bits_per_char'])} scored rows: "
+                f"min {evaluation['row_bits_per_char_min']:.3f}, median "
+                f"{evaluation['row_bits_per_char_median']:.3f}, max "
+                f"{evaluation['row_bits_per_char_max']:.3f}\n"
+            )
+            for row in evaluation.get("outlier_rows", []):
+                rows += (
+                    f"- row {row['row']} stands out: {row['bits_per_char']:.3f} bits/char "
+                    f"(a unigram model: {row['unigram_bits_per_char']:.3f})\n"
+                )
         return (
-            f"## {title}\n\n- bits/char: {evaluation['bits_per_char']:.4f}\n"
+            f"## {title}\n\n- bits/char: {evaluation['bits_per_char']:.4f}\n{rows}"
             f"- perplexity: {evaluation['perplexity']:.3f}\n- next-character accuracy: "
             f"{evaluation['accuracy']:.4f}\n\nSample at temperature {evaluation['temperature']} "
             f"after the prompt:\n\n```\n{evaluation['prompt']}{evaluation['sample']}\n```\n"
