@@ -150,7 +150,9 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
     """
     by_name = _reports_by_name(reports)
     rows = {r["name"]: r for r in comparison["rows"] if r["mode"] != "baseline"}
-    single = [r for name, runs in by_name.items() for r in runs if r["run"]["mode"] == "single"]
+    # The comparison's reference run (single:1 by default): one process, nothing scaled.
+    reference = comparison.get("baseline")
+    single = list(by_name.get(reference, [])) if reference else []
     assumptions = []
     if not single:
         return {
@@ -229,7 +231,7 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
         if plan.parameter_servers and spec.parameter_servers:
             changes["options"] = {**spec.options_dict(), "ps": plan.parameter_servers}
         try:
-            scaled = dataclasses.replace(spec, **changes) if spec.mode != "single" else spec
+            scaled = spec if name == reference else dataclasses.replace(spec, **changes)
         except ConfigError as err:
             predictions.append({"run": name, "mode": spec.mode, "refused": str(err)})
             continue
