@@ -43,7 +43,9 @@ def test_until_plateau_flag_config_and_pipeline_parameter():
 
     params = gutenberg_pipeline.pipeline_spec.root.input_definitions.parameters
     assert "until_plateau" in params  # (a missing key would read as a default entry)
-    assert params["until_plateau"].default_value.number_value == 0
+    # The pipelines stop each run on a validation plateau by default (issue 39: runs
+    # compared converged), with a patience of 3 epochs; 0 turns it off.
+    assert params["until_plateau"].default_value.number_value == 3
 
 
 def _validation_loss(data_dir, model_path) -> float:
