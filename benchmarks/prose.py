@@ -29,6 +29,18 @@ START = "*** START OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
 END = "*** END OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
 
 
+def _run_pipeline(cmd: list[str], work: Path) -> tuple[tuple, float, dict]:
+    """Runs ``distrain run``; returns the load before it, its wall time and its comparison."""
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    return load_before, wall, json.loads((work / "comparison.json").read_text())
+
+
 def write_prose_book(out: Path, chars: int = CHARS, source: Path = JARGON) -> dict:
     """``out/jargon.txt``: the first ``chars`` characters (whole lines) of the Jargon File.
 
@@ -148,14 +160,7 @@ def bench_prose(quick: bool, tmp: Path, log=print) -> dict | None:
     work = tmp / "prose-run"
     cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
     cmd += ["--output", str(work), "--runs", ",".join(RUNS), "--epochs", str(epochs)]
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (done.stdout + done.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
-    comparison = json.loads((work / "comparison.json").read_text())
+    load_before, wall, comparison = _run_pipeline(cmd, work)
     baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
     ngram = baseline["evaluation"]["bits_per_char"]
     runs = []
@@ -269,14 +274,7 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
     cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
     cmd += ["--output", str(work), "--runs", "single:1", "--epochs", str(epochs)]
     cmd += ["--seed", str(seed)]
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (done.stdout + done.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
-    comparison = json.loads((work / "comparison.json").read_text())
+    load_before, wall, comparison = _run_pipeline(cmd, work)
     baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
     report = next(r for r in comparison["runs"] if r.get("history"))
     history, evaluation = report["history"], report["evaluation"]
