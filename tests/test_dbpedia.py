@@ -80,6 +80,17 @@ def test_unbalanced_quote_is_rejected_with_its_line():
     assert any(o[0] == "bad" and o[1] == 2 for o in out)
 
 
+def _parsed_by_range(data: bytes, ranges: list) -> list:
+    """The rows of each range parsed on its own, after checking the ranges tile the file."""
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    return [
+        row
+        for start, end, first_line, _ in ranges
+        for row in parse_csv("t.csv", data[start:end], 14, first_line)
+    ]
+
+
 @pytest.mark.parametrize("rows_per_range", [1, 2, 3, 100])
 @pytest.mark.parametrize(
     "data",
@@ -96,13 +107,7 @@ def test_unbalanced_quote_is_rejected_with_its_line():
 )
 def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range):
     ranges = csv_row_ranges(data, rows_per_range)
-    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    pieces = [
-        row
-        for start, end, first_line, _ in ranges
-        for row in parse_csv("t.csv", data[start:end], 14, first_line)
-    ]
+    pieces = _parsed_by_range(data, ranges)
     whole = list(parse_csv("t.csv", data, 14))
     assert pieces == whole
     # One outcome per record, as the planner counted them.
@@ -121,13 +126,7 @@ def test_ranges_by_size_end_at_the_record_that_fills_them(data, range_bytes):
     from distrain.preprocess.dbpedia import csv_records
 
     ranges = csv_row_ranges(data, 0, range_bytes=range_bytes)
-    assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    pieces = [
-        row
-        for start, end, first_line, _ in ranges
-        for row in parse_csv("t.csv", data[start:end], 14, first_line)
-    ]
+    pieces = _parsed_by_range(data, ranges)
     assert pieces == list(parse_csv("t.csv", data, 14))
     ends = [0, *map(int, csv_records(data)[0])]
     for start, end, _, count in ranges[:-1]:
