@@ -60,21 +60,9 @@ container() {
   echo "$ctr"
 }
 
-# Runs the image's entrypoint with ARGS, as the image's user, in container CTR.
-in_image() {  # in_image CTR [--env K=V ...] -- ARGS...
-  local ctr="$1" entry user
-  shift
-  local opts=()
-  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
-  shift
-  entry="$(buildah inspect --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$ctr")"
-  user="$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")"
-  # shellcheck disable=SC2086
-  buildah run --isolation chroot --user "$user" --volume "$work:/work" "${opts[@]}" "$ctr" -- $entry "$@"
-}
-
-# A command other than the entrypoint, still as the image's user.
-as_user() {  # as_user CTR [--env K=V ...] -- COMMAND...
+# A command as the image's user in container CTR, with the shared folder at /work; the
+# options before -- go to buildah run (--env K=V, more --volume).
+as_user() {  # as_user CTR [OPTIONS ...] -- COMMAND...
   local ctr="$1" user
   shift
   local opts=()
@@ -82,6 +70,18 @@ as_user() {  # as_user CTR [--env K=V ...] -- COMMAND...
   shift
   user="$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")"
   buildah run --isolation chroot --user "$user" --volume "$work:/work" "${opts[@]}" "$ctr" -- "$@"
+}
+
+# The image's entrypoint with ARGS, as the image's user.
+in_image() {  # in_image CTR [OPTIONS ...] -- ARGS...
+  local ctr="$1" entry
+  shift
+  local opts=()
+  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  shift
+  entry="$(buildah inspect --format '{{range .OCIv1.Config.Entrypoint}}{{.}} {{end}}' "$ctr")"
+  # shellcheck disable=SC2086
+  as_user "$ctr" "${opts[@]}" -- $entry "$@"
 }
 
 not_root() { [ "$(as_user "$1" -- id -u)" != 0 ]; }
@@ -137,8 +137,7 @@ sync_over_ssh() {
   write_config "$ctr" sync:2 /work/out/sync2 /work/out/sync2-config.json
   cmd="$(mpijob_launcher_command "$ctr" /work/out/sync2-config.json)"
   echo "the MPIJob launcher's command: $cmd"
-  buildah run --isolation chroot --user "$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")" \
-    --volume "$work:/work" --volume "$work/ssh:/home/distrain/.ssh" "$ctr" -- \
+  as_user "$ctr" --volume "$work/ssh:/home/distrain/.ssh" -- \
     /usr/sbin/sshd -De -f /home/distrain/.sshd_config 2>"$work/sshd.log" &
   sshd_pid=$!
   for _ in $(seq 1 50); do
@@ -148,12 +147,10 @@ sync_over_ssh() {
   local args=()
   mapfile -t args < <(echo "$cmd" | "$py" -c 'import json, sys; print("\n".join(json.load(sys.stdin)))')
   # The operator's launcher environment: the hostfile, and ssh retried while pods start.
-  buildah run --isolation chroot --user "$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")" \
-    --volume "$work:/work" --volume "$work/ssh:/home/distrain/.ssh" \
+  as_user "$ctr" --volume "$work/ssh:/home/distrain/.ssh" \
     --env OMPI_MCA_orte_default_hostfile=/work/hostfile \
     --env OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10" \
-    --env OMPI_MCA_orte_keep_fqdn_hostnames=true \
-    "$ctr" -- "${args[@]}"
+    --env OMPI_MCA_orte_keep_fqdn_hostnames=true -- "${args[@]}"
   local status=$?
   kill "$sshd_pid" 2>/dev/null || true
   wait "$sshd_pid" 2>/dev/null || true
