@@ -155,3 +155,20 @@ def test_check_component_and_pipeline_take_the_pipeline_settings_with_the_config
     for name in PIPELINE_SETTINGS:
         kind = pipeline_spec_pb2.ParameterType.ParameterTypeEnum.Name(spec[name].parameter_type)
         assert kind == kinds[TYPES[name]], name
+
+
+def test_pipeline_defaults_are_the_config_types_and_the_rest_the_config_defaults():
+    from distrain.pipelines.common import PipelineDefaults
+    from distrain.pipelines.mnist import mnist_pipeline
+
+    own = {f.name for f in dataclasses.fields(PipelineDefaults)} & set(PIPELINE_SETTINGS)
+    assert own, "the data sets' pipeline defaults name no training setting"
+    pipeline_types = field_types(PipelineDefaults)
+    for name in own:  # a data set's own default, of the setting's type
+        assert pipeline_types[name] is TYPES[name], name
+    spec = mnist_pipeline.pipeline_spec.root.input_definitions.parameters
+    defaults = {f.name: _default(f) for f in FIELDS}
+    for name in set(PIPELINE_SETTINGS) - own:  # the others: the config's default
+        value = spec[name].default_value
+        given = value.string_value if TYPES[name] is str else value.number_value
+        assert given == defaults[name], name
