@@ -13,8 +13,8 @@ from pathlib import Path
 CONTROLLERS = ("auto", "gloo", "mpi")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
-# The settings a pipeline takes as parameters (its components' too); the others keep
-# TrainConfig's defaults there.
+# The settings a pipeline takes as parameters (its parameter check too; the train component
+# takes every setting); the others keep TrainConfig's defaults there.
 PIPELINE_SETTINGS = (
     "model",
     "epochs",
