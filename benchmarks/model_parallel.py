@@ -25,7 +25,7 @@ def _is_rank(command: list[str]) -> bool:
 
 def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
-    from benchmarks.suite import _sample
+    from benchmarks.common import _sample
     from distrain.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
     from distrain.datasets import load_info
     from distrain.memory import PeakProcessMemory
