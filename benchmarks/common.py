@@ -134,7 +134,7 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _time_call(fn, *args) -> tuple[float, object]:
+def time_call(fn, *args) -> tuple[float, object]:
     start = time.perf_counter()
     value = fn(*args)
     return time.perf_counter() - start, value
@@ -170,7 +170,7 @@ def tile_sample(dataset: str, sample: Path, out: Path, tiles: int) -> Path:
     return out
 
 
-def _sample(tmp: Path, dataset: str, size: int) -> Path:
+def raw_sample(tmp: Path, dataset: str, size: int) -> Path:
     """A generated raw sample of ``size`` records (seed 1), made once per run."""
     from distrain.steps import fetch
 
@@ -180,16 +180,16 @@ def _sample(tmp: Path, dataset: str, size: int) -> Path:
     return raw
 
 
-def _mnist_data(tmp: Path, size: int) -> Path:
+def mnist_data(tmp: Path, size: int) -> Path:
     from distrain.steps import preprocess
 
     data = tmp / f"mnist-train-{size}"
     if not data.exists():
-        preprocess("mnist", _sample(tmp, "mnist", size), data)
+        preprocess("mnist", raw_sample(tmp, "mnist", size), data)
     return data
 
 
-def _train_config(
+def train_config(
     data: Path,
     out: Path,
     run: str,
@@ -212,7 +212,7 @@ def _train_config(
     )
 
 
-def _train(
+def train_run(
     data: Path,
     out: Path,
     run: str,
@@ -224,7 +224,7 @@ def _train(
 ) -> dict:
     from distrain.train.launch import run_training
 
-    tc = _train_config(data, out, run, cfg, threads, batch, controller)
+    tc = train_config(data, out, run, cfg, threads, batch, controller)
     allowed = os.sched_getaffinity(0)
     if cores is not None:
         os.sched_setaffinity(0, cores)  # the launched processes inherit it
@@ -247,21 +247,21 @@ def speed(history: dict, workers: int = 1) -> tuple[float, float | None]:
     return history["examples_per_second"], typical
 
 
-def _sync_controller(controller: str = "auto") -> str:
+def horovod_controller(controller: str = "auto") -> str:
     """The Horovod controller (``mpi`` or ``gloo``) sync:2 runs get here from ``controller``."""
     from distrain.train.launch import sync_controller
 
-    return sync_controller(_sync_settings(controller))
+    return sync_controller(sync_settings(controller))
 
 
-def _sync_settings(controller: str):
+def sync_settings(controller: str):
     """A sync:2 config with only its controller set: what the launcher decides from."""
     from distrain.train.config import TrainConfig
 
     return TrainConfig(data_dir="", output_dir="", run="sync:2", controller=controller)
 
 
-def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = None) -> None:
+def run_ranks(args: list[str], controller: str = "auto", env: dict | None = None) -> None:
     """Runs ARGS as two local Horovod ranks, started as sync runs start theirs.
 
     ``controller`` as :attr:`TrainConfig.controller`, with the launcher's environment for
@@ -269,7 +269,7 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
     """
     from distrain.train.launch import horovod_env, sync_command
 
-    settings = _sync_settings(controller)
+    settings = sync_settings(controller)
     env = {**(env or os.environ), **horovod_env(settings)}
     cmd = sync_command(settings, args)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -278,20 +278,20 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
 
 
-def _fmt(v, spec: str = ".2f", none: str = "—") -> str:
+def fmt(v, spec: str = ".2f", none: str = "—") -> str:
+    """``v`` formatted by ``spec``, or ``none`` for a missing value."""
     return none if v is None else format(v, spec)
 
 
-def _range(values: list[float], fmt: str = "{:.2f}") -> str:
+def span(values: list[float], pattern: str = "{:.2f}") -> str:
     """'min-max' of the values, or the one value."""
     if len(values) == 1:
-        return fmt.format(values[0])
-    return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+        return pattern.format(values[0])
+    return f"{pattern.format(min(values))}-{pattern.format(max(values))}"
 
 
-def _spread(values: list[float]) -> str:
+def spread(values: list[float]) -> str:
     """'median (min-max)', or the one value."""
-
     if len(values) == 1:
         return f"{values[0]:.2f}"
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
@@ -321,16 +321,16 @@ def machine(cfg: SuiteConfig) -> dict:
         "beam": apache_beam.__version__,
         "horovod": horovod.__version__,
         "kfp": kfp.__version__,
-        "mpi": _mpi_version(),
+        "mpi": mpi_version(),
         "quick": cfg.quick,
     }
 
 
-def _mpi_version() -> str | None:
+def mpi_version() -> str | None:
     """``Open MPI 4.1.8`` (what sync's MPI controller runs on), or None without MPI."""
     from distrain.train.launch import venv_tool
 
-    if _sync_controller() != "mpi":
+    if horovod_controller() != "mpi":
         return None
     done = subprocess.run([venv_tool("mpirun"), "--version"], capture_output=True, text=True)
     first = done.stdout.splitlines()[0] if done.stdout else ""  # mpirun (Open MPI) 4.1.8

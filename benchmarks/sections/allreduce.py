@@ -13,8 +13,8 @@ from benchmarks.common import (
     PY,
     ROOT,
     SuiteConfig,
-    _run_ranks,
-    _sync_controller,
+    horovod_controller,
+    run_ranks,
 )
 
 
@@ -64,12 +64,12 @@ def bench_allreduce(cfg: SuiteConfig, tmp: Path) -> dict:
     """
     link = loopback_bandwidth(64 * 2**20 if cfg.quick else 512 * 2**20)
     worker = ROOT / "benchmarks" / "allreduce_worker.py"
-    controller = _sync_controller()
+    controller = horovod_controller()
     measured = {}
     for name in dict.fromkeys([controller, "gloo"]):
         out = tmp / f"allreduce-{name}.json"
         env = dict(os.environ, DISTRAIN_BIND_CORES="0")
-        _run_ranks([PY, str(worker), str(out)], controller=name, env=env)
+        run_ranks([PY, str(worker), str(out)], controller=name, env=env)
         measured[name] = json.loads(out.read_text())
     n = measured[controller]["ranks"]
 

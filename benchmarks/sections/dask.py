@@ -8,8 +8,8 @@ from pathlib import Path
 
 from benchmarks.common import (
     SuiteConfig,
-    _sample,
     log,
+    raw_sample,
     tile_sample,
 )
 
@@ -51,7 +51,7 @@ def bench_dask(cfg: SuiteConfig, tmp: Path) -> list[dict]:
             ],
         }
         for dataset, n in sizes.items():
-            sample = _sample(tmp, dataset, n)
+            sample = raw_sample(tmp, dataset, n)
             timed = tile_sample(
                 dataset, sample, tmp / f"{dataset}-dask", cfg.preprocess_tiles[dataset]
             )

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from benchmarks.common import (
     SuiteConfig,
-    _mnist_data,
-    _range,
     log,
+    mnist_data,
+    span,
 )
 
 # Each mode and its plain-TensorFlow peer (benchmarks/peers), and the least ratio it must
@@ -40,7 +40,7 @@ def bench_peers(cfg: SuiteConfig, tmp: Path) -> dict:
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
-    data = _mnist_data(tmp, cfg.peer_size)
+    data = mnist_data(tmp, cfg.peer_size)
     rows = []
     for model, batch, epochs in cfg.peer_setups:
         for spec, kind, workers, aggregate, floor in PEER_PAIRS:
@@ -126,7 +126,7 @@ def targets(results: dict) -> list[dict]:
                 "target": f"{row['run']} >= {floor:g}x its plain-TensorFlow peer "
                 f"({row['peer']}; {row['model']}, batch {row['batch']})",
                 # Three decimals: at parity the second rounds a miss up to the target.
-                "measured": f"{ratio:.3f}x ({_range(row['ratios'])})",
+                "measured": f"{ratio:.3f}x ({span(row['ratios'])})",
                 "met": ratio >= floor,
                 "miss": f"{floor - ratio:.3f} short",
             }
@@ -164,9 +164,9 @@ def render(results: dict) -> list[str]:
         for row in peers["rows"]:
             lines.append(
                 f"| {row['model']} | {row['batch']} | {row.get('epochs', '—')} | {row['run']} | "
-                f"{_range(row['examples_per_second'], '{:,.0f}')} | {row['peer']} | "
-                f"{_range(row['peer_examples_per_second'], '{:,.0f}')} | "
-                f"{row['ratio']:.2f} ({_range(row['ratios'])}) |"
+                f"{span(row['examples_per_second'], '{:,.0f}')} | {row['peer']} | "
+                f"{span(row['peer_examples_per_second'], '{:,.0f}')} | "
+                f"{row['ratio']:.2f} ({span(row['ratios'])}) |"
             )
         if peers.get("measured_alone"):
             lines += [

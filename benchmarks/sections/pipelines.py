@@ -12,7 +12,7 @@ from pathlib import Path
 from benchmarks.common import (
     PY,
     SuiteConfig,
-    _fmt,
+    fmt,
     log,
 )
 
@@ -151,7 +151,7 @@ def render_time_to_accuracy(results: dict) -> list[str]:
         for t in s["time_to_target"]:
             lines.append(
                 f"| {dataset} | {metric} {s['target']} | {t['run']} | "
-                f"{_fmt(t['seconds'], '.1f', 'not reached')} | {t['final']:.4f} | "
+                f"{fmt(t['seconds'], '.1f', 'not reached')} | {t['final']:.4f} | "
                 f"{t['train_seconds']:.1f} |"
             )
     return lines
@@ -200,6 +200,6 @@ def render_memory(results: dict) -> list[str]:
         for st in p["steps"]:
             lines.append(
                 f"| {dataset} | {st['step']} | {st.get('run') or ''} | {st['seconds']:.1f} | "
-                f"{_fmt(st.get('peak_rss_mb'), ',.0f')} |"
+                f"{fmt(st.get('peak_rss_mb'), ',.0f')} |"
             )
     return lines

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from benchmarks.common import (
     SuiteConfig,
-    _fmt,
-    _sample,
-    _time_call,
+    fmt,
     log,
+    raw_sample,
     tile_sample,
+    time_call,
 )
 
 BEAM_CONFIGS = (
@@ -50,8 +50,8 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
     names = ["plain loop", *(name for name, _ in BEAM_CONFIGS)]
     rows = []
     for dataset, n in sizes.items():
-        sample = _sample(tmp, dataset, n)
-        tiny = _sample(tmp, dataset, STARTUP_SIZES[dataset])
+        sample = raw_sample(tmp, dataset, n)
+        tiny = raw_sample(tmp, dataset, STARTUP_SIZES[dataset])
         tiles = cfg.preprocess_tiles[dataset]
         timed = tile_sample(dataset, sample, tmp / f"{dataset}-x", tiles)
         raws = {"start-up": tiny, "timed": timed}
@@ -61,7 +61,7 @@ def bench_preprocessing(cfg: SuiteConfig, tmp: Path) -> list[dict]:
             for name in names:
                 timings[name].append([])
             for size, raw in raws.items():
-                seconds, records = _time_call(
+                seconds, records = time_call(
                     getattr(plain, dataset), raw, tmp / f"p-{dataset}-{size}-{rep}"
                 )
                 shutil.rmtree(tmp / f"p-{dataset}-{size}-{rep}", ignore_errors=True)
@@ -218,6 +218,6 @@ def render(results: dict) -> list[str]:
         lines.append(
             f"| {r['dataset']} | {r['pipeline']} | {r['records'][0]:,}, {r['records'][1]:,} | "
             f"{r['seconds'][0]:.2f}, {r['seconds'][1]:.2f} | {r['records_per_second']:,.0f} | "
-            f"{_fmt(r['per_record_us'], '.1f')} | {r['startup_seconds']:.1f} | {vs_plain} |"
+            f"{fmt(r['per_record_us'], '.1f')} | {r['startup_seconds']:.1f} | {vs_plain} |"
         )
     return lines

@@ -13,15 +13,15 @@ from benchmarks.common import (
     PY,
     ROOT,
     SuiteConfig,
-    _fmt,
-    _mnist_data,
-    _run_ranks,
-    _spread,
-    _sync_controller,
-    _train,
-    _train_config,
+    fmt,
+    horovod_controller,
     log,
+    mnist_data,
+    run_ranks,
     speed,
+    spread,
+    train_config,
+    train_run,
 )
 
 
@@ -32,7 +32,7 @@ def _independent_pair(
     results: list[tuple[float, float | None]] = []
 
     def one(core: int) -> None:
-        history = _train(data, out / f"core-{core}", "single:1", cfg, {core}, 1)
+        history = train_run(data, out / f"core-{core}", "single:1", cfg, {core}, 1)
         results.append(speed(history))
 
     threads = [threading.Thread(target=one, args=(c,)) for c in cores[:2]]
@@ -58,11 +58,11 @@ def paired_phases(
 
     out.mkdir(parents=True)
     config = out / "train_config.json"
-    settings = _train_config(data, out, "sync:2", cfg, controller=controller)
+    settings = train_config(data, out, "sync:2", cfg, controller=controller)
     config.write_text(dataclasses.replace(settings, idle_horovod_threads=idle).to_json())
     worker = str(ROOT / "benchmarks" / "paired_worker.py")
     groups, steps = str(cfg.paired_groups), str(cfg.paired_steps)
-    _run_ranks([PY, worker, str(config), str(out / "phases"), groups, steps], controller)
+    run_ranks([PY, worker, str(config), str(out / "phases"), groups, steps], controller)
     ranks = [json.loads(p.read_text()) for p in sorted(out.glob("phases-rank*.json"))]
     return paired_efficiency(ranks)
 
@@ -182,7 +182,7 @@ def bracketed(reference, items: list[tuple[str, object]]) -> tuple[list[dict], l
         )
         log(
             f"{name}: efficiency {value / (2 * ref):.2f} (reference {ref:,.0f}/s), "
-            f"on median steps {_fmt(typical_eff)}"
+            f"on median steps {fmt(typical_eff)}"
         )
     return measured, [r[0] for r in refs]
 
@@ -200,7 +200,7 @@ def interleave(repeated: str, repeats: int, others: list[str]) -> list[str]:
 def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
     """Section 2: examples/second per mode and worker count, on the same cores."""
 
-    data = _mnist_data(tmp, cfg.train_size)
+    data = mnist_data(tmp, cfg.train_size)
     cores = sorted(os.sched_getaffinity(0))
     n_cores = len(cores)
     first: dict[str, dict] = {}  # the first history of each run at the default batch
@@ -212,18 +212,18 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         # against both of the cores it uses (here one core can be slower than the other
         # for minutes, so a reference always on the first core flattered or wronged it).
         core = cores[next(reference_runs) % n_cores]
-        history = _train(data, tmp / f"r-{next(counter)}", "single:1", cfg, {core}, 1, batch)
+        history = train_run(data, tmp / f"r-{next(counter)}", "single:1", cfg, {core}, 1, batch)
         if not batch:
             first.setdefault("single:1", history)
         return speed(history)
 
     def sync(batch: int = 0) -> tuple[float, float | None]:
-        history = _train(data, tmp / f"s-{next(counter)}", "sync:2", cfg, None, 0, batch)
+        history = train_run(data, tmp / f"s-{next(counter)}", "sync:2", cfg, None, 0, batch)
         if not batch:
             first.setdefault("sync:2", history)
         return speed(history, history["run"]["workers"])
 
-    controller = _sync_controller()
+    controller = horovod_controller()
     # Sync's efficiency, and the machine's own ceiling beside it (two independent one-core
     # processes at once); each between two one-core runs.
     setups = {
@@ -283,7 +283,7 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
         ("easgd:2:tau=4", 0),
         ("avg:2:period=8", 0),
     ]:
-        history = _train(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
+        history = train_run(data, tmp / f"t-{len(rows)}", run, cfg, None, threads)
         rows.append(row(run, "all cores", history))
         log(f"training {run} on all cores: {history['examples_per_second']:,.0f} examples/s")
     independent = speeds["independent"]
@@ -450,8 +450,8 @@ def _sync_losses(training: dict) -> list[str]:
         "| two workers, one core each | efficiency | on median steps | lost to | lost |",
         "|---|---|---|---|---|",
         *[
-            f"| {label} | {_spread(losses[key])} | "
-            f"{_spread(typical[key]) if typical.get(key) else '—'} | {cause} | "
+            f"| {label} | {spread(losses[key])} | "
+            f"{spread(typical[key]) if typical.get(key) else '—'} | {cause} | "
             f"{before - med[key]:.2f} |"
             for label, key, cause, before in rows
         ],
@@ -499,7 +499,7 @@ def render(results: dict) -> list[str]:
         lines.append(
             f"| {run} | {r['cores']} | {r['workers']} | {r['examples_per_second']:,.0f} | "
             f"{r['vs_single_all_cores']:.2f} | {r['efficiency']:.2f} | "
-            f"{_fmt(r['val_accuracy'], '.4f')} |"
+            f"{fmt(r['val_accuracy'], '.4f')} |"
         )
     lines += [
         "",
