@@ -6,16 +6,11 @@ import sys
 
 import pytest
 
-from benchmarks.suite import (
-    _per_record,
-    bracketed,
-    interleave,
-    paired_efficiency,
-    render_markdown,
-    speed,
-    targets,
-    tile_sample,
-)
+from benchmarks.common import speed, tile_sample
+from benchmarks.render import render_markdown
+from benchmarks.sections import targets
+from benchmarks.sections.preprocessing import _per_record
+from benchmarks.sections.training import bracketed, interleave, paired_efficiency
 
 from .conftest import ROOT
 
@@ -496,7 +491,7 @@ def test_step_record_has_time_run_and_the_peak_memory_of_its_process_tree(tmp_pa
 
 
 def test_dask_section_renders_beside_the_local_runner():
-    from benchmarks.suite import render_dask
+    from benchmarks.sections.dask import render_dask
 
     rows = [
         {"dataset": "mnist", "pipeline": "local runner (FnApiRunner)", "records": 1000,
