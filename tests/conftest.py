@@ -1,4 +1,7 @@
-"""Shared fixtures: a tiny generated MNIST sample and its preprocessed form."""
+"""Shared fixtures: a tiny generated MNIST sample and its preprocessed form, a download server.
+
+The fakes the fixtures and tests share are in ``tests/fakes/``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tests.fakes.download import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -38,3 +42,11 @@ def mnist_examples(mnist_raw, tmp_path_factory) -> Path:
 def cli_env() -> dict:
     """Environment for running the console scripts of this virtualenv."""
     return dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture
+def server():
+    """A local HTTP server on 127.0.0.1 serving ``tests.fakes.download.PAYLOAD``."""
+    s = Server()
+    yield s
+    s.close()

@@ -16,8 +16,7 @@ from benchmarks.suite import (
     targets,
     tile_sample,
 )
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def test_each_setup_is_set_against_the_reference_runs_either_side():
