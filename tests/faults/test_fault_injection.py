@@ -483,7 +483,7 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.horovod
 @pytest.mark.case("sync/rank-death", "train/no-orphans")
-@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+@pytest.mark.parametrize("controller", [pytest.param("mpi", marks=pytest.mark.mpi), "gloo"])
 def test_a_killed_sync_rank_ends_the_run_with_an_error(
     mnist_examples, tmp_path, monkeypatch, controller
 ):

@@ -80,9 +80,14 @@ def test_a_mode_refuses_an_option_it_does_not_know(name):
 def test_a_mode_starts_one_main_process_here(name, tmp_path):
     example = _example(name)
     cfg = TrainConfig(data_dir="/d", output_dir=str(tmp_path), run=example)
-    processes = mode_for(RunSpec.parse(example)).local_processes(
-        cfg, tmp_path / "config.json", tmp_path / "logs"
-    )
+    try:
+        processes = mode_for(RunSpec.parse(example)).local_processes(
+            cfg, tmp_path / "config.json", tmp_path / "logs"
+        )
+    except ConfigError as e:  # a Horovod mode where Horovod is not built: as the marker does
+        if "horovodrun not found" not in str(e):
+            raise
+        pytest.skip(f"[horovod] {e}")
     assert processes and all(isinstance(p, Process) for p in processes)
     assert sum(p.main for p in processes) == 1, [p.name for p in processes]
     for p in processes:
