@@ -11,8 +11,7 @@ import time
 import pytest
 
 from distrain.progress import Progress, interactive
-
-from .test_download import DIGEST, PAYLOAD, Server
+from tests.fakes.download import DIGEST, PAYLOAD, Server
 
 
 class Terminal(io.StringIO):

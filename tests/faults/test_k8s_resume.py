@@ -19,8 +19,7 @@ from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL
 from distrain.k8s.train import RUN_KEY_LABEL, remove_earlier_attempts, run_key, train_on_cluster
 from distrain.train.config import TrainConfig, TrainingError
-
-from .test_k8s_launcher import FakeCluster, _api, _terminated
+from tests.fakes.k8s import FakeCluster, _api, _terminated
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 

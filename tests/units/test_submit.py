@@ -7,9 +7,8 @@ import pytest
 
 from distrain.gate import GateError, GateFailed, check_gate, parse_gate
 from distrain.submit import SubmitConfig, SubmitError, parse_params, submit
-
-from .conftest import VENV_BIN
-from .fake_kfp import FakeKfp
+from tests.conftest import VENV_BIN
+from tests.fakes.kfp import FakeKfp
 
 COMPARISON = {
     "best": "sync:2",

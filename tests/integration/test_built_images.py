@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from .conftest import ROOT, VENV_BIN
+from tests.conftest import ROOT, VENV_BIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.images]
 MISSING = [tool for tool in ("buildah", "mmdebstrap") if not shutil.which(tool)]

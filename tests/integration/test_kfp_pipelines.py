@@ -9,8 +9,7 @@ import yaml
 
 from distrain.images import BEAM_IMAGE, TRAINER_IMAGE
 from distrain.train.config import DEFAULT_RUNS
-
-from .conftest import ROOT, VENV_BIN
+from tests.conftest import ROOT, VENV_BIN
 
 
 def _load(path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from distrain.train.config import TrainConfig
-from tests.ranks import run_on_ranks
+from tests.rules.ranks import run_on_ranks
 
 _RULE = """
 import json, sys

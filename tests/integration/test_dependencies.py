@@ -6,7 +6,7 @@ import sys
 import tomllib
 from importlib.metadata import packages_distributions
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 # Built from source by scripts/setup.sh (requirements/horovod.env), not a dependency pip
 # resolves; benchmarks/bench_dbpedia.py's fastText is installed by hand (README).

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.render import BEGIN, END, update_readme
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]

@@ -12,7 +12,7 @@ from benchmarks.sections import targets
 from benchmarks.sections.preprocessing import _per_record
 from benchmarks.sections.training import bracketed, interleave, paired_efficiency
 
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 
 def test_each_setup_is_set_against_the_reference_runs_either_side():

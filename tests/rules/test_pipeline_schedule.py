@@ -12,7 +12,7 @@ import pytest
 
 from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.modes.pipeline import stage_bounds
-from tests.ranks import run_on_ranks
+from tests.rules.ranks import run_on_ranks
 
 
 def test_stage_bounds_make_the_costliest_stage_as_cheap_as_it_can_be():

@@ -7,7 +7,6 @@ Also the plugin contract: a mode is one registered class, and nothing outside
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,7 @@ from distrain.train.driver import (
     steady_throughput,
     step_spread,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def test_segments_stop_at_checkpoints_and_epoch_ends():

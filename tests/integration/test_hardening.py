@@ -17,8 +17,7 @@ from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL, build_objects
 from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.modes import mode_names
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 EXAMPLES = {
     "single": None,

@@ -26,8 +26,7 @@ from distrain.gate import GateFailed
 from distrain.steps import StepError
 from distrain.train.config import ConfigError, TrainingError
 from distrain.train.inputs import DataError
-
-from .conftest import VENV_BIN
+from tests.conftest import VENV_BIN
 
 
 class ApiException(Exception):  # what the kubernetes and kfp clients raise, by name

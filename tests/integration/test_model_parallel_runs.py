@@ -1,7 +1,8 @@
 """Whole runs of the model-parallel modes: train, checkpoint each part, resume, save the whole.
 
-The exact tests (``test_tensor_split.py``, ``test_pipeline_stages.py``) check one step's
-arithmetic; these check what a run does around it, through the launcher as a user runs it.
+The exact tests (``rules/test_tensor_split.py``, ``rules/test_pipeline_schedule.py``) check
+one step's arithmetic; these check what a run does around it, through the launcher as a user
+runs it.
 """
 
 from __future__ import annotations

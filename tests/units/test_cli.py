@@ -3,8 +3,7 @@ import subprocess
 
 import distrain
 from distrain.data.idx import MNIST_FILES, read_mnist_split
-
-from .conftest import VENV_BIN
+from tests.conftest import VENV_BIN
 
 
 def test_data_mnist_sample(tmp_path, cli_env):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +13,7 @@ from distrain.datasets import DataSetError, find_model
 from distrain.preprocess.gutenberg import line_pairs
 from distrain.steps import StepError, check_parameters, fetch
 from distrain.train.tasks import NEXT_CHARACTER, RECONSTRUCTION, TRANSLATION, markdown
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def test_registry_lists_each_data_set_once_and_model_names_are_unique():

@@ -483,7 +483,7 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.horovod
 @pytest.mark.case("sync/rank-death", "train/no-orphans")
-@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+@pytest.mark.parametrize("controller", [pytest.param("mpi", marks=pytest.mark.mpi), "gloo"])
 def test_a_killed_sync_rank_ends_the_run_with_an_error(
     mnist_examples, tmp_path, monkeypatch, controller
 ):
@@ -554,9 +554,9 @@ def test_every_matrix_case_has_a_test_and_ids_are_unique():
 
     ids = [case for case, _ in CASES]
     assert len(ids) == len(set(ids))
-    tests = Path(__file__).parent
+    tests = Path(__file__).parents[1]
     marked = set()
-    for path in tests.glob("test_*.py"):
+    for path in tests.rglob("test_*.py"):
         for args in re.findall(r"mark\.case\(([^)]*)\)", path.read_text()):
             marked.update(re.findall(r'"([^"]+)"', args))
     assert set(ids) - marked == set(), "matrix cases without a test"

@@ -158,7 +158,7 @@ def test_rerun_resumes_from_checkpoint_without_extra_epochs(mnist_examples, tmp_
 
 @pytest.mark.slow
 @pytest.mark.horovod
-@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+@pytest.mark.parametrize("controller", [pytest.param("mpi", marks=pytest.mark.mpi), "gloo"])
 def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, controller):
     out = tmp_path / "sync"
     cfg = TrainConfig(

@@ -12,7 +12,7 @@ import pytest
 
 from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training
-from tests.ranks import run_on_ranks
+from tests.rules.ranks import run_on_ranks
 
 _AVG = """
 import json, sys
