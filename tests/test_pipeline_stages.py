@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from distrain.costmodel import stage_bounds
 from distrain.train.config import ConfigError, TrainConfig
-from distrain.train.modes.pipeline import stage_bounds
 from tests.ranks import run_on_ranks
 
 

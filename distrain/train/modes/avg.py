@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from distrain.costmodel import FLOAT, ring_step
 from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
@@ -238,8 +239,6 @@ class Average(Sync):
         return history
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step
-
         if not link:
             return None
         # [avg] one ring allreduce of the weights every `period` steps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distrain.costmodel import FLOAT, ring_step, tensor_step
 from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
@@ -47,8 +48,6 @@ class Hybrid(Tensor):
         return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step, tensor_step
-
         if not link:
             return None
         # [hybrid] a tensor group's step, then a ring allreduce of each rank's share of

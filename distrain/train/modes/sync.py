@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distrain.costmodel import FLOAT, ring_step
 from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import Mode, Process, register
@@ -109,8 +110,6 @@ class Sync(Mode):
         return history
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step
-
         if not link:
             return None
         # [sync] the compute, then a ring allreduce of every gradient

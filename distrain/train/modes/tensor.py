@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 
+from distrain.costmodel import tensor_step
 from distrain.train.config import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.modes import register
@@ -143,8 +144,6 @@ class Tensor(Sync):
         return 1  # [tensor] one batch a step, shared by the group
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import tensor_step
-
         if not link:
             return None
         # [tensor] the split layers' share over N, their collectives on every step
