@@ -34,9 +34,9 @@ from distrain.train.launch import (
     MPIRUN_OPTIONS,
     mca_options,
     server_args,
-    tf_config,
     worker_args,
 )
+from distrain.train.ps.roles import tf_config
 
 MPIJOB_API = ("kubeflow.org", "v2beta1", "mpijobs")
 TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")

@@ -304,22 +304,6 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def cluster_spec(workers: int, parameter_servers: int) -> dict[str, list[str]]:
-    """A localhost cluster: one chief (the coordinator), the workers and the PS."""
-    ports = free_ports(1 + workers + parameter_servers)
-    addresses = [f"localhost:{p}" for p in ports]
-    return {
-        "chief": addresses[:1],
-        "worker": addresses[1 : 1 + workers],
-        "ps": addresses[1 + workers :],
-    }
-
-
-def tf_config(cluster: dict, task_type: str, index: int) -> str:
-    """The TF_CONFIG of one process of the cluster."""
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
-
-
 # A separate tiny process runs die_with_parent before the command, rather than
 # ``preexec_fn``, whose fork runs the parent's fork handlers (gRPC's abort in a process that
 # has loaded it).
