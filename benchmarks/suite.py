@@ -520,7 +520,7 @@ def _independent_pair(
 
 def _sync_controller(controller: str = "auto") -> str:
     """The Horovod controller (``mpi`` or ``gloo``) sync:2 runs get here from ``controller``."""
-    from distrain.train.launch import sync_controller
+    from distrain.train.horovod import sync_controller
 
     return sync_controller(_sync_settings(controller))
 
@@ -538,7 +538,7 @@ def _run_ranks(args: list[str], controller: str = "auto", env: dict | None = Non
     ``controller`` as :attr:`TrainConfig.controller`, with the launcher's environment for
     it; a failure raises with the end of the output.
     """
-    from distrain.train.launch import horovod_env, sync_command
+    from distrain.train.horovod import horovod_env, sync_command
 
     settings = _sync_settings(controller)
     env = {**(env or os.environ), **horovod_env(settings)}
@@ -1746,7 +1746,7 @@ def machine(cfg: SuiteConfig) -> dict:
 
 def _mpi_version() -> str | None:
     """``Open MPI 4.1.8`` (what sync's MPI controller runs on), or None without MPI."""
-    from distrain.train.launch import venv_tool
+    from distrain.train.horovod import venv_tool
 
     if _sync_controller() != "mpi":
         return None

@@ -9,18 +9,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
+
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
-
-
-class ConfigError(ValueError):
-    """A run spec or a training setting is invalid."""
-
-
-class TrainingError(RuntimeError):
-    """Training could not run or did not finish."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +194,7 @@ class TrainConfig:
         idle_horovod_threads: sync mode, ranks without a GPU: run Horovod's background
             thread (and MPI's progress threads) at the kernel's idle priority, taking a
             core only when TensorFlow's threads leave it (see
-            :func:`distrain.train.worker.start_horovod`), instead of preempting the compute
+            :func:`distrain.train.horovod.start_horovod`), instead of preempting the compute
             at every cycle's wake-up. Off by default: on 2 shared cores its effect on sync
             efficiency was not told apart from the run-to-run drift (see the README).
     """

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from distrain.train.config import TrainConfig
-from distrain.train.runtime import bind_rank_to_cores, configure_tensorflow, die_with_launcher
-
-ERRORS_DIR = "errors"
+from distrain.train.horovod import bind_rank_to_cores, die_with_launcher
+from distrain.train.launch import ERRORS_DIR
+from distrain.train.runtime import configure_tensorflow
 
 
 def role() -> str:

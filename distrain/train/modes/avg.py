@@ -6,11 +6,11 @@ import dataclasses
 import time
 
 from distrain.costmodel import FLOAT, ring_step
-from distrain.train.config import ConfigError
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
+from distrain.train.horovod import HOROVOD, controller, start_horovod
+from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
-from distrain.train.modes.sync import Sync
 
 # With weights=accuracy, every this-many-th record of a rank's shard is held back from its
 # training and scores the rank's replica before each exchange (5 %).
@@ -155,7 +155,7 @@ class AverageSteps(LocalSteps):
 
     def history(self) -> dict:
         return {
-            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            "controller": controller(self.hvd),
             "communication_rounds": self.rounds,
             "bytes_per_worker": self.bytes_per_worker(),
             "divergence": self.divergence,
@@ -163,10 +163,11 @@ class AverageSteps(LocalSteps):
 
 
 @register
-class Average(Sync):
+class Average(Mode):
     """Periodic model averaging over Horovod: local steps, an allreduce of weights every K."""
 
     name = "avg"
+    engine = HOROVOD  # [avg] Horovod's ranks; their allreduce averages the weights
     carries_state = False  # [avg] its held-out slices are records, not streams
     options = {
         "period": "steps between exchanges (required)",
@@ -198,10 +199,6 @@ class Average(Sync):
             raise ConfigError(f"avg: common must be at least 0 and below 1, got {common}")
         return {**checked, "period": period, "init": init, "weights": weights, "common": common}
 
-    @classmethod
-    def variant(cls, options: dict):
-        return cls
-
     def gradients_per_update(self) -> int:
         return 1  # [avg] each replica steps on its own batch: the learning rate is not scaled
 
@@ -218,7 +215,6 @@ class Average(Sync):
 
     def train(self, cfg) -> dict:
         from distrain.train.replica import Group, Replica
-        from distrain.train.runtime import start_horovod
 
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         spec = cfg.run
@@ -250,9 +246,7 @@ class Average(Sync):
     def columns(cls, run: dict, history: dict) -> dict:
         divergence = history.get("divergence") or []
         return {
-            "parameter_servers": 0,
-            "aggregation": None,
-            "transport": history.get("controller"),
+            **cls.engine.columns(run, history),
             "communication_rounds": history.get("communication_rounds"),
             "megabytes_per_worker": (history.get("bytes_per_worker") or 0) / 1e6 or None,
             "divergence": divergence[-1][1] if divergence else None,

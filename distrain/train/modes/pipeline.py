@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
-from distrain.train.config import ConfigError
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
+from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
+from distrain.train.modes import Mode, register
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group
 
 
@@ -201,11 +202,13 @@ class PipelineSteps(SplitSteps):
 
 
 @register
-class Pipeline(Tensor):
+class Pipeline(Mode):
     """Consecutive layers on N ranks as stages; micro-batches flow through them (GPipe)."""
 
     name = "pipeline"
+    engine = HOROVOD  # [pipeline] Horovod's ranks, one per stage
     options = {"micro": "micro-batches per batch (default 4)"}
+    carries_state = False  # [pipeline] a stage holds no whole recurrent layer's state
 
     @classmethod
     def check(cls, workers: int, options: dict) -> dict:
@@ -247,8 +250,7 @@ class Pipeline(Tensor):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import keep_collectives_in_order, probe_link, start_horovod
-        from distrain.train.split import ModelGroup
+        from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers
@@ -262,3 +264,7 @@ class Pipeline(Tensor):
         history = EpochDriver(cfg, replica, PipelineSteps(replica, link=link)).run()
         hvd.join()
         return history
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        return {**cls.engine.columns(run, history), **split_columns(history)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from distrain.train.driver import EpochDriver
+from distrain.train.launch import ONE_PROCESS
 from distrain.train.modes import Mode, register
 
 # Training steps per traced call (fewer at an epoch's end or a checkpoint).
@@ -107,6 +108,7 @@ class Single(Mode):
     """One worker process: the baseline of speedup and efficiency."""
 
     name = "single"
+    engine = ONE_PROCESS  # one `distrain worker`, in the step's own pod on Kubernetes
     fixed_workers = 1
     carries_state = True
 

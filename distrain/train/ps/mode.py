@@ -1,7 +1,8 @@
-"""[ps] What every parameter-server mode shares: its processes, Kubernetes objects, roles.
+"""[ps] The parameter-server engine's processes, and what every parameter-server mode shares.
 
-A mode (async, syncreplicas, ssp, easgd) is a :class:`ParameterServerMode` that gives its
-name, options and :class:`~distrain.train.ps.rules.PushRule`.
+:class:`ParameterServers` starts the run's processes here and on Kubernetes; a mode
+(async, syncreplicas, ssp, easgd) is a :class:`ParameterServerMode` that gives its name,
+options and :class:`~distrain.train.ps.rules.PushRule`.
 """
 
 from __future__ import annotations
@@ -11,41 +12,25 @@ import os
 import sys
 import traceback
 
-from distrain.train.config import ConfigError
-from distrain.train.launch import server_command, worker_command
-from distrain.train.modes import Mode, Process
+from distrain.errors import ConfigError
+from distrain.k8s.objects import ps_objects
+from distrain.train.launch import Engine, Process, server_command, worker_command
+from distrain.train.modes import Mode
 from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefEngine
 from distrain.train.ps.roles import Role, cluster_spec, tf_config
 from distrain.train.ps.rules import PushRule
 from distrain.train.ps.worker import Worker
 
 
-class ParameterServerMode(Mode):
-    """What the parameter-server modes share: their processes, Kubernetes objects and roles.
+class ParameterServers(Engine):
+    """[ps] The parameter-server engine: a chief, N workers and P servers, each its own process.
 
-    A subclass gives its name, its options and its :meth:`rule`.
+    Locally each is a process of this machine with its role in ``TF_CONFIG``; on
+    Kubernetes each is a Job with a Service (:func:`distrain.k8s.objects.ps_objects`).
     """
 
-    options = {"ps": "parameter servers (default 1)"}
-
-    @classmethod
-    def check(cls, workers: int, options: dict) -> dict:
-        checked = super().check(workers, options)
-        ps = cls.integer(options, "ps", 1)
-        if ps < 1:
-            raise ConfigError(f"{cls.name}: ps must be at least 1, got {ps}")
-        return {**checked, "ps": ps}
-
-    @property
-    def parameter_servers(self) -> int:
-        return int(self.spec.option("ps"))
-
-    def rule(self) -> PushRule:
-        """The mode's rule for a gradient's push."""
-        raise NotImplementedError
-
-    def local_processes(self, cfg, config_path, logs) -> list[Process]:
-        cluster = cluster_spec(cfg.run.workers, self.parameter_servers)
+    def local_processes(self, mode, cfg, config_path, logs) -> list[Process]:
+        cluster = cluster_spec(cfg.run.workers, mode.parameter_servers)
         print(f"[{cfg.run.name}] cluster: {json.dumps(cluster)}", flush=True)
         processes = [
             Process(
@@ -75,10 +60,45 @@ class ParameterServerMode(Mode):
         processes.append(Process("chief", command, chief_env, main=True, stacks_on_timeout=True))
         return processes
 
-    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
-        from distrain.k8s.objects import ps_objects
-
+    def kubernetes_objects(self, mode, cfg, k, name, config_path) -> list[dict]:
         return ps_objects(cfg, k, name, config_path)
+
+    def columns(self, run: dict, history: dict) -> dict:
+        return {
+            "parameter_servers": int(run.get("parameter_servers") or 0),
+            "aggregation": None,
+            "transport": "grpc",  # TensorFlow's gRPC runtime
+        }
+
+
+#: The engine of the parameter-server modes.
+PARAMETER_SERVERS = ParameterServers()
+
+
+class ParameterServerMode(Mode):
+    """What the parameter-server modes share: their engine, the ``ps`` option, the roles.
+
+    A subclass gives its name, its options and its :meth:`rule`.
+    """
+
+    engine = PARAMETER_SERVERS  # [ps] a chief, workers and parameter servers
+    options = {"ps": "parameter servers (default 1)"}
+
+    @classmethod
+    def check(cls, workers: int, options: dict) -> dict:
+        checked = super().check(workers, options)
+        ps = cls.integer(options, "ps", 1)
+        if ps < 1:
+            raise ConfigError(f"{cls.name}: ps must be at least 1, got {ps}")
+        return {**checked, "ps": ps}
+
+    @property
+    def parameter_servers(self) -> int:
+        return int(self.spec.option("ps"))
+
+    def rule(self) -> PushRule:
+        """The mode's rule for a gradient's push."""
+        raise NotImplementedError
 
     def train(self, cfg) -> dict:
         """Runs this process's role of the cluster (chief, or worker), from ``TF_CONFIG``.
@@ -123,11 +143,3 @@ class ParameterServerMode(Mode):
         replica = Replica(cfg)
         chief.attach(replica)
         EpochDriver(cfg, replica, ChiefEngine(chief, replica)).run()
-
-    @classmethod
-    def columns(cls, run: dict, history: dict) -> dict:
-        return {
-            "parameter_servers": int(run.get("parameter_servers") or 0),
-            "aggregation": None,
-            "transport": "grpc",  # TensorFlow's gRPC runtime
-        }
