@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from distrain.train.config import TrainConfig
 
 # [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
-# binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
+# binding by mpirun (each rank binds itself, see bind_rank_to_cores), and TCP or
 # shared memory rather than InfiniBand's verbs.
 MPIRUN_OPTIONS = [
     "-bind-to",

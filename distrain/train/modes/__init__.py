@@ -1,9 +1,11 @@
 """Training modes as plugins: one module per mode, registered by name.
 
 A mode is one :class:`Mode` subclass in one module of this package, as Beam keeps one
-package per runner behind a name. It parses its own run-spec options, says how its
-processes are started on this machine and on Kubernetes, trains in the processes it
-started, and names its columns in the comparison. Nothing outside this package branches
+package per runner behind a name. It parses its own run-spec options, names the engine
+that starts its processes on this machine and on Kubernetes (one process, Horovod's
+ranks in :mod:`distrain.train.horovod`, or parameter servers in
+:mod:`distrain.train.ps`), trains in the processes it started, and names its columns in
+the comparison. Nothing outside this package branches
 on a mode's name: the launcher, the Kubernetes objects and the comparison ask the mode.
 
 Adding a mode: a module here with a :func:`register`-ed subclass, its name in
