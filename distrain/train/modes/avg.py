@@ -9,8 +9,10 @@ from distrain.costmodel import FLOAT, ring_step
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, start_horovod
+from distrain.train.inputs import make_dataset
 from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
+from distrain.train.replica import VAL_BATCH, Group, Replica
 
 # With weights=accuracy, every this-many-th record of a rank's shard is held back from its
 # training and scores the rank's replica before each exchange (5 %).
@@ -67,9 +69,6 @@ class AverageSteps(LocalSteps):
         return r.train_shard(self.cfg.seed + r.rank, **selection)
 
     def _held_out_dataset(self):
-        from distrain.train.inputs import make_dataset
-        from distrain.train.replica import VAL_BATCH
-
         r = self.replica
         g = r.group
         return make_dataset(
@@ -214,8 +213,6 @@ class Average(Mode):
         return ":".join(parts)
 
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Group, Replica
-
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         spec = cfg.run
         shared = spec.option("init") == "shared"

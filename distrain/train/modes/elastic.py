@@ -9,6 +9,7 @@ from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import ELASTIC_HOROVOD, controller, start_horovod
 from distrain.train.modes import Mode
+from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
 class ElasticEngine:
@@ -87,8 +88,6 @@ class ElasticSync(Mode):
 
     def train(self, cfg) -> dict:
         import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
-
-        from distrain.train.replica import Group, Replica, allreduce_gradients
 
         hvd, _ = start_horovod(False)
         group = Group(hvd.rank(), hvd.size(), hvd)

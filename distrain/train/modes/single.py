@@ -7,6 +7,7 @@ import time
 from distrain.train.driver import EpochDriver
 from distrain.train.launch import ONE_PROCESS
 from distrain.train.modes import Mode, register
+from distrain.train.replica import Replica
 
 # Training steps per traced call (fewer at an epoch's end or a checkpoint).
 STEPS_PER_CALL = 16
@@ -119,7 +120,5 @@ class Single(Mode):
         return t1  # the compute alone: no messages
 
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Replica
-
         replica = Replica(cfg)
         return EpochDriver(cfg, replica, LocalSteps(replica, replica.train_step())).run()

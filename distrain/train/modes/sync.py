@@ -8,6 +8,7 @@ from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovo
 from distrain.train.modes import Mode, register
 from distrain.train.modes.elastic import ElasticSync
 from distrain.train.modes.single import LocalSteps
+from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
 class SyncSteps(LocalSteps):
@@ -24,8 +25,6 @@ class SyncSteps(LocalSteps):
     """
 
     def __init__(self, replica, lowered: list[int] = (), link: dict | None = None):
-        from distrain.train.replica import allreduce_gradients
-
         hvd = replica.group.hvd
         # [sync] the gradients averaged over the ranks.
         super().__init__(replica, replica.train_step(allreduce_gradients(hvd)))
@@ -75,8 +74,6 @@ class Sync(Mode):
         return self.spec.workers  # [sync] the mean of every rank's gradient
 
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Group, Replica
-
         # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
         hvd, lowered = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         link = probe_link(hvd)  # [sync] what a message costs on this run's link

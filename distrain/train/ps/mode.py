@@ -13,13 +13,17 @@ import sys
 import traceback
 
 from distrain.errors import ConfigError
+from distrain.failures import Failure
 from distrain.k8s.objects import ps_objects
+from distrain.train.driver import EpochDriver
 from distrain.train.launch import Engine, Process, server_command, worker_command
 from distrain.train.modes import Mode
 from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefEngine
 from distrain.train.ps.roles import Role, cluster_spec, tf_config
 from distrain.train.ps.rules import PushRule
 from distrain.train.ps.worker import Worker
+from distrain.train.replica import Replica
+from distrain.train.worker import record_error
 
 
 class ParameterServers(Engine):
@@ -109,9 +113,6 @@ class ParameterServerMode(Mode):
         (``<output>/errors/``, as every training process records its own), and the exit
         code is 2 for bad input or settings, 1 otherwise.
         """
-        from distrain.failures import Failure
-        from distrain.train.worker import record_error
-
         code = 0
         try:
             self._train_role(cfg, Role.from_environment())
@@ -128,8 +129,6 @@ class ParameterServerMode(Mode):
 
     def _train_role(self, cfg, role: Role) -> None:
         from distrain.datasets import load_info
-        from distrain.train.driver import EpochDriver
-        from distrain.train.replica import Replica
 
         info = load_info(cfg.data_dir, cfg.model)
         if role.job == "worker":

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 
 from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.inputs import make_dataset
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mirror import Mirror
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.ps.rules import PushRule
+from distrain.train.replica import batch_gradients
 
 # Seconds between a waiting worker's looks at the limit.
 WAIT_SECONDS = 0.005
@@ -19,9 +21,6 @@ class Worker:
 
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
-
-        from distrain.train.inputs import make_dataset
-        from distrain.train.replica import batch_gradients
 
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
