@@ -350,6 +350,24 @@ def test_no_import_cycle_in_distrain_train():
         visit(module, [])
 
 
+def test_every_mode_names_an_engine_and_inherits_no_other_mode():
+    """Modes choose an engine (one process, Horovod, parameter servers), not a parent mode."""
+    from distrain.train.horovod import Horovod
+    from distrain.train.launch import Engine
+    from distrain.train.modes import mode_class, mode_names
+    from distrain.train.ps.mode import ParameterServers
+
+    registered = {mode_class(name) for name in mode_names()}
+    for name in mode_names():
+        cls = mode_class(name)
+        assert isinstance(cls.engine, Engine), name
+        inherited = [base.name for base in cls.__mro__[1:] if base in registered]
+        assert not inherited, f"{name} inherits {inherited}"
+    assert isinstance(mode_class("tensor").engine, Horovod)
+    assert isinstance(mode_class("async").engine, ParameterServers)
+    assert type(mode_class("single").engine) is Engine
+
+
 def test_sync_epoch_totals_sum_the_ranks_sums_but_not_the_examples_seen():
     from distrain.train.modes.single import LocalSteps
 
