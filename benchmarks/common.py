@@ -249,7 +249,7 @@ def speed(history: dict, workers: int = 1) -> tuple[float, float | None]:
 
 def horovod_controller(controller: str = "auto") -> str:
     """The Horovod controller (``mpi`` or ``gloo``) sync:2 runs get here from ``controller``."""
-    from distrain.train.launch import sync_controller
+    from distrain.train.horovod import sync_controller
 
     return sync_controller(sync_settings(controller))
 
@@ -267,7 +267,7 @@ def run_ranks(args: list[str], controller: str = "auto", env: dict | None = None
     ``controller`` as :attr:`TrainConfig.controller`, with the launcher's environment for
     it; a failure raises with the end of the output.
     """
-    from distrain.train.launch import horovod_env, sync_command
+    from distrain.train.horovod import horovod_env, sync_command
 
     settings = sync_settings(controller)
     env = {**(env or os.environ), **horovod_env(settings)}
@@ -328,7 +328,7 @@ def machine(cfg: SuiteConfig) -> dict:
 
 def mpi_version() -> str | None:
     """``Open MPI 4.1.8`` (what sync's MPI controller runs on), or None without MPI."""
-    from distrain.train.launch import venv_tool
+    from distrain.train.horovod import venv_tool
 
     if horovod_controller() != "mpi":
         return None

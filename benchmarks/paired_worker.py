@@ -52,7 +52,8 @@ def thread_cpu_seconds(tids: list[str]) -> float:
 
 def main() -> None:
     config_path, out, groups, steps = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:5])
-    from distrain.train.runtime import bind_rank_to_cores, configure_tensorflow, start_horovod
+    from distrain.train.horovod import bind_rank_to_cores, start_horovod
+    from distrain.train.runtime import configure_tensorflow
 
     bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools, as a rank does
     import horovod.tensorflow as hvd

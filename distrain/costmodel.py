@@ -4,7 +4,7 @@ Seed 000's model of communication (``../shared/papers/000_79ab81518f612185.txt``
 a step's messages cost ``T_comm = K (T_lat + N T_data)``, K messages of N bytes each on a
 link of latency ``T_lat`` and ``1 / T_data`` bytes per second. Compute starts from the
 measured step time of one process on one core, ``t1``, and shares of it go by multiply-adds
-per layer (:func:`distrain.train.modes.pipeline.layer_costs`).
+per layer (:func:`layer_costs`).
 
 * **sync** (ring allreduce): ``K = 2(N-1)`` messages of ``S/N`` bytes per step, S the
   gradients' bytes (:func:`ring_step`).
@@ -26,7 +26,74 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 FLOAT = 4  # bytes of a float32
+
+
+def layer_costs(model) -> list[float]:
+    """Multiply-adds per example of each layer of a built ``Sequential`` (its stage weight).
+
+    Dense, convolution and recurrent layers count their multiply-adds; the others
+    (reshaping, pooling, activations) a thousandth of their output size, so that they
+    weigh little but a stage of them alone is not free. (Other models' layers too, for the
+    cost model of the benchmark suite.)
+    """
+    import tf_keras as keras
+
+    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
+    costs = []
+    for layer in model.layers:
+        shape = layer.output_shape
+        shape = shape[0] if isinstance(shape, list) else shape  # a layer that returns states
+        out = [d or 1 for d in shape[1:]]
+        if isinstance(layer, keras.layers.Dense):
+            costs.append(float(np.prod(out)) * layer.kernel.shape[0])
+        elif isinstance(layer, recurrent):
+            kernel, inputs = layer.cell.kernel, layer.input_shape
+            inputs = inputs[0] if isinstance(inputs, list) else inputs
+            steps = inputs[1] or 1
+            # Each step: the input and the previous state times every gate's columns.
+            costs.append(float(steps) * (kernel.shape[0] + layer.units) * kernel.shape[1])
+        elif isinstance(layer, keras.layers.Conv2DTranspose):
+            kh, kw, filters, _ = layer.kernel.shape
+            costs.append(float(np.prod(layer.input_shape[1:])) * kh * kw * filters)
+        elif isinstance(layer, keras.layers.Conv2D):
+            kh, kw, cin, _ = layer.kernel.shape
+            costs.append(float(np.prod(out)) * kh * kw * cin)
+        else:
+            costs.append(float(np.prod(out)) * 1e-3)
+    return costs
+
+
+def stage_bounds(costs: list[float], stages: int) -> list[tuple[int, int]]:
+    """Cuts layers ``0..L-1`` into ``stages`` consecutive non-empty runs, the costliest cheapest.
+
+    Returns:
+        ``(start, stop)`` of each stage.
+
+    Raises:
+        ValueError: Fewer layers than stages.
+    """
+    n = len(costs)
+    if n < stages:
+        raise ValueError(f"{n} layers cannot make {stages} pipeline stages")
+    prefix = np.concatenate([[0.0], np.cumsum(costs)])
+    # best[k][i]: the least possible costliest stage when the first i layers make k stages.
+    best = np.full((stages + 1, n + 1), np.inf)
+    cut = np.zeros((stages + 1, n + 1), dtype=int)
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                worst = max(best[k - 1][j], prefix[i] - prefix[j])
+                if worst < best[k][i]:
+                    best[k][i], cut[k][i] = worst, j
+    bounds, i = [], n
+    for k in range(stages, 0, -1):
+        bounds.append((int(cut[k][i]), int(i)))
+        i = int(cut[k][i])
+    return bounds[::-1]
 
 
 def dense_layers(model) -> list[dict]:
@@ -77,8 +144,6 @@ def profile(model) -> dict:
         multiply-adds).
     """
     import tf_keras as keras
-
-    from distrain.train.modes.pipeline import layer_costs
 
     costs = layer_costs(model)
     split = (keras.layers.Dense, keras.layers.LSTM, keras.layers.SimpleRNN)
@@ -144,8 +209,6 @@ def fit_link(allreduce: dict) -> tuple[float, float]:
     Raises:
         ValueError: Fewer than two sizes, or fewer than two ranks.
     """
-    import numpy as np
-
     n = int(allreduce["ranks"])
     sizes = np.array([r["bytes"] for r in allreduce["rows"]], float)
     if n < 2 or len(set(sizes.tolist())) < 2:
@@ -188,8 +251,6 @@ def pipeline_step(
     t1: float, prof: dict, batch: int, n: int, micro: int, bandwidth: float, latency: float
 ) -> dict:
     """Predicted step seconds of ``pipeline:n:micro=M``: costliest stage, bubble, transfers."""
-    from distrain.train.modes.pipeline import stage_bounds
-
     costs = prof["layer_costs"]
     bounds = stage_bounds(costs, n)
     shares = [sum(costs[a:b]) / sum(costs) for a, b in bounds]

@@ -129,7 +129,7 @@ fi
 # horovod's own runtime dependencies (no TF pins among them)
 "$PY" -m pip install -q cloudpickle psutil pyyaml packaging
 # PyPI's Open MPI 4.1 (setup's, beside the venv's Python) looks for its files under the
-# prefix it was built in unless told where it is (distrain.train.launch does the same).
+# prefix it was built in unless told where it is (distrain.train.horovod does the same).
 "$PY" - <<'EOF'
 import os, shutil, sys
 from pathlib import Path

@@ -25,18 +25,15 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from typing import TYPE_CHECKING
 
+from distrain.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
-from distrain.train.config import ConfigError, TrainConfig
-from distrain.train.launch import (
-    MPI_ENV,
-    MPIRUN_EXPORTS,
-    MPIRUN_OPTIONS,
-    mca_options,
-    server_args,
-    tf_config,
-    worker_args,
-)
+from distrain.train.launch import server_args, worker_args
+from distrain.train.ps.roles import tf_config
+
+if TYPE_CHECKING:
+    from distrain.train.config import TrainConfig
 
 MPIJOB_API = ("kubeflow.org", "v2beta1", "mpijobs")
 TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
@@ -172,31 +169,19 @@ def _ranks_and_slots(cfg: TrainConfig, k: KubernetesConfig) -> tuple[int, int]:
     return ranks, slots
 
 
-def _mpirun_args(k: KubernetesConfig, ranks: int, config_path: str) -> list[str]:
-    # [sync, MPI] CPU ranks share their cores with TensorFlow's compute threads: their MPI
-    # waits yield the core, as local runs' do (MPI_ENV). As options of mpirun, which hands
-    # them to the ranks it starts over ssh in the worker pods. GPU ranks keep busy-polling.
-    yield_idle = [] if k.worker_gpus() else mca_options(MPI_ENV)
-    return [
-        "-np",
-        str(ranks),
-        *MPIRUN_OPTIONS,
-        *yield_idle,
-        *[arg for name in MPIRUN_EXPORTS for arg in ("-x", name)],
-        "distrain",
-        *worker_args(config_path),
-    ]
+def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, mpirun_args: list[str]) -> dict:
+    """The MPIJob of a Horovod run: ``cfg.run.processes`` ranks, one per worker slot.
 
-
-def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
-    """The MPIJob of a Horovod run: ``cfg.run.processes`` ranks, one per worker slot."""
+    ``mpirun_args``: the launcher's mpirun arguments (the Horovod engine's,
+    :func:`distrain.train.horovod.cluster_mpirun_args`).
+    """
     ranks, slots = _ranks_and_slots(cfg, k)
     image = k.resolved_image()
     launcher = {
         "name": "launcher",
         "image": image,
         "command": ["mpirun"],
-        "args": _mpirun_args(k, ranks, config_path),
+        "args": mpirun_args,
         "env": _env(),
         "resources": {
             "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -245,7 +230,7 @@ def mpijob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -
     }
 
 
-def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str) -> dict:
+def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, mpirun_args: list[str]) -> dict:
     """The Kubeflow Trainer v2 TrainJob of a sync run (``launcher=trainjob``).
 
     It refers to distrain's Horovod ClusterTrainingRuntime (``manifests/trainer/``):
@@ -294,7 +279,7 @@ def trainjob(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: str)
         },
         "trainer": {
             "command": ["mpirun"],
-            "args": _mpirun_args(k, ranks, config_path),
+            "args": mpirun_args,
             "env": _env(),
             "numNodes": nodes,
             "numProcPerNode": slots,

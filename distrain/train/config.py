@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
+
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
 # The runs a pipeline compares unless told otherwise: every mode once.
@@ -26,14 +28,6 @@ PIPELINE_SETTINGS = (
 )
 # TrainConfig's fields that say where and what, not how: every other field is a setting.
 _NOT_SETTINGS = ("data_dir", "output_dir", "run")
-
-
-class ConfigError(ValueError):
-    """A run spec or a training setting is invalid."""
-
-
-class TrainingError(RuntimeError):
-    """Training could not run or did not finish."""
 
 
 @dataclass(frozen=True)

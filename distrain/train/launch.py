@@ -1,177 +1,106 @@
 """Starting a training run's processes on this machine, and the commands that do it.
 
-The mode says which processes a run has (:meth:`distrain.train.modes.Mode.local_processes`);
+A mode's engine says which processes a run has (:class:`Engine`, and its Horovod and
+parameter-server kinds in :mod:`distrain.train.horovod` and :mod:`distrain.train.ps.mode`);
 this module starts them, each made to die with the launcher, watches them, and stops
-every one when the run's main process ends. The helpers below build the commands the
-modes use: ``distrain worker`` and ``distrain server``, and Horovod's ranks under
-``mpirun`` (as the MPIJob's launcher runs them on a cluster) or ``horovodrun``.
+every one when the run's main process ends. It also holds the ``distrain worker`` and
+``distrain server`` commands every engine starts, and reads the errors they record.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.util
 import json
 import os
 import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from distrain.errors import ConfigError, TrainingError
 from distrain.progress import Progress
-from distrain.train.config import ConfigError, TrainConfig, TrainingError
-from distrain.train.worker import ERRORS_DIR
 
-# [sync, MPI] mpirun's options, the same on a cluster (the MPIJob's launcher) and here: no
-# binding by mpirun (each rank binds itself, see worker.bind_rank_to_cores), and TCP or
-# shared memory rather than InfiniBand's verbs.
-MPIRUN_OPTIONS = [
-    "-bind-to",
-    "none",
-    "-map-by",
-    "slot",
-    "-mca",
-    "pml",
-    "ob1",
-    "-mca",
-    "btl",
-    "^openib",
-]
-# [sync, MPI] What ranks on other hosts (over ssh) need of the launcher's environment; local
-# ranks are mpirun's children and inherit all of it.
-MPIRUN_EXPORTS = ["PATH", "LD_LIBRARY_PATH", "TF_USE_LEGACY_KERAS", "PYTHONUNBUFFERED"]
-# [sync, MPI] A local run's ranks talk over loopback only: nothing on another host can
-# reach their unauthenticated TCP ports. (TensorFlow's gRPC servers, the parameter-server
-# modes', bind every interface whatever the cluster spec says; on a cluster each run's
-# NetworkPolicy admits its own pods only, see distrain.k8s.objects.network_policy.)
-MPIRUN_LOOPBACK = ["-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
-# [sync, MPI] Open MPI settings of local runs (and of CPU ranks on a cluster, given to the
-# MPIJob's mpirun as -mca options). A rank's waits yield its core instead of
-# spinning on it: the ranks share their cores with TensorFlow's compute threads, and Open
-# MPI's default busy-polling cost sync:2 a third of its throughput on 2 cores.
-MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
-
-# Open MPI refuses to start as root (as in many containers) unless told that it is meant.
-MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+if TYPE_CHECKING:
+    from distrain.train.config import TrainConfig
+# Where each failed training process records its error (``distrain.train.worker``), for
+# the launcher to say why the run failed (:func:`process_failure`).
+ERRORS_DIR = "errors"
 
 
-def mca_options(env: dict[str, str]) -> list[str]:
-    """``OMPI_MCA_<name>`` settings as mpirun's ``-mca <name> <value>`` options."""
-    prefix = "OMPI_MCA_"
-    return [
-        arg
-        for key, value in env.items()
-        if key.startswith(prefix)
-        for arg in ("-mca", key.removeprefix(prefix), value)
-    ]
+@dataclass(frozen=True)
+class Process:
+    """One local process of a run, as the launcher starts it.
 
-
-def venv_tool(name: str) -> str | None:
-    """``name`` next to this Python (a venv's bin/, where setup puts it), else on PATH."""
-    local = Path(sys.executable).with_name(name)
-    return str(local) if local.exists() else shutil.which(name)
-
-
-def _horovodrun() -> str:
-    found = venv_tool("horovodrun")
-    if not found:  # an installation to fix, not a failure to retry
-        raise ConfigError(
-            "horovodrun not found: sync mode needs Horovod (run scripts/setup.sh, which builds it)"
-        )
-    return found
-
-
-@functools.cache
-def mpi_controller_available() -> bool:
-    """Whether sync runs can use Horovod's MPI controller here.
-
-    True when ``mpirun`` is at hand and Horovod's TensorFlow extension links ``libmpi``.
-    The extension's dynamic section is read, not the extension imported: importing it would
-    load TensorFlow into the launcher (each rank's ``hvd.init()`` still fails clearly on a
-    build without MPI).
+    Attributes:
+        name: ``role:index`` (``chief``, ``ps:0``, ``worker:1``).
+        command: The command line.
+        env: Variables added to the run's environment.
+        log: Its output goes to this file (None: the launcher's own output).
+        main: The run ends when this process does (exactly one per run).
+        critical: The run fails at once if this process ends first (a parameter server).
+        what: How a failure names it (``parameter server ps:0``).
+        stacks_on_timeout: It is a ``distrain`` process: SIGUSR1 prints its threads' stacks.
     """
-    spec = importlib.util.find_spec("horovod")
-    if not venv_tool("mpirun") or spec is None or not spec.submodule_search_locations:
-        return False
-    package = Path(next(iter(spec.submodule_search_locations)))
-    return any(
-        name.startswith("libmpi.so")
-        for so in package.glob("tensorflow/mpi_lib*.so")
-        for name in elf_needed(so)
-    )
+
+    name: str
+    command: list[str]
+    env: dict = field(default_factory=dict)
+    log: Path | None = None
+    main: bool = False
+    critical: bool = False
+    what: str = ""
+    stacks_on_timeout: bool = False
 
 
-def elf_needed(path: Path) -> list[str]:
-    """The libraries a 64-bit little-endian ELF file names as ``DT_NEEDED``.
+class Engine:
+    """How a mode's processes start and exchange: the engine a mode chooses.
 
-    Reads the section headers, the dynamic section and its string table: a few KB, not the
-    whole file (Horovod's extension is about 50 MB).
+    This one is a single process (``single``): no ranks, no servers, no cluster job. The
+    two transports are its kinds: :class:`distrain.train.horovod.Horovod` (ranks under
+    ``mpirun`` or ``horovodrun``, an MPIJob on Kubernetes) and
+    :class:`distrain.train.ps.mode.ParameterServers` (a chief, workers and parameter
+    servers, Jobs on Kubernetes). A mode names its engine
+    (:attr:`distrain.train.modes.Mode.engine`) and asks it; only the lines where the
+    mode departs from its engine are its own.
     """
-    with open(path, "rb") as f:
 
-        def read(offset: int, size: int) -> bytes:
-            f.seek(offset)
-            return f.read(size)
+    def local_processes(self, mode, cfg, config_path: Path, logs: Path) -> list[Process]:
+        """The processes of ``mode``'s run on this machine (one of them ``main``)."""
+        return [Process("chief", worker_command(config_path), main=True, stacks_on_timeout=True)]
 
-        header = read(0, 64)
-        if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
-            return []
-        (shoff,) = struct.unpack_from("<Q", header, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", header, 0x3A)
-        table = read(shoff, shnum * shentsize)
-        sections = [struct.unpack_from("<IIQQQQII", table, i * shentsize) for i in range(shnum)]
-        needed = []
-        for _, kind, _, _, offset, size, link, _ in sections:
-            if kind != 6:  # SHT_DYNAMIC
-                continue
-            strings_offset = sections[link][4]
-            entries = read(offset, size)
-            for tag, value in struct.iter_unpack("<qQ", entries):
-                if tag == 1:  # DT_NEEDED
-                    name = read(strings_offset + value, 256).split(b"\0", 1)[0]
-                    needed.append(name.decode())
-        return needed
+    def check_kubernetes(self, mode, cfg) -> None:
+        """Refuses, before any work, settings the engine cannot honour on Kubernetes."""
 
+    def kubernetes_objects(self, mode, cfg, k, name: str, config_path: str) -> list[dict]:
+        """The Kubernetes objects the run becomes.
 
-def sync_controller(cfg: TrainConfig) -> str:
-    """[sync] ``mpi`` or ``gloo``: the run's :attr:`TrainConfig.controller`, resolved.
+        Raises:
+            ConfigError: The run cannot be a cluster job, or not with these settings.
+        """
+        raise ConfigError(f"{mode.spec.name} runs in the step's own pod, not as a cluster job")
 
-    Raises:
-        ConfigError: ``mpi`` was asked for and this Horovod or machine lacks it.
-    """
-    elastic = getattr(cfg.run.impl, "elastic", False)
-    if cfg.controller == "gloo" or (cfg.controller == "auto" and elastic):
-        return "gloo"
-    if mpi_controller_available():
-        return "mpi"
-    if cfg.controller == "mpi":
-        raise ConfigError(
-            f"[{cfg.run.name}] controller 'mpi' needs mpirun and a Horovod built with MPI "
-            "(scripts/setup.sh installs Open MPI into .venv and builds it); use 'gloo' or 'auto'"
-        )
-    return "gloo"
+    def trainjob_objects(self, mode, cfg, k, name: str, config_path: str) -> list[dict]:
+        """The objects the run becomes with ``launcher=trainjob`` (Kubeflow Trainer v2).
+
+        By default the same as :meth:`kubernetes_objects`.
+        """
+        return self.kubernetes_objects(mode, cfg, k, name, config_path)
+
+    def columns(self, run: dict, history: dict) -> dict:
+        """The engine's cells of the comparison table: servers, aggregation, transport."""
+        return {"parameter_servers": 0, "aggregation": None, "transport": None}
 
 
-def horovod_env(cfg: TrainConfig) -> dict[str, str]:
-    """[sync] Environment Horovod's ranks need on top of the run's own (MPI's settings)."""
-    if sync_controller(cfg) != "mpi":
-        return {}
-    env = dict(MPI_ENV, **(MPI_ROOT_ENV if os.geteuid() == 0 else {}))
-    env = {key: value for key, value in env.items() if key not in os.environ}  # yours win
-    mpirun_dir = Path(venv_tool("mpirun")).parent
-    if mpirun_dir == Path(sys.executable).parent:
-        # PyPI's Open MPI (setup's, in the venv) looks for its own files under the prefix
-        # it was built in, unless told where it was installed.
-        env["OPAL_PREFIX"] = str(mpirun_dir.parent)
-    return env
+#: The engine of a one-process mode (single).
+ONE_PROCESS = Engine()
 
 
 def main_process(cfg: TrainConfig, config_path: str | os.PathLike):
@@ -218,76 +147,9 @@ def server_command(threads: int, output_dir: str | os.PathLike = "") -> list[str
     return [*LOCAL_PREFIX, *server_args(threads, output_dir)]
 
 
-def local_host_aliases() -> list[str]:
-    """Distinct names of this machine: ``localhost``, ``127.0.0.1``, its hostname, its IPs.
-
-    Elastic Horovod counts a failed worker against its host and drops the host; given one
-    slot per name, a lost local worker takes only its own slot with it.
-    """
-    import psutil
-
-    local = {
-        a.address
-        for addresses in psutil.net_if_addrs().values()
-        for a in addresses
-        if a.family == socket.AF_INET
-    }
-    names = ["localhost", "127.0.0.1", socket.gethostname(), *sorted(local)]
-    aliases = []
-    for name in names:
-        try:
-            address = socket.gethostbyname(name)
-        except OSError:
-            continue
-        if address in local and name not in aliases:
-            aliases.append(name)
-    return aliases
-
-
-def host_discovery_script(path: Path, slots: int) -> Path:
-    """[sync, elastic] The script horovodrun polls for hosts: ``slots`` local slots.
-
-    One slot per local alias while there are aliases, the rest on the last one.
-    """
-    aliases = local_host_aliases()[:slots] or ["localhost"]
-    counts = [1] * len(aliases)
-    counts[-1] += slots - len(aliases)
-    lines = "".join(f"echo {name}:{count}\n" for name, count in zip(aliases, counts, strict=True))
-    path.write_text("#!/bin/sh\n# Written by distrain: this machine's slots.\n" + lines)
-    path.chmod(0o755)
-    return path
-
-
 def launch_command(cfg: TrainConfig, config_path: str | os.PathLike) -> list[str]:
     """The command of the run's main process (for parameter-server modes: the chief's)."""
     return main_process(cfg, config_path).command
-
-
-def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
-    """[sync] ``cmd`` started as ``cfg.run.processes`` ranks on this machine."""
-    n = cfg.run.processes
-    if sync_controller(cfg) == "mpi":
-        # [sync, MPI] mpirun itself, as the MPIJob's launcher runs it (horovodrun --mpi
-        # would put a shell between it and this process, which a killed launcher orphans).
-        hosts = ["-H", f"localhost:{n}"]
-        return [venv_tool("mpirun"), "-np", str(n), *hosts, *MPIRUN_OPTIONS, *MPIRUN_LOOPBACK, *cmd]
-    low = cfg.run.option("min")
-    if low is not None:  # [sync, elastic] between min and n ranks, hosts found by a script
-        script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
-        hosts = ["--min-np", str(low), "--max-np", str(n)]
-        hosts += ["--host-discovery-script", str(script)]
-    else:
-        hosts = ["-H", f"localhost:{n}"]
-    return [
-        _horovodrun(),
-        "-np",
-        str(n),
-        *hosts,
-        "--gloo",
-        "--start-timeout",
-        str(cfg.start_timeout),
-        *cmd,
-    ]
 
 
 def free_ports(count: int) -> list[int]:
@@ -302,22 +164,6 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def cluster_spec(workers: int, parameter_servers: int) -> dict[str, list[str]]:
-    """A localhost cluster: one chief (the coordinator), the workers and the PS."""
-    ports = free_ports(1 + workers + parameter_servers)
-    addresses = [f"localhost:{p}" for p in ports]
-    return {
-        "chief": addresses[:1],
-        "worker": addresses[1 : 1 + workers],
-        "ps": addresses[1 + workers :],
-    }
-
-
-def tf_config(cluster: dict, task_type: str, index: int) -> str:
-    """The TF_CONFIG of one process of the cluster."""
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
 # A separate tiny process runs die_with_parent before the command, rather than

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="", help="the run's output folder (its errors/)")
     args = parser.parse_args(argv)
     try:
-        from distrain.train.ps import Role, start_server
+        from distrain.train.ps.roles import Role, start_server
 
         role = Role.from_environment()
         server = start_server(role, args.threads)

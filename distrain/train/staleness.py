@@ -1,7 +1,7 @@
 """Staleness statistics: how many updates lay between a gradient's parameters and its own.
 
 The rules that produce the delays (async, syncreplicas) run on the parameter servers:
-:mod:`distrain.train.ps`.
+:mod:`distrain.train.ps.chief`.
 """
 
 from __future__ import annotations

@@ -17,10 +17,11 @@ import traceback
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from distrain.failures import Failure, report
 from distrain.train.config import TrainConfig
-from distrain.train.runtime import bind_rank_to_cores, configure_tensorflow, die_with_launcher
-
-ERRORS_DIR = "errors"
+from distrain.train.horovod import bind_rank_to_cores, die_with_launcher
+from distrain.train.launch import ERRORS_DIR
+from distrain.train.runtime import configure_tensorflow
 
 
 def role() -> str:
@@ -43,8 +44,6 @@ def record_error(output_dir: str | os.PathLike, exc: BaseException) -> dict:
     The record has the one-line message, whether the error is transient, and the
     traceback (which the console shows only with ``--debug``).
     """
-    from distrain.failures import Failure
-
     who = role()
     record = Failure.of(who, exc).to_json()
     record["traceback"] = "".join(traceback.format_exception(exc))
@@ -70,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _train(cfg)
     except Exception as exc:  # noqa: BLE001 (recorded for the launcher, then one line)
-        from distrain.failures import Failure, report
-
         record_error(cfg.output_dir, exc)
         failure = Failure.of(f"[{cfg.run.name}] {role()}", exc)
         report(failure, exc)

@@ -28,7 +28,8 @@ def mnist_8k(tmp_path_factory) -> Path:
 
 
 def test_elastic_sync_command_gives_each_local_slot_its_own_host(tmp_path):
-    from distrain.train.launch import launch_command, local_host_aliases
+    from distrain.train.horovod import local_host_aliases
+    from distrain.train.launch import launch_command
 
     cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:3:min=2")
     cmd = launch_command(cfg, "c.json")

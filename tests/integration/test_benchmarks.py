@@ -11,7 +11,6 @@ from benchmarks.render import render_markdown
 from benchmarks.sections import targets
 from benchmarks.sections.preprocessing import _per_record
 from benchmarks.sections.training import bracketed, interleave, paired_efficiency
-
 from tests.conftest import ROOT
 
 

@@ -13,7 +13,7 @@ from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL, build_objects
 from distrain.k8s.validate import ManifestError, validate_all, validate_object
 from distrain.train.config import ConfigError, TrainConfig
-from distrain.train.launch import mca_options
+from distrain.train.horovod import mca_options
 from tests.conftest import ROOT
 
 MANIFESTS = ROOT / "manifests"

@@ -10,18 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distrain.train import launch
+from distrain.train import horovod, launch
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.horovod import MPIRUN_OPTIONS, horovod_env, sync_controller
 from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
-from distrain.train.launch import (
-    MPIRUN_OPTIONS,
-    horovod_env,
-    launch_command,
-    launch_env,
-    run_training,
-    sync_controller,
-    worker_command,
-)
+from distrain.train.launch import launch_command, launch_env, run_training, worker_command
 
 
 def test_shard_size_matches_dataset_shard():
@@ -69,7 +62,7 @@ def _sync(tmp_path, run="sync:2", controller="auto"):
 
 @pytest.mark.parametrize("built", [True, False])
 def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monkeypatch, built):
-    monkeypatch.setattr(launch, "mpi_controller_available", lambda: built)
+    monkeypatch.setattr(horovod, "mpi_controller_available", lambda: built)
     auto = _sync(tmp_path)
     assert sync_controller(auto) == ("mpi" if built else "gloo")
     cmd = launch_command(auto, "c.json")
@@ -94,7 +87,7 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
         # Waits yield the core the rank's compute threads need.
         assert env["OMPI_MCA_mpi_yield_when_idle"] == "1"
         # PyPI's Open MPI in the venv is told where it was installed.
-        assert env["OPAL_PREFIX"] == str(Path(launch.venv_tool("mpirun")).parent.parent)
+        assert env["OPAL_PREFIX"] == str(Path(horovod.venv_tool("mpirun")).parent.parent)
         assert sync_controller(_sync(tmp_path, controller="mpi")) == "mpi"
     else:
         assert horovod_env(auto) == {}
@@ -106,9 +99,9 @@ def test_sync_controller_is_mpi_where_built_and_gloo_when_elastic(tmp_path, monk
 def test_elf_needed_lists_a_binarys_libraries(tmp_path):
     import shutil
 
-    assert "libc.so.6" in launch.elf_needed(Path(shutil.which("ls")))
+    assert "libc.so.6" in horovod.elf_needed(Path(shutil.which("ls")))
     (tmp_path / "text.so").write_text("not an ELF file")
-    assert launch.elf_needed(tmp_path / "text.so") == []
+    assert horovod.elf_needed(tmp_path / "text.so") == []
 
 
 def test_controller_is_checked_with_the_config(tmp_path):
@@ -203,7 +196,7 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
 
 _PRIORITIES = """
 import json, os, sys, threading
-from distrain.train.runtime import start_horovod
+from distrain.train.horovod import start_horovod
 main = threading.get_native_id()
 hvd, lowered = start_horovod(sys.argv[1] == "idle")
 policies = {t: os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
@@ -315,7 +308,7 @@ def test_sync_is_never_stale(mnist_examples, tmp_path):
 
 
 def test_sync_ranks_bind_to_their_own_cores(monkeypatch):
-    from distrain.train import runtime as worker
+    from distrain.train import horovod as worker
 
     calls = []
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
@@ -339,7 +332,7 @@ def test_a_dead_parameter_server_is_named_even_when_the_chief_fails_right_after(
     mnist_examples, tmp_path, monkeypatch
 ):
     """Both end between two of the launcher's looks: the cause named is the server."""
-    from distrain.train.modes import Process
+    from distrain.train.launch import Process
     from distrain.train.modes.asynchronous import Async
 
     def processes(self, cfg, config_path, logs):

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from distrain.train.config import TrainConfig
-from distrain.train.launch import launch_env, sync_command
+from distrain.train.horovod import sync_command
+from distrain.train.launch import launch_env
 
 
 def run_on_ranks(tmp_path, script: str, *args: str, ranks: int = 2, **cfg_kw) -> list[dict]:

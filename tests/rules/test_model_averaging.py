@@ -23,7 +23,8 @@ from distrain.train.config import TrainConfig
 from distrain.train.modes.avg import AverageSteps
 from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import Group, Replica
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.horovod import start_horovod
+from distrain.train.runtime import configure_tensorflow
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from distrain.costmodel import stage_bounds
 from distrain.train.config import ConfigError, TrainConfig
-from distrain.train.modes.pipeline import stage_bounds
 from tests.rules.ranks import run_on_ranks
 
 
@@ -50,7 +50,8 @@ from distrain.train.inputs import DatasetInfo
 from distrain.train.models import build_model
 from distrain.train.modes.pipeline import PipelineReplica
 from distrain.train.replica import batch_gradients
-from distrain.train.runtime import configure_tensorflow, keep_collectives_in_order, start_horovod
+from distrain.train.horovod import keep_collectives_in_order, start_horovod
+from distrain.train.runtime import configure_tensorflow
 from distrain.train.split import ModelGroup
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())

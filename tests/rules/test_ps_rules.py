@@ -14,6 +14,11 @@ import pytest
 from distrain.train.config import TrainConfig
 from distrain.train.inputs import DatasetInfo
 from distrain.train.launch import free_ports
+from distrain.train.ps import chief as chief_module
+from distrain.train.ps.chief import Chief
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mirror import Mirror
+from distrain.train.ps.roles import Role, start_server
 
 LR = 0.01
 
@@ -51,8 +56,6 @@ class Cluster:
     def __init__(self, tmp_path, rule_for, sparse: bool = False):
         import tensorflow as tf
 
-        from distrain.train import ps
-
         ports = free_ports(5)
         self.cluster = {
             "ps": [f"localhost:{ports[0]}"],
@@ -63,15 +66,15 @@ class Cluster:
         self.cfg = TrainConfig(
             data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:3", learning_rate=LR
         )
-        self.tf, self.ps = tf, ps
+        self.tf = tf
         self.servers = {}
         for job, addresses in self.cluster.items():
             for i in range(len(addresses)):
-                role = ps.Role(self.cluster, job, i)
-                self.servers[job, i] = ps.start_server(role, 1)
+                role = Role(self.cluster, job, i)
+                self.servers[job, i] = start_server(role, 1)
         self.workers = []
         for i in range(3):
-            g = ps.PSGraph(self.cfg, info, ps.Role(self.cluster, "worker", i), rule_for())
+            g = PSGraph(self.cfg, info, Role(self.cluster, "worker", i), rule_for())
             with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{i}"):
                 _, variables = g.rule.trained(g)  # the shared variables, or a copy (easgd)
                 grads = [tf.compat.v1.placeholder(v.dtype, v.shape) for v in variables]
@@ -94,7 +97,7 @@ class Cluster:
                     wait = tf.constant(False)
             sess = g.session(self.servers["worker", i])
             self.workers.append((g, sess, grads, read, go_on, done, wait))
-        chief = ps.Chief(self.cfg, info, ps.Role(self.cluster, "chief", 0), rule_for())
+        chief = Chief(self.cfg, info, Role(self.cluster, "chief", 0), rule_for())
         self.chief = chief
         chief.sess = chief.g.session(self.servers["chief", 0])
         chief.sess.run(chief.init)
@@ -141,13 +144,11 @@ class Cluster:
 
 @pytest.fixture
 def graph_rule(tmp_path):
-    from distrain.train import ps
 
     def make(rule_for):
         return Cluster(tmp_path, rule_for)
 
     yield make
-    ps  # noqa: B018 (imported for the fixture's users)
 
 
 def test_syncreplicas_averages_two_fresh_gradients_and_drops_the_stale_one(graph_rule):
@@ -431,9 +432,7 @@ def test_the_chief_lets_the_workers_go_together_but_waits_for_no_absent_one(monk
     import time
     import types
 
-    from distrain.train import ps
-
-    chief = object.__new__(ps.Chief)
+    chief = object.__new__(Chief)
     joined = iter([0, 1, 2])
     chief.sess = types.SimpleNamespace(run=lambda _: next(joined))
     chief.g, chief.role = types.SimpleNamespace(joined=None), types.SimpleNamespace(workers=2)
@@ -441,7 +440,7 @@ def test_the_chief_lets_the_workers_go_together_but_waits_for_no_absent_one(monk
     with pytest.raises(StopIteration):
         next(joined)
     # A worker that never comes: the chief goes on without it after JOIN_SECONDS.
-    monkeypatch.setattr(ps, "JOIN_SECONDS", 0.2)
+    monkeypatch.setattr(chief_module, "JOIN_SECONDS", 0.2)
     chief.sess = types.SimpleNamespace(run=lambda _: 1)
     start = time.monotonic()
     chief.wait_for_workers()
@@ -458,7 +457,6 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
     """
     import tensorflow as tf
 
-    from distrain.train import ps
     from distrain.train.modes.asynchronous import AsyncRule
     from distrain.train.replica import batch_gradients
 
@@ -470,10 +468,8 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
     }
     info = tiny_info(tmp_path, 3)
     cfg = TrainConfig(data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:1", model=model)
-    servers = {
-        job: ps.start_server(ps.Role(cluster, job, 0), 1) for job in ("ps", "worker", "chief")
-    }
-    chief = ps.Chief(cfg, info, ps.Role(cluster, "chief", 0), AsyncRule())
+    servers = {job: start_server(Role(cluster, job, 0), 1) for job in ("ps", "worker", "chief")}
+    chief = Chief(cfg, info, Role(cluster, "chief", 0), AsyncRule())
     g = chief.g
     with g.graph.as_default():
         moved = [v.assign_add(0.1 * tf.ones_like(v) + 0.05 * tf.sign(v)) for v in g.variables]
@@ -483,16 +479,16 @@ def test_a_workers_mirror_differentiates_the_shared_values_and_packs_the_push(tm
     chief.sess.run(moved)
     shared = chief.sess.run(g.variables)
 
-    w = ps.PSGraph(cfg, info, ps.Role(cluster, "worker", 0), AsyncRule())
+    w = PSGraph(cfg, info, Role(cluster, "worker", 0), AsyncRule())
     with w.graph.as_default(), tf.compat.v1.device("/job:worker/task:0"):
         x = tf.compat.v1.placeholder(tf.float32, [4, 2, 2])
         y = tf.compat.v1.placeholder(tf.int32, [4])
         with tf.compat.v1.device("/job:ps/task:0"):
             read = w.version.read_value()
-        mirror = ps.Mirror(w, read)
+        mirror = Mirror(w, read)
         with tf.control_dependencies([mirror.refresh]):
             _, _, grads = batch_gradients(mirror.model, mirror.variables, x, y, w.task)
-        assert ps.Mirror.fits(mirror.model, grads)
+        assert Mirror.fits(mirror.model, grads)
         pushed = w.staged(grads)
     assert {t.device for t in pushed} == {w.variables[0].device}  # on the parameter server
     sess = w.session(servers["worker"])

@@ -18,7 +18,7 @@ import distrain  # noqa: F401
 import numpy as np
 import tensorflow as tf
 from distrain.train.replica import allreduce_gradients
-from distrain.train.runtime import start_horovod
+from distrain.train.horovod import start_horovod
 
 hvd, _ = start_horovod(False)
 r = hvd.rank()
@@ -44,7 +44,8 @@ import numpy as np
 from distrain.train.config import TrainConfig
 from distrain.train.modes.sync import SyncSteps
 from distrain.train.replica import Group, Replica
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.horovod import start_horovod
+from distrain.train.runtime import configure_tensorflow
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)

@@ -23,7 +23,8 @@ from distrain.train.config import TrainConfig
 from distrain.train.inputs import DatasetInfo
 from distrain.train.models import build_model
 from distrain.train.replica import batch_gradients
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.horovod import start_horovod
+from distrain.train.runtime import configure_tensorflow
 from distrain.train.split import ColumnDense, ModelGroup, parameters, split_model, whole_weights
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
@@ -106,7 +107,8 @@ from distrain.train.config import TrainConfig
 from distrain.train.inputs import DatasetInfo
 from distrain.train.models import build_model
 from distrain.train.replica import batch_gradients
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.horovod import start_horovod
+from distrain.train.runtime import configure_tensorflow
 from distrain.train.split import ColumnLayer, ModelGroup, split_model, whole_weights
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
@@ -259,7 +261,8 @@ from distrain.train.inputs import DatasetInfo
 from distrain.train.models import build_model
 from distrain.train.modes.hybrid import groups, layout, process_sets
 from distrain.train.replica import allreduce_gradients, batch_gradients
-from distrain.train.runtime import configure_tensorflow, start_horovod
+from distrain.train.horovod import start_horovod
+from distrain.train.runtime import configure_tensorflow
 from distrain.train.split import ColumnDense, split_model
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
@@ -327,7 +330,7 @@ def test_hybrid_gradients_are_the_unsplit_models_mean_over_the_data_groups(
 
 
 def test_hybrid_spec_counts_every_rank(tmp_path):
-    from distrain.train.launch import sync_command
+    from distrain.train.horovod import sync_command
 
     cfg = TrainConfig(data_dir=str(tmp_path), output_dir="o", run="hybrid:1:2")
     assert cfg.run.name == "hybrid:1:2" and str(cfg.run) == "hybrid:1:model=2"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks.render import BEGIN, END, update_readme
-
 from tests.conftest import ROOT
 
 README = ROOT / "README.md"

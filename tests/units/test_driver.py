@@ -298,27 +298,72 @@ def test_nothing_outside_the_modes_branches_on_a_mode_name():
 
 
 def test_no_import_cycle_in_distrain_train():
+    """Every import counts, inside functions too (not those only for type checking).
+
+    Over ``distrain/train`` (modes, both engines, launch, config) with the cost model,
+    the shared errors and the Kubernetes objects the engines build.
+    """
     import ast
 
-    package = ROOT / "distrain" / "train"
+    paths = [
+        *(ROOT / "distrain" / "train").rglob("*.py"),
+        *(ROOT / "distrain" / "k8s").rglob("*.py"),
+        ROOT / "distrain" / "costmodel.py",
+        ROOT / "distrain" / "errors.py",
+    ]
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in paths
+    }
     graph: dict[str, set[str]] = {}
-    for path in package.rglob("*.py"):
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for statement in node.body
+            for inner in ast.walk(statement)
+        }
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.col_offset == 0:
-                if node.module.startswith("distrain.train"):
-                    deps.add(node.module)
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            deps.update(name for name in names if name in modules and name != module)
         graph[module] = deps
 
     def visit(module, trail):
         if module in trail:
-            raise AssertionError(" -> ".join([*trail, module]))
-        for dep in graph.get(module, ()):
+            raise AssertionError(" -> ".join([*trail[trail.index(module) :], module]))
+        for dep in sorted(graph.get(module, ())):
             visit(dep, [*trail, module])
 
     for module in graph:
         visit(module, [])
+
+
+def test_every_mode_names_an_engine_and_inherits_no_other_mode():
+    """Modes choose an engine (one process, Horovod, parameter servers), not a parent mode."""
+    from distrain.train.horovod import Horovod
+    from distrain.train.launch import Engine
+    from distrain.train.modes import mode_class, mode_names
+    from distrain.train.ps.mode import ParameterServers
+
+    registered = {mode_class(name) for name in mode_names()}
+    for name in mode_names():
+        cls = mode_class(name)
+        assert isinstance(cls.engine, Engine), name
+        inherited = [base.name for base in cls.__mro__[1:] if base in registered]
+        assert not inherited, f"{name} inherits {inherited}"
+    assert isinstance(mode_class("tensor").engine, Horovod)
+    assert isinstance(mode_class("async").engine, ParameterServers)
+    assert type(mode_class("single").engine) is Engine
 
 
 def test_sync_epoch_totals_sum_the_ranks_sums_but_not_the_examples_seen():

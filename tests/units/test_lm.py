@@ -185,7 +185,8 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
     # [ps] The optimizer that applies a parameter-server run's updates (on the servers)
     # anneals over the updates the chief counts, as every mode's does.
     from distrain.train.modes.asynchronous import AsyncRule
-    from distrain.train.ps import PSGraph, Role
+    from distrain.train.ps.graph import PSGraph
+    from distrain.train.ps.roles import Role
 
     cluster = {"ps": ["localhost:1"], "worker": ["localhost:2", "localhost:3"]}
     shared = PSGraph(other.cfg, other.info, Role(cluster, "worker", 0), AsyncRule())

@@ -1,9 +1,11 @@
 """Training modes as plugins: one module per mode, registered by name.
 
 A mode is one :class:`Mode` subclass in one module of this package, as Beam keeps one
-package per runner behind a name. It parses its own run-spec options, says how its
-processes are started on this machine and on Kubernetes, trains in the processes it
-started, and names its columns in the comparison. Nothing outside this package branches
+package per runner behind a name. It parses its own run-spec options, names the engine
+that starts its processes on this machine and on Kubernetes (one process, Horovod's
+ranks in :mod:`distrain.train.horovod`, or parameter servers in
+:mod:`distrain.train.ps`), trains in the processes it started, and names its columns in
+the comparison. Nothing outside this package branches
 on a mode's name: the launcher, the Kubernetes objects and the comparison ask the mode.
 
 Adding a mode: a module here with a :func:`register`-ed subclass, its name in
@@ -14,11 +16,11 @@ from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from distrain.train.config import ConfigError
+from distrain.errors import ConfigError
+from distrain.train.launch import ONE_PROCESS, Engine, Process
 
 # The modules of the built-in modes, in the order the comparison lists them.
 BUILT_IN = (
@@ -88,33 +90,12 @@ def mode_for(spec) -> Mode:
     return mode_class(spec.mode).variant(spec.options_dict())(spec)
 
 
-@dataclass(frozen=True)
-class Process:
-    """One local process of a run, as the launcher starts it.
-
-    Attributes:
-        name: ``role:index`` (``chief``, ``ps:0``, ``worker:1``).
-        command: The command line.
-        env: Variables added to the run's environment.
-        log: Its output goes to this file (None: the launcher's own output).
-        main: The run ends when this process does (exactly one per run).
-        critical: The run fails at once if this process ends first (a parameter server).
-        what: How a failure names it (``parameter server ps:0``).
-        stacks_on_timeout: It is a ``distrain`` process: SIGUSR1 prints its threads' stacks.
-    """
-
-    name: str
-    command: list[str]
-    env: dict = field(default_factory=dict)
-    log: Path | None = None
-    main: bool = False
-    critical: bool = False
-    what: str = ""
-    stacks_on_timeout: bool = False
-
-
 class Mode:
-    """A way of training: its spec options, its processes, its training, its columns.
+    """A way of training: its spec options, its engine, its training, its columns.
+
+    The mode names its :attr:`engine` (one process, Horovod's ranks, or parameter
+    servers), which starts its processes here and on Kubernetes; the mode adds only what
+    departs from it.
 
     Args:
         spec: The run spec (already checked by :meth:`check`).
@@ -133,6 +114,8 @@ class Mode:
     #: models (:mod:`distrain.lm`) then train on contiguous streams, one per batch row.
     #: Modes that do not carry it train them on shuffled windows from a zero state.
     carries_state: ClassVar[bool] = False
+    #: How the run's processes start and exchange (:class:`distrain.train.launch.Engine`).
+    engine: ClassVar[Engine] = ONE_PROCESS
 
     def __init__(self, spec):
         self.spec = spec
@@ -203,36 +186,35 @@ class Mode:
     # ---- processes ---------------------------------------------------------------------
 
     def local_processes(self, cfg, config_path: Path, logs: Path) -> list[Process]:
-        """The processes of a run on this machine (one of them ``main``)."""
-        from distrain.train.launch import worker_command
-
-        return [Process("chief", worker_command(config_path), main=True, stacks_on_timeout=True)]
+        """The processes of a run on this machine (one of them ``main``): the engine's."""
+        return self.engine.local_processes(self, cfg, config_path, logs)
 
     def needs_cluster(self) -> bool:
         """Whether, on Kubernetes, the run needs pods of its own (else the step's pod runs it)."""
         return self.processes() > 1  # hybrid:1:2 is one data group of two ranks
 
     def kubernetes_objects(self, cfg, k, name: str, config_path: str) -> list[dict]:
-        """The Kubernetes objects the run becomes.
+        """The Kubernetes objects the run becomes: the engine's.
 
         Raises:
             ConfigError: The mode cannot run as a cluster job, or not with these settings.
         """
-        raise ConfigError(f"{self.spec.name} runs in the step's own pod, not as a cluster job")
+        return self.engine.kubernetes_objects(self, cfg, k, name, config_path)
 
     def trainjob_objects(self, cfg, k, name: str, config_path: str) -> list[dict]:
         """The objects the run becomes with ``launcher=trainjob`` (Kubeflow Trainer v2).
 
-        By default the same as :meth:`kubernetes_objects`: a mode that Trainer v2.3 has no
-        runtime for (the parameter-server modes: Trainer dropped TFJob) keeps its Jobs.
+        The engine's: a mode that Trainer v2.3 has no runtime for (the parameter-server
+        modes: Trainer dropped TFJob) keeps its Jobs.
 
         Raises:
             ConfigError: The mode cannot run as a cluster job, or not with these settings.
         """
-        return self.kubernetes_objects(cfg, k, name, config_path)
+        return self.engine.trainjob_objects(self, cfg, k, name, config_path)
 
     def check_kubernetes(self, cfg) -> None:
         """Refuses, before any work, settings this mode cannot honour on Kubernetes."""
+        self.engine.check_kubernetes(self, cfg)
 
     # ---- training (in a process the mode started) -------------------------------------
 
@@ -269,4 +251,4 @@ class Mode:
             run: The run's ``history["run"]``.
             history: The run's history.
         """
-        return {"parameter_servers": 0, "aggregation": None, "transport": None}
+        return cls.engine.columns(run, history)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from distrain.train.modes import register
-from distrain.train.ps import ParameterServerMode, PSGraph, PushRule, arrived
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mode import ParameterServerMode
+from distrain.train.ps.rules import PushRule
+from distrain.train.ps.transport import arrived
 
 
 class AsyncRule(PushRule):

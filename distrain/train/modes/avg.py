@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import FLOAT, ring_step
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
+from distrain.train.horovod import HOROVOD, controller, start_horovod
+from distrain.train.inputs import make_dataset
+from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
-from distrain.train.modes.sync import Sync
+from distrain.train.replica import VAL_BATCH, Group, Replica
 
 # With weights=accuracy, every this-many-th record of a rank's shard is held back from its
 # training and scores the rank's replica before each exchange (5 %).
@@ -66,9 +69,6 @@ class AverageSteps(LocalSteps):
         return r.train_shard(self.cfg.seed + r.rank, **selection)
 
     def _held_out_dataset(self):
-        from distrain.train.inputs import make_dataset
-        from distrain.train.replica import VAL_BATCH
-
         r = self.replica
         g = r.group
         return make_dataset(
@@ -154,7 +154,7 @@ class AverageSteps(LocalSteps):
 
     def history(self) -> dict:
         return {
-            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            "controller": controller(self.hvd),
             "communication_rounds": self.rounds,
             "bytes_per_worker": self.bytes_per_worker(),
             "divergence": self.divergence,
@@ -162,10 +162,11 @@ class AverageSteps(LocalSteps):
 
 
 @register
-class Average(Sync):
+class Average(Mode):
     """Periodic model averaging over Horovod: local steps, an allreduce of weights every K."""
 
     name = "avg"
+    engine = HOROVOD  # [avg] Horovod's ranks; their allreduce averages the weights
     carries_state = False  # [avg] its held-out slices are records, not streams
     options = {
         "period": "steps between exchanges (required)",
@@ -197,10 +198,6 @@ class Average(Sync):
             raise ConfigError(f"avg: common must be at least 0 and below 1, got {common}")
         return {**checked, "period": period, "init": init, "weights": weights, "common": common}
 
-    @classmethod
-    def variant(cls, options: dict):
-        return cls
-
     def gradients_per_update(self) -> int:
         return 1  # [avg] each replica steps on its own batch: the learning rate is not scaled
 
@@ -216,9 +213,6 @@ class Average(Sync):
         return ":".join(parts)
 
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Group, Replica
-        from distrain.train.runtime import start_horovod
-
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         spec = cfg.run
         shared = spec.option("init") == "shared"
@@ -238,8 +232,6 @@ class Average(Sync):
         return history
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step
-
         if not link:
             return None
         # [avg] one ring allreduce of the weights every `period` steps
@@ -251,9 +243,7 @@ class Average(Sync):
     def columns(cls, run: dict, history: dict) -> dict:
         divergence = history.get("divergence") or []
         return {
-            "parameter_servers": 0,
-            "aggregation": None,
-            "transport": history.get("controller"),
+            **cls.engine.columns(run, history),
             "communication_rounds": history.get("communication_rounds"),
             "megabytes_per_worker": (history.get("bytes_per_worker") or 0) / 1e6 or None,
             "divergence": divergence[-1][1] if divergence else None,

@@ -6,7 +6,9 @@ import math
 
 from distrain.train.config import ConfigError
 from distrain.train.modes import register
-from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mode import ParameterServerMode
+from distrain.train.ps.rules import PushRule
 
 
 class EASGDRule(PushRule):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import FLOAT, ring_step
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import Process
-from distrain.train.modes.sync import Sync
+from distrain.train.horovod import ELASTIC_HOROVOD, controller, start_horovod
+from distrain.train.modes import Mode
+from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
 class ElasticEngine:
@@ -26,7 +28,7 @@ class ElasticEngine:
 
     def history(self) -> dict:
         return {
-            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            "controller": controller(self.hvd),
             "idle_horovod_threads": 0,
             "elastic_resets": self.resets,
         }
@@ -35,7 +37,7 @@ class ElasticEngine:
         pass
 
 
-class ElasticSync(Sync):
+class ElasticSync(Mode):
     """Elastic Horovod (``horovodrun --min-np M --max-np N``), local processes only.
 
     The state (variables, step, epoch, the epoch's progress and partial sums) is committed
@@ -46,9 +48,15 @@ class ElasticSync(Sync):
     in the epoch, so a killed run resumes mid-epoch and ends at the same step count.
     """
 
+    name = "sync"  # a variant of sync's (sync:N:min=M), not a mode of its own
+    engine = ELASTIC_HOROVOD  # [sync] horovodrun --min-np with host discovery, local only
+    options = {"min": "elastic Horovod: training goes on while at least this many workers live"}
     carries_state = False  # [sync] elastic: a world that changes re-deals the data
 
-    elastic = True
+    @property
+    def elastic(self) -> bool:
+        """Whether the world may shrink during the run (yes: the elastic variant)."""
+        return self.engine.elastic
 
     @classmethod
     def check(cls, workers: int, options: dict) -> dict:
@@ -67,25 +75,19 @@ class ElasticSync(Sync):
         if cfg.controller == "mpi":
             raise ConfigError(f"{self.short_name()}: elastic Horovod runs need the gloo controller")
 
-    def local_processes(self, cfg, config_path, logs) -> list[Process]:
-        from distrain.train.launch import sync_command, worker_command
+    def gradients_per_update(self) -> int:
+        return self.spec.workers  # [sync] the mean of every rank's gradient
 
-        return [Process("chief", sync_command(cfg, worker_command(config_path)), main=True)]
-
-    def check_kubernetes(self, cfg) -> None:
-        raise ConfigError(
-            f"{cfg.run.name}: elastic sync runs with local processes only; on Kubernetes use sync:N"
-        )
-
-    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
-        self.check_kubernetes(cfg)
-        return []
+    def predicted_step(self, t1, prof, batch, link):
+        if not link:
+            return None
+        # [sync] as sync's: the compute, then a ring allreduce of every gradient
+        size = prof["parameters"] * FLOAT
+        n = self.spec.workers
+        return ring_step(t1, size, n, link["bytes_per_second"], link["latency_seconds"])
 
     def train(self, cfg) -> dict:
         import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
-
-        from distrain.train.replica import Group, Replica, allreduce_gradients
-        from distrain.train.runtime import start_horovod
 
         hvd, _ = start_horovod(False)
         group = Group(hvd.rank(), hvd.size(), hvd)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import FLOAT, ring_step, tensor_step
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
-from distrain.train.replica import Group
+from distrain.train.horovod import HOROVOD, probe_link, start_horovod
+from distrain.train.modes import Mode, register
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
+from distrain.train.replica import Group, allreduce_gradients
 
 
 def layout(rank: int, model_ranks: int) -> tuple[int, int]:
@@ -20,10 +22,12 @@ def layout(rank: int, model_ranks: int) -> tuple[int, int]:
 
 
 @register
-class Hybrid(Tensor):
+class Hybrid(Mode):
     """Data parallelism over model-parallel groups: ``hybrid:D:M`` runs D x M ranks."""
 
     name = "hybrid"
+    engine = HOROVOD  # [hybrid] D x M Horovod ranks
+    carries_state = False  # [hybrid] as tensor's: a split recurrent layer has no stateful copy
     options = {"model": "ranks per model-parallel group (M, at least 2; hybrid:D:M)"}
     positional = ("model",)
 
@@ -47,8 +51,6 @@ class Hybrid(Tensor):
         return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step, tensor_step
-
         if not link:
             return None
         # [hybrid] a tensor group's step, then a ring allreduce of each rank's share of
@@ -61,8 +63,6 @@ class Hybrid(Tensor):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import probe_link, start_horovod
-
         data, model = cfg.run.workers, self.spec.option("model")
         sets = process_sets(hvd, data, model)
         hvd, _ = start_horovod(
@@ -74,6 +74,10 @@ class Hybrid(Tensor):
         history = EpochDriver(cfg, replica, SplitSteps(replica, reduce, link)).run()
         hvd.join()
         return history
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        return {**cls.engine.columns(run, history), **split_columns(history)}
 
 
 def process_sets(hvd, data: int, model: int) -> tuple[list, list]:
@@ -104,8 +108,7 @@ def groups(hvd, data: int, model: int, sets: tuple[list, list]):
         ``(Group, ModelGroup, reduce)``: ``reduce`` averages the gradients over the
         ranks holding the same columns (None with one data group).
     """
-    from distrain.train.replica import allreduce_gradients
-    from distrain.train.split import ModelGroup
+    from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
 
     d, m = layout(hvd.rank(), model)
     if data == 1:

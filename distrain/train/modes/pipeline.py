@@ -4,76 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, Tensor
+from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
+from distrain.train.modes import Mode, register
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group
-
-
-def layer_costs(model) -> list[float]:
-    """Multiply-adds per example of each layer of a built ``Sequential`` (its stage weight).
-
-    Dense, convolution and recurrent layers count their multiply-adds; the others
-    (reshaping, pooling, activations) a thousandth of their output size, so that they
-    weigh little but a stage of them alone is not free. (Other models' layers too, for the
-    cost model of the benchmark suite.)
-    """
-    import tf_keras as keras
-
-    recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
-    costs = []
-    for layer in model.layers:
-        shape = layer.output_shape
-        shape = shape[0] if isinstance(shape, list) else shape  # a layer that returns states
-        out = [d or 1 for d in shape[1:]]
-        if isinstance(layer, keras.layers.Dense):
-            costs.append(float(np.prod(out)) * layer.kernel.shape[0])
-        elif isinstance(layer, recurrent):
-            kernel, inputs = layer.cell.kernel, layer.input_shape
-            inputs = inputs[0] if isinstance(inputs, list) else inputs
-            steps = inputs[1] or 1
-            # Each step: the input and the previous state times every gate's columns.
-            costs.append(float(steps) * (kernel.shape[0] + layer.units) * kernel.shape[1])
-        elif isinstance(layer, keras.layers.Conv2DTranspose):
-            kh, kw, filters, _ = layer.kernel.shape
-            costs.append(float(np.prod(layer.input_shape[1:])) * kh * kw * filters)
-        elif isinstance(layer, keras.layers.Conv2D):
-            kh, kw, cin, _ = layer.kernel.shape
-            costs.append(float(np.prod(out)) * kh * kw * cin)
-        else:
-            costs.append(float(np.prod(out)) * 1e-3)
-    return costs
-
-
-def stage_bounds(costs: list[float], stages: int) -> list[tuple[int, int]]:
-    """Cuts layers ``0..L-1`` into ``stages`` consecutive non-empty runs, the costliest cheapest.
-
-    Returns:
-        ``(start, stop)`` of each stage.
-
-    Raises:
-        ValueError: Fewer layers than stages.
-    """
-    n = len(costs)
-    if n < stages:
-        raise ValueError(f"{n} layers cannot make {stages} pipeline stages")
-    prefix = np.concatenate([[0.0], np.cumsum(costs)])
-    # best[k][i]: the least possible costliest stage when the first i layers make k stages.
-    best = np.full((stages + 1, n + 1), np.inf)
-    cut = np.zeros((stages + 1, n + 1), dtype=int)
-    best[0][0] = 0.0
-    for k in range(1, stages + 1):
-        for i in range(k, n + 1):
-            for j in range(k - 1, i):
-                worst = max(best[k - 1][j], prefix[i] - prefix[j])
-                if worst < best[k][i]:
-                    best[k][i], cut[k][i] = worst, j
-    bounds, i = [], n
-    for k in range(stages, 0, -1):
-        bounds.append((int(cut[k][i]), int(i)))
-        i = int(cut[k][i])
-    return bounds[::-1]
 
 
 class PipelineReplica(SplitReplica):
@@ -265,11 +202,13 @@ class PipelineSteps(SplitSteps):
 
 
 @register
-class Pipeline(Tensor):
+class Pipeline(Mode):
     """Consecutive layers on N ranks as stages; micro-batches flow through them (GPipe)."""
 
     name = "pipeline"
+    engine = HOROVOD  # [pipeline] Horovod's ranks, one per stage
     options = {"micro": "micro-batches per batch (default 4)"}
+    carries_state = False  # [pipeline] a stage holds no whole recurrent layer's state
 
     @classmethod
     def check(cls, workers: int, options: dict) -> dict:
@@ -285,8 +224,6 @@ class Pipeline(Tensor):
         return f"{self.spec.mode}:{self.spec.workers}:micro={self.spec.option('micro')}"
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import pipeline_step
-
         if not link:
             return None
         # [pipeline] the costliest stage, the bubble, each micro-batch's transfers
@@ -313,8 +250,7 @@ class Pipeline(Tensor):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.runtime import keep_collectives_in_order, probe_link, start_horovod
-        from distrain.train.split import ModelGroup
+        from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers
@@ -328,3 +264,7 @@ class Pipeline(Tensor):
         history = EpochDriver(cfg, replica, PipelineSteps(replica, link=link)).run()
         hvd.join()
         return history
+
+    @classmethod
+    def columns(cls, run: dict, history: dict) -> dict:
+        return {**cls.engine.columns(run, history), **split_columns(history)}

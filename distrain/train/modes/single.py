@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 from distrain.train.driver import EpochDriver
+from distrain.train.launch import ONE_PROCESS
 from distrain.train.modes import Mode, register
+from distrain.train.replica import Replica
 
 # Training steps per traced call (fewer at an epoch's end or a checkpoint).
 STEPS_PER_CALL = 16
@@ -107,6 +109,7 @@ class Single(Mode):
     """One worker process: the baseline of speedup and efficiency."""
 
     name = "single"
+    engine = ONE_PROCESS  # one `distrain worker`, in the step's own pod on Kubernetes
     fixed_workers = 1
     carries_state = True
 
@@ -117,7 +120,5 @@ class Single(Mode):
         return t1  # the compute alone: no messages
 
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Replica
-
         replica = Replica(cfg)
         return EpochDriver(cfg, replica, LocalSteps(replica, replica.train_step())).run()

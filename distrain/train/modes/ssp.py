@@ -7,7 +7,9 @@ import time
 from distrain.train.config import ConfigError
 from distrain.train.modes import register
 from distrain.train.modes.asynchronous import AsyncRule
-from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mode import ParameterServerMode
+from distrain.train.ps.rules import PushRule
 
 # Seconds between a waiting worker's looks at the clocks: the first wait, and the longest
 # (each look is a call to the parameter server; a long wait need not cost a core).

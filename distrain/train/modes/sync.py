@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import FLOAT, ring_step
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import Mode, Process, register
+from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
+from distrain.train.modes import Mode, register
+from distrain.train.modes.elastic import ElasticSync
 from distrain.train.modes.single import LocalSteps
+from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
 class SyncSteps(LocalSteps):
@@ -17,13 +20,11 @@ class SyncSteps(LocalSteps):
     Args:
         replica: This rank's replica (its group holds Horovod).
         lowered: Horovod's threads lowered to idle priority (for the history).
-        link: The run's link probe (:func:`distrain.train.runtime.probe_link`), for the
+        link: The run's link probe (:func:`distrain.train.horovod.probe_link`), for the
             history.
     """
 
     def __init__(self, replica, lowered: list[int] = (), link: dict | None = None):
-        from distrain.train.replica import allreduce_gradients
-
         hvd = replica.group.hvd
         # [sync] the gradients averaged over the ranks.
         super().__init__(replica, replica.train_step(allreduce_gradients(hvd)))
@@ -41,7 +42,7 @@ class SyncSteps(LocalSteps):
     def history(self) -> dict:
         return {
             # [sync] the transport the ranks actually used
-            "controller": "mpi" if self.hvd.mpi_enabled() else "gloo",
+            "controller": controller(self.hvd),
             # [sync] Horovod's threads that rank 0 runs at idle priority (0: none)
             "idle_horovod_threads": len(self.lowered),
             # [sync] allreduce times of a few sizes on this run's ranks
@@ -54,52 +55,25 @@ class Sync(Mode):
     """Horovod allreduce: N ranks, one update per step from the mean of N gradients."""
 
     name = "sync"
+    engine = HOROVOD  # [sync] ranks under mpirun (horovodrun with gloo), an MPIJob on Kubernetes
     options = {"min": "elastic Horovod: training goes on while at least this many workers live"}
-    #: Whether the world may shrink during the run (the elastic variant).
-    elastic = False
     carries_state = True
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the world may shrink during the run (the elastic variant)."""
+        return self.engine.elastic
 
     @classmethod
     def variant(cls, options: dict) -> type[Mode]:
         if "min" in options:
-            from distrain.train.modes.elastic import ElasticSync
-
-            return ElasticSync
+            return ElasticSync  # [sync] elastic Horovod
         return cls
 
     def gradients_per_update(self) -> int:
         return self.spec.workers  # [sync] the mean of every rank's gradient
 
-    def local_processes(self, cfg, config_path, logs) -> list[Process]:
-        from distrain.train.launch import horovod_env, sync_command, worker_command
-
-        command = sync_command(cfg, worker_command(config_path))
-        return [Process("chief", command, env=horovod_env(cfg), main=True)]
-
-    def check_kubernetes(self, cfg) -> None:
-        if cfg.controller == "gloo":
-            raise ConfigError(
-                f"{cfg.run.name}: controller 'gloo' is for local runs; on Kubernetes sync runs "
-                "are an MPIJob or TrainJob whose ranks mpirun starts (use 'auto' or 'mpi')"
-            )
-
-    def kubernetes_objects(self, cfg, k, name, config_path) -> list[dict]:
-        from distrain.k8s.objects import mpijob
-
-        self.check_kubernetes(cfg)
-        return [mpijob(cfg, k, name, config_path)]
-
-    def trainjob_objects(self, cfg, k, name, config_path) -> list[dict]:
-        from distrain.k8s.objects import trainjob
-
-        # [sync] the same mpirun over Horovod ranks, on Trainer v2's MPI runtime.
-        self.check_kubernetes(cfg)
-        return [trainjob(cfg, k, name, config_path)]
-
     def train(self, cfg) -> dict:
-        from distrain.train.replica import Group, Replica
-        from distrain.train.runtime import probe_link, start_horovod
-
         # [sync] hvd.init(); Horovod's own threads at idle priority if the config asks.
         hvd, lowered = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         link = probe_link(hvd)  # [sync] what a message costs on this run's link
@@ -109,16 +83,9 @@ class Sync(Mode):
         return history
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import FLOAT, ring_step
-
         if not link:
             return None
         # [sync] the compute, then a ring allreduce of every gradient
         size = prof["parameters"] * FLOAT
         n = self.spec.workers
         return ring_step(t1, size, n, link["bytes_per_second"], link["latency_seconds"])
-
-    @classmethod
-    def columns(cls, run: dict, history: dict) -> dict:
-        # How the ranks exchanged gradients: Horovod's controller, as the run recorded it.
-        return {"parameter_servers": 0, "aggregation": None, "transport": history.get("controller")}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from distrain.train.config import ConfigError
 from distrain.train.modes import register
-from distrain.train.ps import ParameterServerMode, PSGraph, PushRule
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mode import ParameterServerMode
+from distrain.train.ps.rules import PushRule
 
 
 class SyncReplicasRule(PushRule):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import resource
 
-from distrain.train.config import ConfigError
+from distrain.costmodel import tensor_step
+from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.modes import register
+from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
+from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
-from distrain.train.modes.sync import Sync
 from distrain.train.replica import Group, Replica
 
 
@@ -81,7 +82,7 @@ class SplitSteps(LocalSteps):
     Args:
         replica: This rank's :class:`SplitReplica`.
         reduce: The gradients' mean over the data-parallel group (hybrid), or None.
-        link: The run's link probe (:func:`distrain.train.runtime.probe_link`), for the
+        link: The run's link probe (:func:`distrain.train.horovod.probe_link`), for the
             history.
     """
 
@@ -113,7 +114,7 @@ class SplitSteps(LocalSteps):
         stats = getattr(self, "rank_stats", {})
         hvd = self.replica.model_group.hvd
         return {
-            "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+            "controller": controller(hvd),
             "parallelism": self.replica.parallelism,
             "model_ranks": self.replica.model_group.size,
             # Per rank of the run, in rank order: trainable parameters held, and the
@@ -126,25 +127,19 @@ class SplitSteps(LocalSteps):
 
 
 @register
-class Tensor(Sync):
+class Tensor(Mode):
     """Column-split dense and recurrent layers over N ranks, every rank on the same batches."""
 
     name = "tensor"
-    options = {}
+    engine = HOROVOD  # [tensor] Horovod's ranks: the split's collectives are theirs
     # [tensor] a split recurrent layer has no stateful copy: a stream language model
     # trains on windows from a zero state here (the evaluate step still scores the text).
     carries_state = False
-
-    @classmethod
-    def variant(cls, options: dict):
-        return cls
 
     def gradients_per_update(self) -> int:
         return 1  # [tensor] one batch a step, shared by the group
 
     def predicted_step(self, t1, prof, batch, link):
-        from distrain.costmodel import tensor_step
-
         if not link:
             return None
         # [tensor] the split layers' share over N, their collectives on every step
@@ -152,7 +147,6 @@ class Tensor(Sync):
         return tensor_step(t1, prof, batch, self.spec.workers, b, lat)["step"]
 
     def train(self, cfg) -> dict:
-        from distrain.train.runtime import probe_link, start_horovod
         from distrain.train.split import ModelGroup
 
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
@@ -167,14 +161,16 @@ class Tensor(Sync):
 
     @classmethod
     def columns(cls, run: dict, history: dict) -> dict:
-        parameters = history.get("parameters_per_rank") or []
-        memory = history.get("peak_memory_per_rank") or []
-        return {
-            "parameter_servers": 0,
-            "aggregation": None,
-            "transport": history.get("controller"),
-            "parallelism": history.get("parallelism"),
-            # The fullest rank: the one whose memory bounds the model that fits.
-            "parameters_per_rank": max(parameters) if parameters else None,
-            "rank_memory_mb": max(memory) / 2**20 if memory else None,
-        }
+        return {**cls.engine.columns(run, history), **split_columns(history)}
+
+
+def split_columns(history: dict) -> dict:
+    """[tensor] The comparison's cells of a run whose model is split (tensor, pipeline, hybrid)."""
+    parameters = history.get("parameters_per_rank") or []
+    memory = history.get("peak_memory_per_rank") or []
+    return {
+        "parallelism": history.get("parallelism"),
+        # The fullest rank: the one whose memory bounds the model that fits.
+        "parameters_per_rank": max(parameters) if parameters else None,
+        "rank_memory_mb": max(memory) / 2**20 if memory else None,
+    }

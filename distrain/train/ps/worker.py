@@ -1,0 +1,116 @@
+"""[ps] A worker's loop: its own steps against the parameter servers, until the chief stops it."""
+
+from __future__ import annotations
+
+import time
+
+from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.inputs import make_dataset
+from distrain.train.ps.graph import PSGraph
+from distrain.train.ps.mirror import Mirror
+from distrain.train.ps.roles import Role, start_server
+from distrain.train.ps.rules import PushRule
+from distrain.train.replica import batch_gradients
+
+# Seconds between a waiting worker's looks at the limit.
+WAIT_SECONDS = 0.005
+
+
+class Worker:
+    """A worker's loop: its own steps against the parameter servers, until the chief stops it."""
+
+    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
+        import tensorflow as tf
+
+        self.cfg, self.role, self.rule = cfg, role, rule
+        self.g = g = PSGraph(cfg, info, role, rule)
+        with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{role.index}"):
+            # [ps] every worker reads the whole split in its own order; an epoch is a number
+            # of updates in total, made by whichever workers are there.
+            ds = make_dataset(
+                info,
+                "train",
+                cfg.batch_size,
+                shuffle=True,
+                seed=cfg.seed + 1009 * (role.index + 1),
+                repeat=True,
+                drop_remainder=True,
+            )
+            x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+            with tf.compat.v1.device("/job:ps/task:0"):
+                one = tf.IndexedSlices(tf.ones([1], tf.int64), [role.index])
+                begin = g.begun.scatter_add(one)  # beside the step, not before it
+                read = g.version.read_value()
+            model, variables = rule.trained(g)
+            shared = variables is g.variables
+            stream = g.spec.stream  # a language model's clipping, as in every mode
+            clip = stream.clip_norm if stream else 0.0
+            with tf.control_dependencies([read]):  # [ps] parameters read after the version
+                loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
+            self.mirror = None
+            if shared and Mirror.fits(model, grads):
+                # [ps] the step differentiates a copy, filled by one read per server (the
+                # graph built above for the shared variables is left unused).
+                self.mirror = Mirror(g, read)
+                model, variables = self.mirror.model, self.mirror.variables
+                with tf.control_dependencies([self.mirror.refresh]):
+                    loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
+            g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
+            if shared:
+                grads = g.staged(grads)  # [ps] onto the parameter servers before the push
+
+            def record(update, counted, recorded, delay):
+                return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
+
+            go_on, done, wait = g.push(grads, read, record)
+            self.fetch_step = [go_on, done, begin.op]
+            self.wait = None
+            if wait is not None:
+                self.fetch_step.append(wait)
+                self.wait = rule.waiter(g)
+            self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
+            with tf.compat.v1.device("/job:ps/task:0"):
+                self.join = g.joined.assign_add(1)
+
+    def run(self) -> None:
+        """Steps until the chief sets ``stop``."""
+        server = start_server(self.role, self.cfg.threads)
+        sess = self.g.session(server)
+        wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
+        self.rule.worker_start(sess, self.g)
+        if self.mirror is not None:
+            sess.run(self.mirror.init)
+        sess.run(self.join)
+        step = sess.make_callable(self.fetch_step)
+        status = sess.make_callable(self.fetch_wait)
+        while True:
+            go_on, _, _, *wait = step()
+            if wait and wait[0]:
+                self.rule.block(sess, self.g, self.wait)
+            if go_on:
+                continue
+            # [ps] at the chief's limit: wait for the next segment, or the end.
+            while True:
+                version, limit, stop = status()
+                if stop:
+                    return
+                if version < limit:
+                    break
+                time.sleep(WAIT_SECONDS)
+
+
+def wait_until_ready(sess, g: PSGraph, timeout: float, who: str) -> None:
+    """Waits until the chief has initialised (or restored) the parameter servers."""
+    tf = g.tf
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if sess.run(g.ready):
+                return
+        except (tf.errors.FailedPreconditionError, tf.errors.UnavailableError):
+            pass  # not initialised yet, or a server not up yet
+        if time.monotonic() > deadline:
+            raise TrainingError(
+                f"{who}: the parameter servers were not initialised within {timeout} s"
+            )
+        time.sleep(0.1)
