@@ -60,7 +60,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 
 def train(data: str, out: str, epochs: int) -> None:
     """One ``single:1`` run at the DBPedia pipeline's defaults (this module's ``train``)."""
-    from distrain.pipelines.dbpedia import DEFAULTS
+    from distrain.datasets.dbpedia.pipeline import DEFAULTS
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
@@ -92,7 +92,7 @@ def run_fasttext(raw: Path, work: Path) -> dict:
     import fasttext
 
     from benchmarks.bench_dbpedia import fasttext_files
-    from distrain.preprocess.dbpedia import tokenize
+    from distrain.datasets.dbpedia.beam import tokenize
 
     train_file, test_rows = fasttext_files(raw, work, 0, 0.1)
     start = time.perf_counter()

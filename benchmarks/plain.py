@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from distrain.data.idx import mnist_paths, read_mnist_split
-from distrain.preprocess import dbpedia as db
-from distrain.preprocess import gutenberg as gb
+from distrain.datasets.dbpedia import beam as db
+from distrain.datasets.gutenberg import beam as gb
+from distrain.datasets.mnist.beam import mnist_example
+from distrain.datasets.mnist.idx import mnist_paths, read_mnist_split
 from distrain.preprocess.common import validation_mask
-from distrain.preprocess.mnist import mnist_example
 from distrain.preprocess.records import write_tfrecords
 
 

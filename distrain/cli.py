@@ -27,9 +27,7 @@ EXPERIMENTS = tuple(experiments.names())
 
 
 def _defaults(name: str):
-    import importlib
-
-    return importlib.import_module(f"distrain.pipelines.{name}").DEFAULTS
+    return datasets.get(name).pipeline
 
 
 def cmd_data(args: argparse.Namespace) -> int:

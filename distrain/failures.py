@@ -10,7 +10,7 @@ Errors are told apart (:func:`classify`):
 * **permanent** (not retried): bad input, bad parameters, a missing file. Every
   ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`, among them a
   checkpoint of another model, :class:`~distrain.steps.StepError`,
-  :class:`~distrain.train.inputs.DataError`, :class:`~distrain.data.idx.IdxFormatError`
+  :class:`~distrain.train.inputs.DataError`, :class:`~distrain.datasets.mnist.idx.IdxFormatError`
   with impossible header sizes, the preprocessing jobs' format errors,
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
   archive, ...), a download whose digest did not match, a corrupt archive or record

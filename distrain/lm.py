@@ -168,7 +168,7 @@ def stream_dataset(
     """
     import tensorflow as tf
 
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets import texts as read_texts
 
     texts = read_texts(info.data_dir, split).values()
     ids = stream_ids(texts, info.metadata["vocabulary"], shard)
@@ -179,7 +179,7 @@ def stream_dataset(
 
 def stream_batches_per_epoch(info, batch_size: int, shard=(1, 0), seq_len: int = 0) -> int:
     """Training batches in one pass over this shard's streams (rows of ``seq_len``)."""
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets import texts as read_texts
 
     length = sum(len(t) for t in read_texts(info.data_dir, "train").values()) // shard[0]
     return max(1, stream_steps(length, batch_size, seq_len or int(info.metadata["seq_len"])))

@@ -11,7 +11,7 @@ import pytest
 
 from distrain import datasets
 from distrain.datasets import DataSetError, find_model
-from distrain.preprocess.gutenberg import line_pairs
+from distrain.datasets.gutenberg.beam import line_pairs
 from distrain.steps import StepError, check_parameters, fetch
 from distrain.train.tasks import NEXT_CHARACTER, RECONSTRUCTION, TRANSLATION, markdown
 
@@ -116,7 +116,7 @@ def gutenberg_examples(tmp_path_factory):
 
 def test_gutenberg_writes_line_pairs_the_seq2seq_view_reads(gutenberg_examples):
     from distrain.datasets import load_info
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets.gutenberg.beam import read_texts
     from distrain.train.inputs import make_dataset
 
     info = load_info(gutenberg_examples, "seq2seq")

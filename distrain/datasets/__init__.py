@@ -15,14 +15,34 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.train.config import DEFAULT_RUNS
 from distrain.train.tasks import Task
 
 
 class DataSetError(ValueError):
     """An unknown data set or model, or raw files that are not the data set's."""
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """A data set's pipeline: its name and the defaults of its parameters."""
+
+    dataset: str
+    description: str
+    model: str
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    target_accuracy: float
+    runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
+    sample_size: int = 0
+    pipeline: PipelineDefaults | None = None
+    # Runs stop on a validation plateau of this patience (epochs are then the most), so
+    # that the comparison judges converged runs, not the slowest to converge (0: off).
+    until_plateau: int = 3
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,7 @@ class DataSet:
         summary: One line: what the data is.
         models: The data set's models by name; the first is the default.
         sample_size: A generated sample's default size (the unit is the data set's).
+        pipeline: Its pipeline's name, description and parameter defaults.
     """
 
     name: str = ""
@@ -120,6 +141,14 @@ class DataSet:
     def parser(self, info) -> Callable:
         """``parse(serialised records) -> (features, targets)`` for ``info``'s view."""
         raise NotImplementedError
+
+    def texts(self, data_dir: str | os.PathLike, split: str) -> dict[str, str]:
+        """The plain text of each document of a split, by name (language models score it).
+
+        Raises:
+            DataSetError: The data set has no running text.
+        """
+        raise DataSetError(f"{data_dir}: the {self.name} data set has no running text")
 
     # ---- models -------------------------------------------------------------------------
 
@@ -197,6 +226,13 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
     return info.view(spec.view) if spec.view else info
 
 
+def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
+    """The running text of ``split`` of the data set preprocessed in ``data_dir``."""
+    from distrain.train.inputs import DatasetInfo
+
+    return get(DatasetInfo.load(data_dir).dataset).texts(data_dir, split)
+
+
 def default_model(data_dir: str | os.PathLike) -> str:
     """The default model of the data set preprocessed in ``data_dir``."""
     from distrain.train.inputs import DatasetInfo
@@ -211,4 +247,13 @@ from distrain.datasets import dbpedia  # noqa: E402
 from distrain.datasets import gutenberg  # noqa: E402
 # isort: on
 
-__all__ = ["DataSet", "DataSetError", "ModelSpec", "dbpedia", "get", "gutenberg", "mnist"]
+__all__ = [
+    "DataSet",
+    "DataSetError",
+    "ModelSpec",
+    "PipelineDefaults",
+    "dbpedia",
+    "get",
+    "gutenberg",
+    "mnist",
+]

@@ -142,7 +142,7 @@ class NextCharacter(Task):
 
     def baseline(self, info):
         """The best Kneser-Ney character n-gram of orders 3-7, scored as the models are."""
-        from distrain.preprocess.gutenberg import read_texts
+        from distrain.datasets import texts as read_texts
 
         return _ngram_baseline(info, read_texts(info.data_dir, self.split).values(), self.split)
 
@@ -222,8 +222,8 @@ class Translation(NextCharacter):
 
 def _ngram_baseline(info, texts, split: str, name_note: str = "", model_note: str = ""):
     """The best Kneser-Ney n-gram, fitted on the training text, scored on ``texts``."""
+    from distrain.datasets import texts as read_texts
     from distrain.lm import score_ngrams
-    from distrain.preprocess.gutenberg import read_texts
 
     train = read_texts(info.data_dir, "train").values()
     order, evaluation = score_ngrams(train, texts, info.metadata["vocabulary"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.gutenberg.pipeline import DEFAULTS
 from distrain.lm import StreamTraining, char_lstm
 from distrain.train.models import keras_module, recurrent_lm
 from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
@@ -69,6 +70,7 @@ class Gutenberg(DataSet):
     """Project Gutenberg plain-text books (``*.txt``, with their START/END markers)."""
 
     name = "gutenberg"
+    pipeline = DEFAULTS
     summary = "Project Gutenberg books as plain text; characters predicted from the ones before"
     sample_size = 360_000  # characters over all books
     models = {
@@ -93,7 +95,7 @@ class Gutenberg(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+        from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
 
         books = 3
         cfg = GutenbergSampleConfig(
@@ -106,9 +108,9 @@ class Gutenberg(DataSet):
         _book_ids(source)
 
     def download(self, out, source):
-        from distrain.data import download
+        from distrain.datasets.gutenberg.download import fetch_gutenberg
 
-        download.fetch_gutenberg(_book_ids(source), out)
+        fetch_gutenberg(_book_ids(source), out)
 
     def raw_files(self, src):
         files = sorted(Path(src).glob("*.txt"))
@@ -121,12 +123,18 @@ class Gutenberg(DataSet):
         self.raw_files(src)
 
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
-        from distrain.preprocess import gutenberg
+        from distrain.datasets.gutenberg import beam as gutenberg
 
         cfg = gutenberg.GutenbergPreprocessConfig(
             raw, out, validation_fraction=validation_fraction, overwrite=overwrite
         )
         return gutenberg.preprocess_gutenberg(cfg, beam_args)
+
+    def texts(self, data_dir, split):
+        """Each book's normalised text of the split (:func:`~.beam.read_texts`)."""
+        from distrain.datasets.gutenberg.beam import read_texts
+
+        return read_texts(data_dir, split)
 
     def parser(self, info):
         """Parses windows (each character and the next) or line pairs.

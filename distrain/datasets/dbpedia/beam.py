@@ -1,6 +1,6 @@
 """Beam preprocessing of DBPedia-14 (the ``dbpedia_csv`` layout) for bag-of-n-grams models.
 
-    python -m distrain.preprocess.dbpedia --input-dir RAW --output-dir OUT [beam options]
+    python -m distrain.datasets.dbpedia.beam --input-dir RAW --output-dir OUT [beam options]
 
 Rows ``class_index,"title","abstract"`` are parsed with RFC 4180 quoting (commas, quotes
 and line breaks inside fields). A malformed row (wrong column count, class index not a

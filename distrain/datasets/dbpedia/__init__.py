@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.dbpedia.pipeline import DEFAULTS
 from distrain.train.models import bag_of_embeddings, keras_module
 from distrain.train.tasks import CLASSIFICATION
 
@@ -47,6 +48,7 @@ class Dbpedia(DataSet):
     """DBPedia-14 in the ``dbpedia_csv`` layout: ``classes.txt``, ``train.csv``, ``test.csv``."""
 
     name = "dbpedia"
+    pipeline = DEFAULTS
     summary = "Wikipedia abstracts in 14 classes, dbpedia_csv (CSV rows: class, title, text)"
     sample_size = 4200  # training rows; the test set is a fifth
     # Token sequences of varying length, masked: pipeline stages cannot pass the masks.
@@ -63,7 +65,11 @@ class Dbpedia(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
+        from distrain.datasets.dbpedia.sample import (
+            CLASSES,
+            DbpediaSampleConfig,
+            write_dbpedia_sample,
+        )
 
         per_class = max(1, (size or self.sample_size) // len(CLASSES))
         cfg = DbpediaSampleConfig(
@@ -72,9 +78,9 @@ class Dbpedia(DataSet):
         write_dbpedia_sample(out, cfg)
 
     def download(self, out, source):
-        from distrain.data import download
+        from distrain.datasets.dbpedia.download import download_dbpedia
 
-        extracted = download.download_dbpedia(out / "archive")
+        extracted = download_dbpedia(out / "archive")
         for name in FILES:
             shutil.copyfile(extracted / name, out / name)
 
@@ -83,7 +89,7 @@ class Dbpedia(DataSet):
 
     def check_raw_files(self, src):
         """``classes.txt`` readable, ``train.csv`` and ``test.csv`` present and not empty."""
-        from distrain.preprocess.dbpedia import read_classes
+        from distrain.datasets.dbpedia.beam import read_classes
 
         read_classes(src)
         for path in self.raw_files(src)[1:]:
@@ -93,7 +99,7 @@ class Dbpedia(DataSet):
                 raise DataSetError(f"{path}: empty file, expected CSV rows")
 
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
-        from distrain.preprocess import dbpedia
+        from distrain.datasets.dbpedia import beam as dbpedia
 
         cfg = dbpedia.DbpediaPreprocessConfig(
             raw, out, validation_fraction, seed, overwrite=overwrite

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, ModelSpec, register
+from distrain.datasets.mnist.pipeline import DEFAULTS
 from distrain.train.models import keras_module, perceptron
 from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
 
@@ -196,6 +197,7 @@ class Mnist(DataSet):
     """MNIST in its IDX files (``train-images-idx3-ubyte.gz`` and the three others)."""
 
     name = "mnist"
+    pipeline = DEFAULTS
     summary = "handwritten digits, 28x28 grey images in IDX files, 10 classes"
     sample_size = 10000  # training images; the test set is a fifth
     models = {
@@ -223,7 +225,7 @@ class Mnist(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.data.mnist_sample import MnistSampleConfig, write_mnist_sample
+        from distrain.datasets.mnist.sample import MnistSampleConfig, write_mnist_sample
 
         size = size or self.sample_size
         write_mnist_sample(
@@ -231,24 +233,24 @@ class Mnist(DataSet):
         )
 
     def download(self, out, source):
-        from distrain.data import download
+        from distrain.datasets.mnist.download import download_mnist
 
-        download.download_mnist(out)
+        download_mnist(out)
 
     def raw_files(self, src):
-        from distrain.data.idx import MNIST_FILES, mnist_paths
+        from distrain.datasets.mnist.idx import MNIST_FILES, mnist_paths
 
         return [p for split in MNIST_FILES for p in mnist_paths(Path(src), split)]
 
     def check_raw_files(self, src):
         """The four IDX files, their headers and lengths (a truncated gzip is caught)."""
-        from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
+        from distrain.datasets.mnist.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
 
         for split in MNIST_FILES:
             inspect_mnist_split(*mnist_paths(Path(src), split))
 
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
-        from distrain.preprocess import mnist
+        from distrain.datasets.mnist import beam as mnist
 
         cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
         return mnist.preprocess_mnist(cfg, beam_args)
