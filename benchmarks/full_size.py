@@ -92,7 +92,7 @@ def run_fasttext(raw: Path, work: Path) -> dict:
     import fasttext
 
     from benchmarks.bench_dbpedia import fasttext_files
-    from distrain.datasets.dbpedia.beam import tokenize
+    from distrain.datasets.dbpedia.rows import tokenize
 
     train_file, test_rows = fasttext_files(raw, work, 0, 0.1)
     start = time.perf_counter()

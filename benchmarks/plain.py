@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from distrain.datasets.dbpedia import beam as db
+from distrain.datasets.dbpedia import rows as db_rows
 from distrain.datasets.gutenberg import beam as gb
 from distrain.datasets.mnist.beam import mnist_example
 from distrain.datasets.mnist.idx import mnist_paths, read_mnist_split
@@ -51,7 +52,7 @@ def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
         path = raw / f"{source}.csv"
         good = [
             (line, a, b)
-            for kind, line, a, b, _ in db.parse_csv(str(path), path.read_bytes(), len(classes))
+            for kind, line, a, b, _ in db_rows.parse_csv(str(path), path.read_bytes(), len(classes))
             if kind == "ok"
         ]
         if source == "test":

@@ -75,7 +75,7 @@ def _permanent_and_transient_causes():
     import tarfile
 
     from distrain.data.download import UnsafeArchiveError
-    from distrain.datasets.dbpedia.beam import DbpediaFormatError
+    from distrain.datasets.dbpedia.rows import DbpediaFormatError
     from distrain.preprocess.common import (
         BadRecordsError,
         OutputExistsError,

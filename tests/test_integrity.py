@@ -140,7 +140,7 @@ def test_an_idx_header_whose_sizes_overflow_is_a_permanent_error_naming_the_file
 
 
 def test_a_quote_open_past_the_bound_is_rejected_line_by_line():
-    from distrain.datasets.dbpedia.beam import csv_row_ranges, parse_csv, physical_lines
+    from distrain.datasets.dbpedia.rows import csv_row_ranges, parse_csv, physical_lines
 
     # A quoted field over three lines is a record; with a bound of two lines it is not,
     # and every line up to the next row start is rejected with it.

@@ -89,7 +89,7 @@ class Dbpedia(DataSet):
 
     def check_raw_files(self, src):
         """``classes.txt`` readable, ``train.csv`` and ``test.csv`` present and not empty."""
-        from distrain.datasets.dbpedia.beam import read_classes
+        from distrain.datasets.dbpedia.rows import read_classes
 
         read_classes(src)
         for path in self.raw_files(src)[1:]:
