@@ -32,7 +32,7 @@ class SubmitConfig:
     """One ``distrain submit``.
 
     Attributes:
-        pipeline: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        pipeline: A registered data set's name (:func:`distrain.datasets.names`).
         host: The KFP API endpoint (``http://localhost:8080`` with a port-forward to
             ``ml-pipeline-ui``, or the cluster's ingress).
         experiment: Experiment to file the run under (created when missing).

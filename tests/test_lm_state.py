@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from distrain import lm
+from distrain.datasets.gutenberg.models import char_lstm
 from distrain.lm import StreamScorer, encode, recurrent_copy, scored_characters, stream_batches
 
 VOCAB = ["<oov>", *"abcdefgh ."]
@@ -175,7 +176,7 @@ def _small_default(monkeypatch, stream):
     from distrain.datasets.gutenberg import Gutenberg
     from distrain.train.tasks import NEXT_CHARACTER
 
-    build = functools.partial(lm.char_lstm, units=64, embed=16, dropout=0)
+    build = functools.partial(char_lstm, units=64, embed=16, dropout=0)
     models = {**Gutenberg.models, "lstm": ModelSpec(build, NEXT_CHARACTER, stream=stream)}
     monkeypatch.setattr(Gutenberg, "models", models)
 

@@ -39,7 +39,6 @@ class PipelineDefaults:
     target_accuracy: float
     runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
     sample_size: int = 0
-    pipeline: PipelineDefaults | None = None
     # Runs stop on a validation plateau of this patience (epochs are then the most), so
     # that the comparison judges converged runs, not the slowest to converge (0: off).
     until_plateau: int = 3
@@ -78,13 +77,25 @@ class DataSet:
         summary: One line: what the data is.
         models: The data set's models by name; the first is the default.
         sample_size: A generated sample's default size (the unit is the data set's).
+        sample_unit: What ``sample_size`` counts (``--sample-size``'s help).
+        title: How reports and titles name it.
+        experiments: The experiments (:mod:`distrain.experiments`) it serves, each with
+            what that experiment needs to know of it (e.g. which of its models run);
+            an experiment asks :func:`serving` instead of naming a data set.
         pipeline: Its pipeline's name, description and parameter defaults.
+        fault_cases: Its cases of the reliability matrix (:mod:`distrain.faults`):
+            ``(id, what is checked)``, ids starting with ``NAME/``.
     """
 
     name: str = ""
     summary: str = ""
     models: dict[str, ModelSpec] = {}
     sample_size: int = 0
+    sample_unit: str = ""
+    title: str = ""
+    experiments: dict[str, dict] = {}
+    pipeline: PipelineDefaults | None = None
+    fault_cases: tuple[tuple[str, str], ...] = ()
 
     # ---- raw files ----------------------------------------------------------------------
 
@@ -194,6 +205,18 @@ def get(name: str) -> DataSet:
     if name not in _REGISTRY:
         raise DataSetError(f"unknown dataset {name!r}; expected one of {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
+
+
+def serving(experiment: str) -> list[DataSet]:
+    """The data sets that serve ``experiment`` (:attr:`DataSet.experiments`), in order.
+
+    Raises:
+        DataSetError: No registered data set serves it.
+    """
+    found = [d for d in _REGISTRY.values() if experiment in d.experiments]
+    if not found:
+        raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
+    return found
 
 
 def model_spec(dataset: str, model: str) -> ModelSpec:

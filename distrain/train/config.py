@@ -160,7 +160,7 @@ class TrainConfig:
         data_dir: Preprocessed data: ``metadata.json`` and TFRecord shards per split.
         output_dir: Where the model, checkpoints and ``history.json`` go.
         run: The mode and scale.
-        model: Model name for the data set (``mlp`` or ``cnn`` for MNIST).
+        model: One of the data set's models (default: its first).
         epochs: Passes over the training split (each worker sees 1/N of it per epoch).
         batch_size: Examples per step per worker.
         learning_rate: Base learning rate for one worker.

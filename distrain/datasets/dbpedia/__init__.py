@@ -49,8 +49,37 @@ class Dbpedia(DataSet):
 
     name = "dbpedia"
     pipeline = DEFAULTS
+    # Its cases of the reliability matrix (distrain.faults), each proved by a marked test.
+    fault_cases = (
+        ("dbpedia/columns", "DBPedia: wrong column count dead-lettered with file and line"),
+        ("dbpedia/class-index", "DBPedia: class index out of range or not a number"),
+        ("dbpedia/empty-text", "DBPedia: empty text dead-lettered"),
+        ("dbpedia/non-utf8", "DBPedia: non-UTF-8 bytes dead-lettered"),
+        ("dbpedia/unbalanced-quotes", "DBPedia: unbalanced quotes dead-lettered with the line"),
+        ("dbpedia/empty-split", "DBPedia: an empty split refused, naming the file"),
+        ("dbpedia/classes-missing", "DBPedia: classes.txt missing refused"),
+        ("dbpedia/dead-letter", "DBPedia: input = good + rejected; above the ratio the job fails"),
+        ("dbpedia/long-field", "DBPedia: a field over the csv limit is its row's dead letter only"),
+        ("dbpedia/bom", "DBPedia: a UTF-8 byte-order mark is skipped; the first row is kept"),
+        (
+            "dbpedia/accounting",
+            "DBPedia: input counted apart from the parser; a loss fails the step",
+        ),
+    )
     summary = "Wikipedia abstracts in 14 classes, dbpedia_csv (CSV rows: class, title, text)"
     sample_size = 4200  # training rows; the test set is a fifth
+    sample_unit = "training rows"
+    title = "DBPedia"
+    # Batch 64 in the parallelism study (the pipeline's is 512).
+    experiments = {
+        "consistency": {},
+        "parallelism": {
+            "models": ("nbow",),
+            "batch_size": 64,
+            "learning_rate": 0.01,
+            "sizes": {"tiny": 600, "small": 2000, "full": 0},
+        },
+    }
     # Token sequences of varying length, masked: pipeline stages cannot pass the masks.
     models = {
         "fasttext": ModelSpec(

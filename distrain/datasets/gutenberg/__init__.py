@@ -5,52 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.gutenberg.models import char_lstm, lstm_seed, rnn, seq2seq
 from distrain.datasets.gutenberg.pipeline import DEFAULTS
-from distrain.lm import StreamTraining, char_lstm
-from distrain.train.models import keras_module, recurrent_lm
+from distrain.lm import StreamTraining
 from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
-
-
-def lstm_seed(info, seed: int):
-    """Seed 000's two-layer character LSTM (200 and 100 units), next character everywhere."""
-    return recurrent_lm(info, seed)
-
-
-def rnn(info, seed: int):
-    """Seed 000's plain RNN: the LSTM's shape (200 and 100 units) with simple recurrent cells."""
-    return recurrent_lm(info, seed, cell="SimpleRNN")
-
-
-def seq2seq(info, seed: int, embed: int = 32, units: int = 128):
-    """An encoder-decoder (seed 004's Seq2Seq) on pairs of consecutive lines.
-
-    The encoder's LSTM reads the end of a line; its final state starts the decoder's LSTM,
-    which reads the next line's characters so far (teacher forcing) and gives logits for
-    each next one. Inputs: ``(source, decoder input)``, both character ids of fixed length.
-    """
-    keras = keras_module()
-    init = keras.initializers
-    vocab = info.metadata["vocab_size"]
-    source = keras.layers.Input(shape=(info.metadata["source_len"],), dtype="int32")
-    target = keras.layers.Input(shape=(info.metadata["target_len"],), dtype="int32")
-
-    def embedding(offset):
-        return keras.layers.Embedding(
-            vocab, embed, embeddings_initializer=init.RandomUniform(-0.05, 0.05, seed + offset)
-        )
-
-    def recurrent(offset, **kwargs):
-        return keras.layers.LSTM(
-            units,
-            kernel_initializer=init.GlorotUniform(seed + offset),
-            recurrent_initializer=init.Orthogonal(seed=seed + 10 + offset),
-            **kwargs,
-        )
-
-    _, h, c = recurrent(1, return_state=True)(embedding(0)(source))
-    decoded = recurrent(2, return_sequences=True)(embedding(3)(target), initial_state=[h, c])
-    logits = keras.layers.Dense(vocab, kernel_initializer=init.GlorotUniform(seed + 4))(decoded)
-    return keras.Model([source, target], logits, name="gutenberg_seq2seq")
 
 
 def _book_ids(source: str) -> list[int]:
@@ -71,8 +29,27 @@ class Gutenberg(DataSet):
 
     name = "gutenberg"
     pipeline = DEFAULTS
+    # Its cases of the reliability matrix (distrain.faults), each proved by a marked test.
+    fault_cases = (
+        ("gutenberg/no-markers", "Gutenberg: no START/END markers dead-lettered"),
+        ("gutenberg/empty-body", "Gutenberg: empty body dead-lettered"),
+        ("gutenberg/binary", "Gutenberg: binary file dead-lettered"),
+        ("gutenberg/mixed-encodings", "Gutenberg: mixed UTF-8/Latin-1 decoded line by line"),
+        ("gutenberg/utf16", "Gutenberg: UTF-16 and UTF-32 books with a byte-order mark decoded"),
+        ("gutenberg/dead-letter", "Gutenberg: books = accepted + rejected, ratio enforced"),
+    )
     summary = "Project Gutenberg books as plain text; characters predicted from the ones before"
     sample_size = 360_000  # characters over all books
+    sample_unit = "characters over all books"
+    title = "Gutenberg"
+    experiments = {
+        "parallelism": {
+            "models": ("seq2seq",),
+            "batch_size": 32,
+            "learning_rate": 3e-3,
+            "sizes": {"small": 60_000, "full": 0},
+        },
+    }
     models = {
         "lstm": ModelSpec(
             char_lstm,

@@ -198,8 +198,32 @@ class Mnist(DataSet):
 
     name = "mnist"
     pipeline = DEFAULTS
+    # Its cases of the reliability matrix (distrain.faults), each proved by a marked test.
+    fault_cases = (
+        ("mnist/truncated-gzip", "MNIST: truncated gzip refused, naming the file"),
+        ("mnist/not-gzip", "MNIST: non-gzip bytes in a .gz file refused"),
+        ("mnist/wrong-magic", "MNIST: wrong IDX magic refused"),
+        ("mnist/wrong-dimensions", "MNIST: data length not matching the dimensions refused"),
+        ("mnist/count-mismatch", "MNIST: image/label count mismatch refused"),
+        ("mnist/empty-file", "MNIST: empty file refused"),
+        ("mnist/missing-file", "MNIST: missing file named"),
+        ("mnist/dead-letter", "MNIST: bad records dead-lettered, input = good + rejected, ratio"),
+        ("mnist/accounting", "MNIST: records lost between the header and the output fail the step"),
+    )
     summary = "handwritten digits, 28x28 grey images in IDX files, 10 classes"
     sample_size = 10000  # training images; the test set is a fifth
+    sample_unit = "training images"
+    title = "MNIST"
+    experiments = {
+        "averaging": {},
+        "scaling": {},
+        "parallelism": {
+            "models": ("mlp", "cnn", "vgg11", "convae"),
+            "batch_size": 64,
+            "learning_rate": 1e-3,
+            "sizes": {"tiny": 600, "small": 2000, "full": 0},
+        },
+    }
     models = {
         "mlp": ModelSpec(mlp, CLASSIFICATION, summary="784-256-128-10 perceptron"),
         "cnn": ModelSpec(cnn, CLASSIFICATION, summary="two conv + pool blocks, a dense layer"),
