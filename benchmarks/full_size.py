@@ -115,15 +115,9 @@ def run_fasttext(raw: Path, work: Path) -> dict:
 def time_to(history: dict, target: float) -> float | None:
     """Seconds into the run when the validation accuracy first reached ``target``
     (interpolated within the epoch that crossed it), or None."""
-    prev_t, prev_v = 0.0, None
-    for e in history["epochs"]:
-        t, v = e["wall_seconds"], e["val_accuracy"]
-        if v >= target:
-            if prev_v is None or v == prev_v:
-                return t
-            return prev_t + max(0.0, min(1.0, (target - prev_v) / (v - prev_v))) * (t - prev_t)
-        prev_t, prev_v = t, v
-    return None
+    from distrain.compare import time_to_target
+
+    return time_to_target(history["epochs"], target)
 
 
 def bench_full_size(
