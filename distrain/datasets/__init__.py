@@ -1,13 +1,15 @@
-"""Data sets as plugins: one module per data set, registered by name.
+"""Data sets as plugins: one package per data set, registered by name.
 
-A data set's module says everything the rest of the product needs to know about it:
-how to write its sample, download it, check and copy its raw files, preprocess it (its
-Beam job), parse its records, which models it has (each with its task: what the model
-learns and how it is scored) and its one-line summary. Nothing outside these modules
-branches on a data set's name; the list of names is :func:`names`.
+A data set's package holds everything about it: its plugin (the :class:`DataSet`
+subclass in its ``__init__``: sample, download, raw-file checks, Beam job, parser, models
+with their tasks, pipeline defaults, fault cases and the experiments it serves), and the
+modules behind it (``sample.py``, ``download.py``, ``beam.py``, ``pipeline.py``, its
+models and parsers). Nothing outside ``distrain/datasets/`` names a data set: generic code
+asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
-Adding a data set: a module here with a :class:`DataSet` subclass decorated with
-:func:`register`, imported at the end of this file, and its test.
+Adding a data set: a package here whose plugin is decorated with :func:`register`,
+imported at the end of this file, and its test: a subclass of
+:class:`distrain.datasets.testing.DataSetTestCase` naming it.
 """
 
 from __future__ import annotations
