@@ -101,13 +101,19 @@ def test_distrain_compile(tmp_path, cli_env, dataset):
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_kfp_dsl_compile(tmp_path, cli_env, dataset):
     out = tmp_path / f"{dataset}.yaml"
+    # `kfp dsl compile --py pipelines/dataset_pipelines.py --function NAME_pipeline`, run
+    # as the `kfp` console script runs it, by this interpreter.
     subprocess.run(
         [
-            str(VENV_BIN / "kfp"),
+            sys.executable,
+            "-c",
+            "from kfp.cli.__main__ import main; main()",
             "dsl",
             "compile",
             "--py",
-            str(ROOT / "pipelines" / f"{dataset}.py"),
+            str(ROOT / "pipelines" / "dataset_pipelines.py"),
+            "--function",
+            f"{dataset}_pipeline",
             "--output",
             str(out),
         ],
