@@ -3,8 +3,8 @@
 pyproject.toml holds everything else. ``components/`` and ``pipelines/`` sit at the
 repository root (the layout KFP users expect) but import as ``distrain.components`` and
 ``distrain.pipelines``; every package below them is found and mapped the same way, so a new
-subpackage can never be left out of the wheel (tests/test_wheel.py installs the built wheel
-alone and imports, compiles and trains from it).
+subpackage can never be left out of the wheel (tests/integration/test_wheel.py installs the
+built wheel alone and imports, compiles and trains from it).
 """
 
 from setuptools import find_packages, setup

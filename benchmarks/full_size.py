@@ -129,7 +129,7 @@ def bench_full_size(
     rows (the suite's ``tile_sample``) instead of generated ones: the generator is pure
     Python, minutes of a core at 560,000 rows, too long on a loaded machine.
     """
-    from benchmarks.suite import tile_sample
+    from benchmarks.common import tile_sample
 
     sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
     rows = []

@@ -25,7 +25,7 @@ def _is_rank(command: list[str]) -> bool:
 
 def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
-    from benchmarks.suite import _sample
+    from benchmarks.common import raw_sample
     from distrain.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
     from distrain.datasets import load_info
     from distrain.memory import PeakProcessMemory
@@ -42,7 +42,7 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
         size = dict(cfg.model_sizes).get(dataset, cfg.model_size)
         data = tmp / f"models-{dataset}-{size}"
         if not data.exists():
-            preprocess(dataset, _sample(tmp, dataset, size), data)
+            preprocess(dataset, raw_sample(tmp, dataset, size), data)
         info = load_info(str(data), model_name)
         model = build_model(info, model_name, 0)
         prof = profile(model)

@@ -61,12 +61,12 @@ def check_parameters(
     dataset: str,
     source: str,
     runs: list,
-    model: str,
-    epochs: int,
-    batch_size: int,
-    learning_rate: float,
-    validation_fraction: float,
-    launcher: str,
+    model: str = "mlp",
+    epochs: int = 5,
+    batch_size: int = 64,
+    learning_rate: float = 0.001,
+    validation_fraction: float = 0.1,
+    launcher: str = "local",
     controller: str = "auto",
     until_plateau: int = 0,
     repeats: int = 1,
@@ -74,6 +74,9 @@ def check_parameters(
     plan: str = "",
 ) -> list:
     """Every pipeline parameter, checked before any step does work; all problems at once.
+
+    The training settings (model ... seed) are TrainConfig's PIPELINE_SETTINGS, with its
+    types and defaults (tests/test_settings.py holds them to it).
 
     Returns the trainings to do, ``{"run_spec", "seed"}`` each: every run spec ``repeats``
     times with seeds ``seed``, ``seed + 1``, ...

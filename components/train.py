@@ -27,15 +27,26 @@ def train(
     examples: Input[Dataset],
     trained: Output[Model],
     run_spec: str = "single:1",
+    # TrainConfig's settings, field for field (tests/test_settings.py holds them to it).
     model: str = "mlp",
     epochs: int = 5,
-    until_plateau: int = 0,
     batch_size: int = 64,
     learning_rate: float = 0.001,
+    scale_learning_rate: bool = True,
     seed: int = 0,
     threads_per_worker: int = 0,
-    launcher: str = "local",
+    checkpoint_every_epochs: int = 1,
+    checkpoint_every_steps: int = 500,
+    validation_freq: int = 1,
+    until_plateau: int = 0,
+    dump_rank_weights: bool = False,
+    start_timeout: int = 120,
+    operation_timeout: int = 300,
+    elastic_commit_steps: int = 10,
     controller: str = "auto",
+    idle_horovod_threads: bool = False,
+    # Where it trains.
+    launcher: str = "local",
     worker_image: str = "",
     namespace: str = "",
     gpus_per_worker: int = 0,
@@ -71,7 +82,8 @@ def train(
     task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
     Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
-    ``threads_per_worker``: TensorFlow's threads in each process (0: the cores shared out).
+    The training settings (``model`` ... ``idle_horovod_threads``) are
+    :class:`distrain.train.config.TrainConfig`'s, with its types and defaults.
 
     On Kubernetes, the run's directory on the claim is keyed by ``trained``'s path, which
     KFP fixes once per task (a retry re-runs this pod with the same path; another pipeline
@@ -109,12 +121,21 @@ def train(
             task_config=passed,
             model=model,
             epochs=epochs,
-            until_plateau=until_plateau,
             batch_size=batch_size,
             learning_rate=learning_rate,
+            scale_learning_rate=scale_learning_rate,
             seed=seed,
             threads_per_worker=threads_per_worker,
+            checkpoint_every_epochs=checkpoint_every_epochs,
+            checkpoint_every_steps=checkpoint_every_steps,
+            validation_freq=validation_freq,
+            until_plateau=until_plateau,
+            dump_rank_weights=dump_rank_weights,
+            start_timeout=start_timeout,
+            operation_timeout=operation_timeout,
+            elastic_commit_steps=elastic_commit_steps,
             controller=controller,
+            idle_horovod_threads=idle_horovod_threads,
         )
     trained.metadata.update(
         {

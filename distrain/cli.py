@@ -12,6 +12,7 @@ distrain experiment consistency --output OUT  a seed paper's study, ending in on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -20,10 +21,14 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets, experiments
-from distrain.train.config import CONTROLLERS, DEFAULT_RUNS
+from distrain.flags import add_flags, field_types, given
+from distrain.train.config import DEFAULT_RUNS, PIPELINE_SETTINGS, TrainConfig
+from distrain.verdict import repeat_summary
 
 PIPELINES = tuple(datasets.names())
 EXPERIMENTS = tuple(experiments.names())
+# The training settings `distrain run` passes to a pipeline (its parameters).
+PIPELINE_FIELDS = tuple(f for f in TrainConfig.settings() if f.name in PIPELINE_SETTINGS)
 
 
 def _defaults(name: str):
@@ -139,15 +144,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     params = {
         "source": str(Path(args.data).resolve()) if args.data else "sample",
         "runs": [str(s) for s in specs],
-        "model": args.model or defaults.model,
-        "epochs": args.epochs or defaults.epochs,
-        "seed": args.seed,
         "repeats": args.repeats,
         "sample_size": args.sample_size,
-        "controller": args.controller,
+        **given(args, PIPELINE_FIELDS),  # the others: the pipeline's defaults
     }
-    if args.until_plateau is not None:  # else the pipeline's default (a patience of 3)
-        params["until_plateau"] = args.until_plateau
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:
@@ -303,50 +303,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     RunSpec.parse(args.run)  # a bad spec is refused before anything starts
     _check_repeats(args.repeats)
+    settings = given(args, TrainConfig.settings())  # every TrainConfig setting has a flag
+    settings["model"] = args.model or default_model(args.data_dir)
     histories = []
     for i in range(args.repeats):
-        seed = args.seed + i
-        output = args.output if args.repeats == 1 else str(Path(args.output) / f"seed-{seed}")
-        history = train(
-            args.data,
-            output,
-            args.run,
-            model=args.model or default_model(args.data),
-            epochs=args.epochs,
-            seed=seed,
-            batch_size=args.batch_size,
-            checkpoint_every_steps=args.checkpoint_every_steps,
-            validation_freq=args.validation_freq,
-            until_plateau=args.until_plateau,
-            controller=args.controller,
-        )
+        settings["seed"] = seed = args.seed + i
+        output = args.output_dir
+        if args.repeats > 1:
+            output = str(Path(output) / f"seed-{seed}")
+        history = train(args.data_dir, output, args.run, **settings)
         print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
         histories.append(history)
     if args.repeats > 1:
         print(json.dumps(repeat_summary(histories)))
     return 0
-
-
-def repeat_summary(histories: list[dict]) -> dict:
-    """Repeats of one run: median, 95 % interval and raw values of its headline numbers."""
-    from distrain.verdict import summarize
-
-    def final_val(history):
-        values = [e.get("val_accuracy") for e in history.get("epochs") or []]
-        values = [v for v in values if v is not None]
-        return values[-1] if values else None
-
-    out = {"run": histories[0]["run"]["name"], "repeats": len(histories)}
-    for key, get in (
-        ("train_seconds", lambda h: h.get("train_seconds")),
-        ("examples_per_second", lambda h: h.get("examples_per_second")),
-        ("val_accuracy", final_val),
-    ):
-        summary = summarize([get(h) for h in histories])
-        out[key] = summary.median
-        out[f"{key}_interval"] = list(summary.interval) if summary.interval else None
-        out[f"{key}_values"] = summary.values
-    return out
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -438,24 +408,6 @@ SAMPLE_HELP = "size of a generated sample (0: default): " + ", ".join(
 )
 
 
-def _add_until_plateau(parser: argparse.ArgumentParser, default: int | None = 0) -> None:
-    tail = (
-        "; default: the pipeline's (3: on; 0 turns it off)"
-        if default is None
-        else " (default: off)"
-    )
-    parser.add_argument(
-        "--until-plateau",
-        nargs="?",
-        type=int,
-        const=3,
-        default=default,
-        metavar="PATIENCE",
-        help="stop when the validation loss has not improved for PATIENCE epochs (3 if "
-        "not given) and keep the best epoch's weights; --epochs is then the most" + tail,
-    )
-
-
 def _add_repeats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeats",
@@ -465,15 +417,6 @@ def _add_repeats(parser: argparse.ArgumentParser) -> None:
         help="train each run K times with seeds SEED, SEED+1, ... (weights and data order); "
         "the comparison gives medians and 95 %% intervals and names a winner only where the "
         "intervals separate",
-    )
-
-
-def _add_controller(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--controller",
-        choices=CONTROLLERS,
-        default="auto",
-        help="sync runs: Horovod over mpirun or gloo (auto: MPI where built, gloo if elastic)",
     )
 
 
@@ -601,12 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
         f"(default: {','.join(DEFAULT_RUNS)})",
     )
-    run.add_argument("--model", help=f"default: the data set's first; {_models_help()}")
-    run.add_argument(
-        "--epochs", type=int, help="default: the data set's (the most, with the plateau stop)"
+    add_flags(
+        run,
+        PIPELINE_FIELDS,
+        field_types(TrainConfig),
+        defaults={name: (None, "the pipeline's") for name in PIPELINE_SETTINGS},
+        notes={"model": _models_help(), "seed": "also of the sample and the split"},
     )
-    _add_until_plateau(run, default=None)
-    run.add_argument("--seed", type=int, default=0)
     _add_repeats(run)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
@@ -620,33 +564,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--open", action="store_true", help="open the HTML comparison in a web browser at the end"
     )
-    _add_controller(run)
     run.set_defaults(func=cmd_run)
 
-    tr = add("train", help="one training run on preprocessed data")
-    tr.add_argument("--data", required=True, help="preprocessed data directory")
-    tr.add_argument("--output", required=True)
-    tr.add_argument("--run", default="single:1", help="MODE:WORKERS[:ps=P][:aggregate=A]")
-    tr.add_argument("--model", default="", help="default: the data set's first")
-    tr.add_argument("--epochs", type=int, default=5)
-    _add_until_plateau(tr)
-    tr.add_argument("--seed", type=int, default=0)
+    tr = add(
+        "train",
+        help="one training run on preprocessed data",
+        description="Train one run with local processes. Every flag is a TrainConfig setting "
+        "(distrain.train.config), its default and help declared there.",
+    )
+    add_flags(
+        tr,
+        dataclasses.fields(TrainConfig),
+        field_types(TrainConfig),
+        defaults={"model": ("", "the data set's first")},
+        notes={"model": _models_help()},
+    )
     _add_repeats(tr)
-    tr.add_argument("--batch-size", type=int, default=64, help="per worker")
-    tr.add_argument(
-        "--checkpoint-every-steps",
-        type=int,
-        default=500,
-        help="mid-epoch checkpoint period in global steps (0: epoch ends only); "
-        "rerunning with the same --output resumes from the newest checkpoint",
-    )
-    tr.add_argument(
-        "--validation-freq",
-        type=int,
-        default=1,
-        help="validate every this many epochs (and after the last)",
-    )
-    _add_controller(tr)
     tr.set_defaults(func=cmd_train)
 
     man = add("manifests", help="print the Kubernetes objects the launcher would create for a run")

@@ -78,17 +78,11 @@ def check_parameters(
     source: str,
     runs: list[str] | str,
     *,
-    model: str = "mlp",
-    epochs: int = 1,
-    batch_size: int = 64,
-    learning_rate: float = 1e-3,
     validation_fraction: float = 0.1,
     launcher: str = "local",
-    controller: str = "auto",
-    until_plateau: int = 0,
     repeats: int = 1,
-    seed: int = 0,
     plan: str = "",
+    **settings,
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
 
@@ -97,19 +91,15 @@ def check_parameters(
         source: ``sample``, ``download`` / ``download:IDS`` or a directory of raw files
             (which get the file-level checks of :func:`check_raw_files`).
         runs: Run specs (``MODE:WORKERS[:ps=P][:aggregate=A]``).
-        model: Model name.
-        epochs: Passes over the training split.
-        batch_size: Examples per step per worker.
-        learning_rate: Base learning rate.
         validation_fraction: Share of the training files held out.
         launcher: ``local``, ``kubernetes`` or ``trainjob``.
-        controller: Sync runs' Horovod controller (:attr:`TrainConfig.controller`).
-        until_plateau: Patience of :attr:`TrainConfig.until_plateau` (0: off).
         repeats: How many times each run spec is trained, with seeds ``seed``,
             ``seed + 1``, ... (initial weights and data order).
-        seed: The first repeat's seed.
         plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
             empty: none).
+        **settings: :class:`TrainConfig` settings (model, epochs, ...; the others keep its
+            defaults), checked as every run would check them; ``seed`` is the first
+            repeat's.
 
     Returns:
         ``{"runs": names in order, "trainings": [{"run_spec", "seed"}, ...]}``: every
@@ -122,6 +112,12 @@ def check_parameters(
     from distrain.train.config import ConfigError, parse_run_specs
 
     problems = []
+    known = {f.name: f.default for f in TrainConfig.settings()}
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        problems.append(f"unknown training settings: {', '.join(unknown)}")
+        settings = {k: v for k, v in settings.items() if k in known}
+    model, seed = settings.get("model", known["model"]), settings.get("seed", known["seed"])
     plugin = None
     try:
         plugin = datasets.get(dataset)
@@ -150,17 +146,7 @@ def check_parameters(
         problems.append(f"runs: {err}")
     for spec in specs:
         try:
-            cfg = TrainConfig(
-                data_dir="-",
-                output_dir="-",
-                run=spec,
-                model=model,
-                epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                controller=controller,
-                until_plateau=until_plateau,
-            )
+            cfg = TrainConfig(data_dir="-", output_dir="-", run=spec, **settings)
         except ConfigError as err:
             problems.append(f"run {spec.name}: {err}")
             break  # the same settings for every run: once is enough

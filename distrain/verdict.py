@@ -260,3 +260,28 @@ def with_interval(accuracy: float, n: int | None) -> str:
     if interval is None:
         return f"{accuracy:.4f} (no test-set size: no interval)"
     return f"{accuracy:.4f} (95 % interval {interval_text(interval)})"
+
+
+def repeat_summary(histories: list[dict]) -> dict:
+    """Repeats of one run (``distrain train --repeats``): its headline numbers' summaries.
+
+    The median, 95 % interval and raw values of its time, throughput and final validation
+    accuracy.
+    """
+
+    def final_val(history):
+        values = [e.get("val_accuracy") for e in history.get("epochs") or []]
+        values = [v for v in values if v is not None]
+        return values[-1] if values else None
+
+    out = {"run": histories[0]["run"]["name"], "repeats": len(histories)}
+    for key, get in (
+        ("train_seconds", lambda h: h.get("train_seconds")),
+        ("examples_per_second", lambda h: h.get("examples_per_second")),
+        ("val_accuracy", final_val),
+    ):
+        summary = summarize([get(h) for h in histories])
+        out[key] = summary.median
+        out[f"{key}_interval"] = list(summary.interval) if summary.interval else None
+        out[f"{key}_values"] = summary.values
+    return out

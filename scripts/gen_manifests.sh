@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate manifests/templates/ from the launcher's own object builder, so the templates
-# are exactly what `launcher=kubernetes` creates (tests/test_manifests.py checks they match).
+# are exactly what `launcher=kubernetes` creates (tests/integration/test_manifests.py checks
+# they match).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

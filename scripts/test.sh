@@ -5,8 +5,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh --dev
-# The images tier (tests/test_built_images.py) builds with buildah on a Debian base made by
-# mmdebstrap: install them where they are missing and this is root on a Debian machine.
+# The images tier (tests/integration/test_built_images.py) builds with buildah on a Debian base made
+# by mmdebstrap: install them where they are missing and this is root on a Debian machine.
 if { ! command -v buildah || ! command -v mmdebstrap; } >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "test: installing buildah and mmdebstrap for the images tier"

@@ -1,17 +1,68 @@
-"""Shared fixtures: a tiny generated MNIST sample and its preprocessed form."""
+"""Shared fixtures: a tiny generated MNIST sample and its preprocessed form, a download server.
+
+The fakes the fixtures and tests share are in ``tests/fakes/``.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from tests.fakes.download import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str | None:
+    """``name`` in this virtualenv's bin/ (where scripts/setup.sh puts it), else on PATH."""
+    local = VENV_BIN / name
+    return str(local) if local.exists() else shutil.which(name)
+
+
+def _horovod_missing() -> str | None:
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or not spec.submodule_search_locations:
+        return "needs Horovod (scripts/setup.sh builds it): not importable"
+    package = Path(next(iter(spec.submodule_search_locations)))
+    if not list((package / "tensorflow").glob("mpi_lib*.so")):
+        return f"needs Horovod built with TensorFlow: no tensorflow/mpi_lib*.so in {package}"
+    if not _tool("horovodrun"):
+        return "needs horovodrun (scripts/setup.sh builds Horovod): not found"
+    return None
+
+
+def _missing(*tools: str) -> str | None:
+    absent = [tool for tool in tools if not _tool(tool)]
+    return f"needs {' and '.join(absent)}: not found" if absent else None
+
+
+# Marker -> why its tests cannot run here (None: they can). A test marked with one of these
+# is skipped, with the reason, where its tool is missing, instead of failing half-way.
+TOOL_MARKERS = {
+    "horovod": _horovod_missing,
+    "mpi": lambda: _missing("mpirun"),
+    "images": lambda: _missing("buildah", "mmdebstrap"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skips the tests whose marked tool (``TOOL_MARKERS``) is missing, saying which."""
+    reasons = {}
+    for item in items:
+        for marker, missing in TOOL_MARKERS.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            if marker not in reasons:
+                reasons[marker] = missing()
+            if reasons[marker]:
+                item.add_marker(pytest.mark.skip(reason=f"[{marker}] {reasons[marker]}"))
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +89,11 @@ def mnist_examples(mnist_raw, tmp_path_factory) -> Path:
 def cli_env() -> dict:
     """Environment for running the console scripts of this virtualenv."""
     return dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@pytest.fixture
+def server():
+    """A local HTTP server on 127.0.0.1 serving ``tests.fakes.download.PAYLOAD``."""
+    s = Server()
+    yield s
+    s.close()

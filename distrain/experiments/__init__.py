@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrain.train.config import ConfigError, RunSpec
+from distrain.train.config import ConfigError, RunSpec, TrainConfig
 
 SCALES = ("tiny", "small", "full")
 # Experiments that ship with distrain, in the order the CLI lists them.
@@ -58,6 +58,18 @@ class Point:
     def key(self) -> tuple:
         """What identifies the point's result: a training history carries the same."""
         return (self.dataset, self.model, self.run, self.seed, self.epochs, self.threads)
+
+    def settings(self) -> dict:
+        """The point as :class:`TrainConfig` fields (its run spec, model, epochs, ...)."""
+        return {
+            "run": self.run,
+            "model": self.model,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "seed": self.seed,
+            "threads_per_worker": self.threads,
+        }
 
     def params(self) -> dict:
         """The point as a pipeline loop item (the training step's arguments)."""
@@ -169,10 +181,10 @@ class ExperimentConfig:
                 plugin.model(p.model)
             except ValueError as err:  # an unknown model, with the data set's list
                 raise ConfigError(f"point {p.model} {p.run}: {err}") from err
-            if p.epochs < 1 or p.batch_size < 1 or p.learning_rate <= 0:
-                raise ConfigError(f"point {p.model} {p.run}: epochs, batch and rate must be > 0")
-            if p.threads < 0:
-                raise ConfigError(f"point {p.model} {p.run}: threads must be 0 (automatic) or more")
+            try:  # the settings' own checks, as the training step will make them
+                TrainConfig(data_dir="-", output_dir="-", **p.settings())
+            except ConfigError as err:
+                raise ConfigError(f"point {p.model} {p.run}: {err}") from err
             canonical = dataclasses.replace(p, run=str(RunSpec.parse(p.run)))
             if canonical.key() in seen:
                 raise ConfigError(f"two points are the same run: {canonical.key()}")

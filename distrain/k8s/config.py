@@ -56,7 +56,10 @@ class KubernetesConfig:
         mount_path: Where the claim is mounted in every pod.
         service_account: Service account of the training pods.
         port: Port of the TensorFlow servers (PS modes).
-        timeout_seconds: Deadline of the whole job (0: none but ``job_deadline_seconds``).
+        timeout_seconds: Deadline of the whole run: the launcher gives up and deletes it,
+            and its jobs carry it as ``activeDeadlineSeconds``. Three days by default, so
+            that a run nobody watches cannot hold its nodes for ever (0: none, but
+            ``job_deadline_seconds`` on a parameter-server run's Jobs).
         job_deadline_seconds: ``activeDeadlineSeconds`` of a parameter-server run's Jobs when
             ``timeout_seconds`` is 0 (parameter servers never exit on their own: a leaked one
             would hold its node's drain behind the PodDisruptionBudget). Three days.
@@ -67,6 +70,9 @@ class KubernetesConfig:
             both in ``manifests/trainer/``).
         schedule_timeout_seconds: A pod that cannot be scheduled (or no pod at all) for this
             long fails the run with the scheduler's message (0: wait for ever).
+        api_timeout_seconds: Request timeout of every Kubernetes API call: an API server
+            that accepts a connection and never answers fails the call (a transient error,
+            retried ``api_retries`` times) instead of hanging the step.
         api_retries: Attempts of a Kubernetes API call that failed transiently (429, 5xx,
             a reset connection), with exponential backoff.
         resources: Container resources of each computing pod from the task
@@ -87,12 +93,13 @@ class KubernetesConfig:
     mount_path: str = "/mnt/distrain"
     service_account: str = "distrain"
     port: int = 2222
-    timeout_seconds: int = 0
+    timeout_seconds: int = 3 * 24 * 3600
     job_deadline_seconds: int = 3 * 24 * 3600
     poll_seconds: float = 5.0
     launcher: str = "kubernetes"
     trainjob_runtime: str = ""
     schedule_timeout_seconds: int = 600
+    api_timeout_seconds: int = 60
     api_retries: int = 5
     resources: dict = field(default_factory=dict)
     affinity: dict = field(default_factory=dict)
@@ -120,6 +127,8 @@ class KubernetesConfig:
             raise ConfigError(f"mount_path must be absolute: {self.mount_path!r}")
         if self.timeout_seconds < 0 or self.poll_seconds <= 0:
             raise ConfigError("timeout_seconds must be >= 0 and poll_seconds > 0")
+        if self.api_timeout_seconds <= 0:
+            raise ConfigError(f"api_timeout_seconds must be > 0, got {self.api_timeout_seconds}")
         if self.schedule_timeout_seconds < 0 or self.api_retries < 1:
             raise ConfigError("schedule_timeout_seconds must be >= 0 and api_retries >= 1")
         if self.launcher not in CLUSTER_LAUNCHERS:

@@ -7,12 +7,15 @@ of its pods and objects, and reports what keeps a pod from running (unschedulabl
 image that cannot be pulled, a container killed for memory). It never waits blind: a pod
 the scheduler cannot place fails the run with the scheduler's message once
 ``schedule_timeout_seconds`` pass; API calls that fail transiently (429, 5xx, a reset
-connection) are retried with backoff. It deletes everything it created when it is done,
-whether the run succeeded, failed, timed out, was interrupted or was cancelled (SIGTERM,
-what KFP sends a cancelled step): parameter servers, which never exit by themselves,
-included. Objects also get an owner reference to the launcher's own pod when it is known
-(``POD_NAME`` / ``POD_UID`` from the downward API), so that Kubernetes deletes them with
-that pod even if the launcher is killed outright.
+connection) are retried with backoff, and every API call carries a request timeout
+(``api_timeout_seconds``), so a server that stops answering fails the run instead of
+hanging it; a pod's log stream silent for ten minutes is opened again. It deletes
+everything it created when it is done, whether the run succeeded, failed, timed out, was
+interrupted or was cancelled (SIGTERM, what KFP sends a cancelled step): parameter
+servers, which never exit by themselves, included. Objects also get an owner reference
+to the launcher's own pod when it is known (``POD_NAME`` / ``POD_UID`` from the downward
+API), so that Kubernetes deletes them with that pod even if the launcher is killed
+outright.
 """
 
 from __future__ import annotations
@@ -49,6 +52,31 @@ class Cancelled(TrainingError):
     """The launcher was told to stop (SIGTERM: KFP cancelled the run, or the pod is deleted)."""
 
 
+class TimedClient:
+    """One Kubernetes client whose every call carries ``_request_timeout``.
+
+    The generated client waits for ever on a server that accepted the connection but does
+    not answer (no timeout is its default); every method takes ``_request_timeout``
+    (an int, or a ``(connect, read)`` pair). A call that names its own keeps it.
+    """
+
+    def __init__(self, client: Any, seconds: float):
+        # A (connect, read) pair: the client silently ignores a plain number that is not
+        # an int (kubernetes 30's rest.py), so 0.5 would mean no timeout at all.
+        self._client, self._timeout = client, (seconds, seconds)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            kwargs.setdefault("_request_timeout", self._timeout)
+            return attr(*args, **kwargs)
+
+        return call
+
+
 @dataclass
 class KubeApi:
     """The four Kubernetes client APIs the launcher uses."""
@@ -73,6 +101,15 @@ class KubeApi:
             client.CustomObjectsApi(),
             client.NetworkingV1Api(),
         )
+
+    def timed(self, seconds: float) -> KubeApi:
+        """The same APIs, every call bounded by a request timeout of ``seconds``."""
+        bare = [c._client if isinstance(c, TimedClient) else c for c in self.clients()]
+        return KubeApi(*(TimedClient(c, seconds) for c in bare))
+
+    def clients(self) -> tuple:
+        """The four clients, in field order."""
+        return (self.core, self.batch, self.custom, self.networking)
 
 
 def _not_found(err: Exception) -> bool:
@@ -153,9 +190,12 @@ class LogFollower(threading.Thread):
     asks for one last read once the pod is done, then the thread ends.
     """
 
-    def __init__(self, run: ClusterRun, pod: str, reconnect_seconds: float):
+    def __init__(
+        self, run: ClusterRun, pod: str, reconnect_seconds: float, idle_seconds: float = 600.0
+    ):
         super().__init__(name=f"log-{pod}", daemon=True)
         self.run_, self.pod, self.reconnect_seconds = run, pod, reconnect_seconds
+        self.idle_seconds = idle_seconds
         self.printed = 0
         self.partial = ""
         self.done = threading.Event()
@@ -185,7 +225,12 @@ class LogFollower(threading.Thread):
     def _read_once(self) -> None:
         api = self.run_.api.core
         resp = api.read_namespaced_pod_log(
-            self.pod, self.run_.namespace, follow=True, _preload_content=False
+            self.pod,
+            self.run_.namespace,
+            follow=True,
+            _preload_content=False,
+            # A stream silent for this long is opened again (lines already printed skipped).
+            _request_timeout=(self.run_.api_timeout_seconds, self.idle_seconds),
         )
         seen, self.partial = 0, ""
         try:
@@ -222,6 +267,8 @@ class ClusterRun:
         schedule_timeout_seconds: Fail when a pod cannot be scheduled, or no pod exists,
             for this long (0: never).
         api_retries: Attempts of an API call that fails transiently.
+        api_timeout_seconds: Request timeout of every API call (0: none); a call that
+            times out is a transient failure, retried ``api_retries`` times.
         log_reconnect_seconds: Pause before a pod's log stream that ended is opened again.
         out: Where pod logs and progress go.
         clock: Monotonic seconds (tests replace it).
@@ -236,6 +283,7 @@ class ClusterRun:
     timeout_seconds: float = 0
     schedule_timeout_seconds: float = 600
     api_retries: int = 5
+    api_timeout_seconds: float = 60.0
     log_reconnect_seconds: float = 2.0
     out: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], float] = time.monotonic
@@ -250,6 +298,8 @@ class ClusterRun:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        if self.api_timeout_seconds:
+            self.api = self.api.timed(self.api_timeout_seconds)
         self.call = ApiCaller(self.api_retries, sleep=self.sleep, say=self._say)
 
     def run(self) -> None:

@@ -43,10 +43,10 @@ TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
 # The JobSet's replicated jobs of distrain's Horovod runtimes (manifests/trainer/), and the
 # name of their training container, as Trainer's MPI plugin requires.
 TRAINJOB_LAUNCHER, TRAINJOB_NODE, TRAINJOB_CONTAINER = "launcher", "node", "node"
-# Every pod distrain creates meets Pod Security's "restricted" profile (tests/test_manifests.py
-# checks each rule on the rendered objects): non-root, no privilege escalation, no
-# capabilities, the runtime's default seccomp filter. sshd (the MPI workers') runs as the same
-# non-root user on port 2222 and needs none of them.
+# Every pod distrain creates meets Pod Security's "restricted" profile
+# (tests/integration/test_manifests.py checks each rule on the rendered objects): non-root, no
+# privilege escalation, no capabilities, the runtime's default seccomp filter. sshd (the MPI
+# workers') runs as the same non-root user on port 2222 and needs none of them.
 POD_SECURITY = {
     "runAsNonRoot": True,
     "runAsUser": 1000,

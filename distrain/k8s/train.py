@@ -253,6 +253,7 @@ def train_on_cluster(
             poll_seconds=k.poll_seconds,
             timeout_seconds=k.timeout_seconds,
             schedule_timeout_seconds=k.schedule_timeout_seconds,
+            api_timeout_seconds=k.api_timeout_seconds,
             api_retries=k.api_retries,
             log_reconnect_seconds=min(2.0, k.poll_seconds),
             out=out,

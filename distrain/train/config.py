@@ -13,6 +13,19 @@ from pathlib import Path
 CONTROLLERS = ("auto", "gloo", "mpi")
 # The runs a pipeline compares unless told otherwise: every mode once.
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
+# The settings a pipeline takes as parameters (its parameter check too; the train component
+# takes every setting); the others keep TrainConfig's defaults there.
+PIPELINE_SETTINGS = (
+    "model",
+    "epochs",
+    "until_plateau",
+    "batch_size",
+    "learning_rate",
+    "seed",
+    "controller",
+)
+# TrainConfig's fields that say where and what, not how: every other field is a setting.
+_NOT_SETTINGS = ("data_dir", "output_dir", "run")
 
 
 class ConfigError(ValueError):
@@ -152,79 +165,154 @@ def parse_run_specs(text: str | list[str]) -> list[RunSpec]:
     return specs
 
 
+def _model_names() -> tuple:
+    """The registered models' names (the choices of :attr:`TrainConfig.model`)."""
+    from distrain.train.models import model_names
+
+    return tuple(model_names())
+
+
+# Checks of a setting's value: (holds, what the message says after the setting's name).
+AT_LEAST_1 = (lambda v: v >= 1, "must be at least 1")
+POSITIVE = (lambda v: v > 0, "must be positive")
+
+
+def _zero_or_positive(zero: str) -> tuple:
+    return (lambda v: v >= 0, f"must be 0 ({zero}) or positive")
+
+
+def setting(default, help: str, *, check=None, choices=None, flag=None, **field_kwargs):
+    """A config field declared once: its default, help text, check and command-line flag.
+
+    The type is the field's annotation. :meth:`TrainConfig.check` applies ``check`` and
+    ``choices``; :mod:`distrain.flags` derives the flag of ``distrain train`` from the rest.
+
+    Args:
+        default: The default (a callable: the ``default_factory``; ``dataclasses.MISSING``:
+            required).
+        help: What the setting does, one or a few sentences (the flag's help).
+        check: ``(holds, message)``: the value is refused unless ``holds(value)``, with
+            ``"NAME MESSAGE, got VALUE"``.
+        choices: The allowed values, or a callable returning them.
+        flag: argparse keywords of the flag that differ from the derived ones (``nargs``,
+            ``const``, ``metavar``, the flag's ``name``).
+        **field_kwargs: Passed to :func:`dataclasses.field`.
+    """
+    metadata = {"help": help, "check": check, "choices": choices, "flag": dict(flag or {})}
+    if callable(default) and not isinstance(default, type):
+        field_kwargs["default_factory"] = default
+    elif default is not dataclasses.MISSING:
+        field_kwargs["default"] = default
+    return field(metadata=metadata, **field_kwargs)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Settings of one training run; the same for every mode.
 
-    Attributes:
-        data_dir: Preprocessed data: ``metadata.json`` and TFRecord shards per split.
-        output_dir: Where the model, checkpoints and ``history.json`` go.
-        run: The mode and scale.
-        model: One of the data set's models (default: its first).
-        epochs: Passes over the training split (each worker sees 1/N of it per epoch).
-        batch_size: Examples per step per worker.
-        learning_rate: Base learning rate for one worker.
-        scale_learning_rate: Multiply the learning rate by the number of workers whose
-            gradients are combined per step (sync: N; syncreplicas: the aggregate), as
-            Horovod recommends.
-        seed: Seed for weights and shuffling.
-        threads_per_worker: TensorFlow intra-op threads per worker process; 0 gives each
-            worker an equal share of this machine's cores.
-        checkpoint_every_epochs: Checkpoint at the end of every this many epochs (and of
-            the last).
-        checkpoint_every_steps: Also checkpoint every this many global steps (updates of
-            the variables) inside an epoch; 0: only at epoch ends. Rank 0 / the chief
-            writes; a rerun in the same output directory resumes from the newest readable
-            checkpoint and ends at the same total step count.
-        validation_freq: Validate at the end of every this many epochs (and of the
-            last), as Keras's ``validation_freq``; the other epochs' records have no
-            validation numbers. Validation is work the training processes wait for
-            (single, sync) or share the machine with (a parameter-server chief's).
-        until_plateau: Patience: stop when the validation loss has not improved for this
-            many epochs and give the model the best epoch's weights back (``epochs`` is
-            then the most); 0: train every epoch. Every epoch is validated.
-        dump_rank_weights: Every rank writes its final weights to ``weights/rank<r>.npz``
-            (used to check that ranks agree).
-        start_timeout: Seconds to wait for all worker processes to start.
-        operation_timeout: PS modes: seconds one session call may wait on another
-            process (the sessions' ``operation_timeout_in_ms``) before the process fails
-            with a transient error: a stopped parameter server ends the run (which a
-            retry resumes) instead of hanging it.
-        elastic_commit_steps: Elastic sync runs: the state (variables, step, the epoch's
-            progress) is committed in memory every this many steps; after a lost worker
-            the others go back to the last commit.
-        controller: sync mode: how Horovod's ranks coordinate and allreduce on this
-            machine. ``mpi``: under ``mpirun``, as the MPI Operator runs them on a cluster;
-            ``gloo``: Horovod's own TCP transport; ``auto``: MPI when this Horovod build
-            has it and the run is not elastic (elastic Horovod needs gloo), else gloo.
-        idle_horovod_threads: sync mode, ranks without a GPU: run Horovod's background
-            thread (and MPI's progress threads) at the kernel's idle priority, taking a
-            core only when TensorFlow's threads leave it (see
-            :func:`distrain.train.worker.start_horovod`), instead of preempting the compute
-            at every cycle's wake-up. Off by default: on 2 shared cores its effect on sync
-            efficiency was not told apart from the run-to-run drift (see the README).
+    Each field is declared once, with its type, default, help text and check
+    (:func:`setting`): ``distrain train``'s flags (:mod:`distrain.flags`), the steps'
+    keyword arguments (:func:`distrain.steps.train`, :func:`distrain.steps.check_parameters`)
+    and the check below derive from them; ``distrain train --help`` lists them.
     """
 
-    data_dir: str
-    output_dir: str
-    run: RunSpec = field(default_factory=lambda: RunSpec("single"))
-    model: str = "mlp"
-    epochs: int = 5
-    batch_size: int = 64
-    learning_rate: float = 1e-3
-    scale_learning_rate: bool = True
-    seed: int = 0
-    threads_per_worker: int = 0
-    checkpoint_every_epochs: int = 1
-    checkpoint_every_steps: int = 500
-    validation_freq: int = 1
-    until_plateau: int = 0
-    dump_rank_weights: bool = False
-    start_timeout: int = 120
-    operation_timeout: int = 300
-    elastic_commit_steps: int = 10
-    controller: str = "auto"
-    idle_horovod_threads: bool = False
+    data_dir: str = setting(
+        dataclasses.MISSING,
+        "preprocessed data: metadata.json and TFRecord shards per split",
+        flag={"name": "--data"},
+    )
+    output_dir: str = setting(
+        dataclasses.MISSING,
+        "where the model, checkpoints and history.json go",
+        flag={"name": "--output"},
+    )
+    run: RunSpec = setting(
+        lambda: RunSpec("single"),
+        "the mode and scale, MODE:WORKERS[:key=value...], e.g. single:1, sync:2, async:2:ps=1, "
+        "syncreplicas:3:aggregate=2 or sync:3:min=2 (elastic)",
+    )
+    model: str = setting("mlp", "model name for the data set", choices=_model_names)
+    epochs: int = setting(
+        5,
+        "passes over the training split (each worker sees 1/N of it per epoch); "
+        "the most, with --until-plateau",
+        check=AT_LEAST_1,
+    )
+    batch_size: int = setting(64, "examples per step per worker", check=AT_LEAST_1)
+    learning_rate: float = setting(1e-3, "base learning rate for one worker", check=POSITIVE)
+    scale_learning_rate: bool = setting(
+        True,
+        "multiply the learning rate by the number of workers whose gradients are combined per "
+        "step (sync: N; syncreplicas: the aggregate), as Horovod recommends",
+    )
+    seed: int = setting(0, "seed of the initial weights and the data order")
+    threads_per_worker: int = setting(
+        0,
+        "TensorFlow intra-op threads per worker process; 0 gives each worker an equal share "
+        "of this machine's cores",
+        check=_zero_or_positive("automatic"),
+    )
+    checkpoint_every_epochs: int = setting(
+        1, "checkpoint at the end of every this many epochs (and of the last)", check=AT_LEAST_1
+    )
+    checkpoint_every_steps: int = setting(
+        500,
+        "also checkpoint every this many global steps (updates of the variables) inside an "
+        "epoch; 0: only at epoch ends. Rank 0 / the chief writes; a rerun in the same output "
+        "directory resumes from the newest readable checkpoint and ends at the same total "
+        "step count",
+        check=_zero_or_positive("epoch ends only"),
+    )
+    validation_freq: int = setting(
+        1,
+        "validate at the end of every this many epochs (and of the last), as Keras's "
+        "validation_freq; the other epochs' records have no validation numbers",
+        check=AT_LEAST_1,
+    )
+    until_plateau: int = setting(
+        0,
+        "patience: stop when the validation loss has not improved for this many epochs (3 "
+        "if the flag has no value) and give the model the best epoch's weights back (epochs "
+        "is then the most); 0: off, train every epoch. Every epoch is validated",
+        check=(lambda v: v >= 0, "must be 0 (off) or a patience"),
+        flag={"nargs": "?", "const": 3, "metavar": "PATIENCE"},
+    )
+    dump_rank_weights: bool = setting(
+        False,
+        "every rank writes its final weights to weights/rank<r>.npz (to check that ranks agree)",
+    )
+    start_timeout: int = setting(
+        120, "seconds to wait for all worker processes to start", check=AT_LEAST_1
+    )
+    operation_timeout: int = setting(
+        300,
+        "PS modes: seconds one session call may wait on another process before the process "
+        "fails with a transient error: a stopped parameter server ends the run (which a retry "
+        "resumes) instead of hanging it",
+        check=AT_LEAST_1,
+    )
+    elastic_commit_steps: int = setting(
+        10,
+        "elastic sync runs: the state (variables, step, the epoch's progress) is committed in "
+        "memory every this many steps; after a lost worker the others go back to the last commit",
+        check=AT_LEAST_1,
+    )
+    controller: str = setting(
+        "auto",
+        "sync runs: how Horovod's ranks coordinate and allreduce on this machine. mpi: under "
+        "mpirun, as the MPI Operator runs them on a cluster; gloo: Horovod's own TCP "
+        "transport; auto: MPI when this Horovod build has it and the run is not elastic "
+        "(elastic Horovod needs gloo), else gloo",
+        choices=CONTROLLERS,
+    )
+    idle_horovod_threads: bool = setting(
+        False,
+        "sync runs, ranks without a GPU: run Horovod's background thread (and MPI's progress "
+        "threads) at the kernel's idle priority, taking a core only when TensorFlow's threads "
+        "leave it (distrain.train.worker.start_horovod), instead of preempting the compute at "
+        "every cycle's wake-up. Off by default: on 2 shared cores its effect on sync "
+        "efficiency was not told apart from the run-to-run drift",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.run, str):
@@ -233,38 +321,32 @@ class TrainConfig:
             run = self.run
             options = tuple(dict(run.get("options") or {}).items())
             object.__setattr__(self, "run", RunSpec(run["mode"], run["workers"], options))
-        from distrain.train.models import model_names
-
-        if self.model not in model_names():
-            raise ConfigError(
-                f"unknown model {self.model!r}; expected one of {', '.join(model_names())}"
-            )
-        for name in (
-            "epochs",
-            "batch_size",
-            "checkpoint_every_epochs",
-            "validation_freq",
-            "start_timeout",
-            "operation_timeout",
-            "elastic_commit_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.until_plateau < 0:
-            raise ConfigError(
-                f"until_plateau must be 0 (off) or a patience, got {self.until_plateau}"
-            )
-        if self.checkpoint_every_steps < 0:
-            raise ConfigError("checkpoint_every_steps must be 0 (epoch ends only) or positive")
-        if self.threads_per_worker < 0:
-            raise ConfigError("threads_per_worker must be 0 (automatic) or positive")
-        if self.controller not in CONTROLLERS:
-            raise ConfigError(
-                f"unknown controller {self.controller!r}; expected one of {', '.join(CONTROLLERS)}"
-            )
+        self.check()
         self.run.impl.check_config(self)
+
+    def check(self) -> None:
+        """Each setting's declared check and choices (:func:`setting`), in field order.
+
+        Raises:
+            ConfigError: The first setting that fails them.
+        """
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            choices = f.metadata.get("choices")
+            if choices is not None:
+                allowed = choices() if callable(choices) else choices
+                if value not in allowed:
+                    raise ConfigError(
+                        f"unknown {f.name} {value!r}; expected one of {', '.join(allowed)}"
+                    )
+            check = f.metadata.get("check")
+            if check is not None and not check[0](value):
+                raise ConfigError(f"{f.name} {check[1]}, got {value!r}")
+
+    @classmethod
+    def settings(cls) -> tuple:
+        """The fields that are settings of a run (all but the data, output and run spec)."""
+        return tuple(f for f in dataclasses.fields(cls) if f.name not in _NOT_SETTINGS)
 
     @property
     def threads(self) -> int:

@@ -3,7 +3,7 @@
 A mode hands the driver an *engine* (its way of making updates) and the driver does the
 rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping every mode
 gets for free. The arithmetic of that bookkeeping is plain functions here, tested without
-TensorFlow (``tests/test_driver.py``).
+TensorFlow (``tests/units/test_driver.py``).
 """
 
 from __future__ import annotations

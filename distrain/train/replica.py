@@ -8,6 +8,7 @@ parameter servers, it passes in; the lines where it matters are marked ``[sync]`
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -490,6 +491,8 @@ class Replica:
             ConfigError: The newest readable checkpoint is of another model or
                 configuration.
         """
+        if self.writes_checkpoints:
+            self._remove_unfinished_saves()
         if not self.manager.checkpoints:
             self._rebuild_state()
         candidates = list(reversed(self.manager.checkpoints))
@@ -511,6 +514,17 @@ class Replica:
                 f"no readable checkpoint in {self.checkpoint_dir()}: " + "; ".join(errors)
             )
         return None
+
+    def _remove_unfinished_saves(self) -> None:
+        """Removes what a save cut short left (``ckpt-N_temp``: the run was killed saving).
+
+        TensorFlow writes a checkpoint into ``ckpt-N_temp`` and renames its files into
+        place when they are complete, so such a folder is never a checkpoint; left alone,
+        one would stay beside the run's checkpoints for ever.
+        """
+        for leftover in sorted(self.checkpoint_dir().glob("ckpt-*_temp")):
+            shutil.rmtree(leftover, ignore_errors=True)
+            self.log(f"removed {leftover}: a checkpoint save that did not finish")
 
     def _unreadable(self, path: str, err: BaseException, errors: list[str]) -> None:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
