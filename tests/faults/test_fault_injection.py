@@ -6,12 +6,10 @@ parameter-server cluster) and checks the outcome and that no process outlives th
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,101 +21,15 @@ from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.inputs import DataError
 from distrain.train.launch import run_training
 
-
-def run_processes(out: Path) -> list[psutil.Process]:
-    """Live processes of the run writing to ``out`` (marked by DISTRAIN_RUN_DIR)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "environ", "status"]):
-        try:
-            env = proc.info.get("environ") or {}
-        except (psutil.Error, OSError):
-            continue
-        if env.get("DISTRAIN_RUN_DIR") == str(out) and proc.info["status"] != "zombie":
-            found.append(proc)
-    return found
-
-
-def assert_no_orphans(out: Path, wait: float = 10.0) -> None:
-    deadline = time.monotonic() + wait
-    while run_processes(out) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [" ".join(p.cmdline()) for p in run_processes(out)]
-    assert not left, f"processes outlived the run: {left}"
-
-
-def sync_rank(out: Path, r: int) -> psutil.Process | None:
-    """The ``distrain worker`` process of Horovod rank ``r`` in the run writing to ``out``."""
-    for proc in run_processes(out):
-        try:
-            env = proc.environ()
-            rank = env.get("HOROVOD_RANK", env.get("OMPI_COMM_WORLD_RANK"))
-            if rank == str(r) and "worker" in proc.cmdline():
-                return proc
-        except psutil.Error:
-            continue
-    return None
-
-
-def server_of(out: Path, job: str, index: int) -> psutil.Process | None:
-    """The PS-mode process (a server, or a worker) with role ``job:index`` of the run in ``out``."""
-    for proc in run_processes(out):
-        try:
-            tf_config = json.loads(proc.environ().get("TF_CONFIG", "{}"))
-        except (psutil.Error, ValueError):
-            continue
-        if tf_config.get("task") == {"type": job, "index": index}:
-            if {"server", "worker"} & set(proc.cmdline()):
-                return proc
-    return None
-
-
-def checkpoint_steps(out: Path) -> list[int]:
-    """Global steps of the checkpoints the state file lists."""
-    state = out / "checkpoints" / "checkpoint"
-    if not state.exists():
-        return []
-    lines = state.read_text().splitlines()
-    paths = [ln.split('"')[1] for ln in lines if ln.startswith("all_model_checkpoint_paths")]
-    return [int(p.rsplit("-", 1)[1]) for p in paths]
-
-
-def when(condition, action, timeout: float = 180.0) -> threading.Thread:
-    """Runs ``action()`` in a thread as soon as ``condition()`` holds."""
-
-    def watch():
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                action()
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
-def signal_after_first_checkpoint(out: Path, job: str, index: int, sig: int) -> list[int]:
-    """Sends ``sig`` to server ``job:index`` once the run has a checkpoint.
-
-    Returns:
-        The pids signalled (filled in from a watcher thread).
-    """
-    hit: list[int] = []
-
-    def strike():
-        proc = server_of(out, job, index)
-        os.kill(proc.pid, sig)
-        hit.append(proc.pid)
-
-    when(lambda: checkpoint_steps(out) and server_of(out, job, index), strike)
-    return hit
-
-
-def config(data, out, run, **settings) -> TrainConfig:
-    settings = {"epochs": 4, "batch_size": 32, "checkpoint_every_steps": 10, **settings}
-    return TrainConfig(data_dir=str(data), output_dir=str(out), run=run, **settings)
-
+from .probes import (
+    assert_no_orphans,
+    checkpoint_steps,
+    config,
+    server_of,
+    signal_after_first_checkpoint,
+    sync_rank,
+    when,
+)
 
 # ---- parameters, before any work -----------------------------------------------------------
 
@@ -411,72 +323,6 @@ def test_ssp_leaves_a_dead_worker_out_of_its_bound(mnist_examples, tmp_path):
     assert history["retired_workers"] == [0]
     assert history["blocked_seconds_by_worker"]["1"] >= 3
     assert history["epochs"][-1]["val_accuracy"] > 0.8
-    assert_no_orphans(out)
-
-
-# ---- sync: elastic Horovod ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def mnist_8k(tmp_path_factory) -> Path:
-    """A larger sample (6,000 train, 2,000 validation): accuracy to half a point."""
-    from distrain.steps import fetch, preprocess
-
-    raw = tmp_path_factory.mktemp("mnist_8k_raw")
-    fetch("mnist", "sample", raw, sample_size=8000, seed=7)
-    out = tmp_path_factory.mktemp("mnist_8k")
-    preprocess("mnist", raw, out, validation_fraction=0.25, seed=0)
-    return out
-
-
-def test_elastic_sync_command_gives_each_local_slot_its_own_host(tmp_path):
-    from distrain.train.launch import launch_command, local_host_aliases
-
-    cfg = TrainConfig(data_dir="d", output_dir=str(tmp_path), run="sync:3:min=2")
-    cmd = launch_command(cfg, "c.json")
-    assert cmd[1:7] == ["-np", "3", "--min-np", "2", "--max-np", "3"]
-    script = Path(cmd[cmd.index("--host-discovery-script") + 1])
-    hosts = subprocess.run([str(script)], capture_output=True, text=True, check=True).stdout
-    slots = [line.rsplit(":", 1) for line in hosts.split()]
-    assert sum(int(n) for _, n in slots) == 3
-    # One slot per name while the machine has names: a lost worker takes only its own.
-    assert len(slots) == min(3, len(local_host_aliases()))
-    assert "localhost" in dict(slots)
-
-
-@pytest.mark.slow
-@pytest.mark.horovod
-@pytest.mark.case("sync/elastic", "train/no-orphans")
-def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
-    # Survivors notice a dead peer when gloo gives up on it (30 s by default).
-    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "10")
-    settings = {"model": "cnn", "epochs": 10, "checkpoint_every_steps": 5, "seed": 3}
-    plain = run_training(config(mnist_8k, tmp_path / "plain", "sync:3:min=2", **settings))
-    out = tmp_path / "faulted"
-    killed = []
-
-    def kill_rank_2():
-        proc = sync_rank(out, 2)
-        proc.kill()
-        killed.append(proc.pid)
-
-    def mid_first_epoch():  # the first epoch has 62 steps
-        steps = checkpoint_steps(out)
-        return steps and 15 <= max(steps) < 55 and sync_rank(out, 2)
-
-    when(mid_first_epoch, kill_rank_2)
-    faulted = run_training(config(mnist_8k, out, "sync:3:min=2", **settings), timeout=600)
-    assert killed, "rank 2 was not killed in the first epoch"
-    assert faulted["elastic_resets"] >= 1 and plain["elastic_resets"] == 0
-    assert [e["epoch"] for e in faulted["epochs"]] == list(range(1, 11))
-    # The two survivors made up the lost worker's share: more steps, same examples.
-    assert faulted["steps"] > plain["steps"]
-    # Same accuracy as the unfaulted run. One epoch's validation accuracy on this small set
-    # swings by ~0.01 (a CI run ended 0.9921, 0.9921, 0.9826), so compare the best of the last
-    # three epochs, and bound the final one more loosely.
-    acc, ref = (max(e["val_accuracy"] for e in run["epochs"][-3:]) for run in (faulted, plain))
-    assert abs(acc - ref) <= 0.005, (acc, ref)
-    assert faulted["epochs"][-1]["val_accuracy"] >= ref - 0.02, faulted["epochs"][-3:]
     assert_no_orphans(out)
 
 
