@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 import distrain  # noqa: F401
-from distrain.pipelines.dbpedia import DEFAULTS
+from distrain.datasets.dbpedia.pipeline import DEFAULTS
+from distrain.datasets.dbpedia.rows import parse_csv, tokenize
 from distrain.preprocess.common import validation_mask
-from distrain.preprocess.dbpedia import parse_csv, tokenize
 from distrain.steps import evaluate, fetch, preprocess
 from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training

@@ -149,7 +149,7 @@ def tile_sample(dataset: str, sample: Path, out: Path, tiles: int) -> Path:
     """
     import numpy as np
 
-    from distrain.data.idx import MNIST_FILES, read_idx, write_idx
+    from distrain.datasets.mnist.idx import MNIST_FILES, read_idx, write_idx
 
     out.mkdir(parents=True, exist_ok=True)
     if dataset == "mnist":

@@ -60,7 +60,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 
 def train(data: str, out: str, epochs: int) -> None:
     """One ``single:1`` run at the DBPedia pipeline's defaults (this module's ``train``)."""
-    from distrain.pipelines.dbpedia import DEFAULTS
+    from distrain.datasets.dbpedia.pipeline import DEFAULTS
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
@@ -92,7 +92,7 @@ def run_fasttext(raw: Path, work: Path) -> dict:
     import fasttext
 
     from benchmarks.bench_dbpedia import fasttext_files
-    from distrain.preprocess.dbpedia import tokenize
+    from distrain.datasets.dbpedia.rows import tokenize
 
     train_file, test_rows = fasttext_files(raw, work, 0, 0.1)
     start = time.perf_counter()
@@ -115,15 +115,9 @@ def run_fasttext(raw: Path, work: Path) -> dict:
 def time_to(history: dict, target: float) -> float | None:
     """Seconds into the run when the validation accuracy first reached ``target``
     (interpolated within the epoch that crossed it), or None."""
-    prev_t, prev_v = 0.0, None
-    for e in history["epochs"]:
-        t, v = e["wall_seconds"], e["val_accuracy"]
-        if v >= target:
-            if prev_v is None or v == prev_v:
-                return t
-            return prev_t + max(0.0, min(1.0, (target - prev_v) / (v - prev_v))) * (t - prev_t)
-        prev_t, prev_v = t, v
-    return None
+    from distrain.compare import time_to_target
+
+    return time_to_target(history["epochs"], target)
 
 
 def bench_full_size(

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from distrain.data.idx import mnist_paths, read_mnist_split
-from distrain.preprocess import dbpedia as db
-from distrain.preprocess import gutenberg as gb
+from distrain.datasets.dbpedia import beam as db
+from distrain.datasets.dbpedia import rows as db_rows
+from distrain.datasets.gutenberg import beam as gb
+from distrain.datasets.mnist.beam import mnist_example
+from distrain.datasets.mnist.idx import mnist_paths, read_mnist_split
 from distrain.preprocess.common import validation_mask
-from distrain.preprocess.mnist import mnist_example
 from distrain.preprocess.records import write_tfrecords
 
 
@@ -51,7 +52,7 @@ def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
         path = raw / f"{source}.csv"
         good = [
             (line, a, b)
-            for kind, line, a, b, _ in db.parse_csv(str(path), path.read_bytes(), len(classes))
+            for kind, line, a, b, _ in db_rows.parse_csv(str(path), path.read_bytes(), len(classes))
             if kind == "ok"
         ]
         if source == "test":

@@ -137,16 +137,10 @@ def time_to_bits(epochs: list[dict], target: float) -> float | None:
 
     Interpolated between the epochs around it (``None``: never reached).
     """
-    prev_t, prev_v = 0.0, None
-    for e in epochs:
-        value, t = e["val_loss"] / math.log(2), e["wall_seconds"]
-        if value <= target:
-            if prev_v is None or value == prev_v:
-                return t
-            frac = (prev_v - target) / (prev_v - value)
-            return prev_t + max(0.0, min(1.0, frac)) * (t - prev_t)
-        prev_t, prev_v = t, value
-    return None
+    from distrain.compare import time_to_target
+
+    bits = lambda e: e["val_loss"] / math.log(2)  # noqa: E731
+    return time_to_target(epochs, target, value=bits, lower_is_better=True)
 
 
 def bench_prose(quick: bool, tmp: Path, log=print) -> dict | None:

@@ -8,7 +8,7 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # oneDNN's CPU kernels. TensorFlow turns them on by itself only on CPUs with AVX-512 (VNNI,
-# BF16) or AMX; on AVX2 machines its own kernels train the MNIST CNN 2.6x slower and the
+# BF16) or AMX; on AVX2 machines its own kernels train the digits' CNN 2.6x slower and the
 # fastText model 1.3x slower (benchmarks: 2-core AMD EPYC without AVX-512). Set it to 0 to
 # turn them off (oneDNN sums in another order: results differ in the last bits).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

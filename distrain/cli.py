@@ -1,10 +1,10 @@
 """The ``distrain`` command line.
 
-distrain data mnist --sample --output DIR     write a learnable sample in MNIST's format
-distrain data mnist --download --output DIR   fetch the real files (pinned, sha256-checked)
-distrain preprocess mnist --data RAW --output EXAMPLES [-- BEAM OPTIONS]   the Beam job alone
-distrain compile mnist --output mnist.yaml    compile the KFP pipeline
-distrain run mnist [--data DIR] --output OUT  run the pipeline locally (kfp.local)
+distrain data NAME --sample --output DIR     write a learnable sample in the data set's format
+distrain data NAME --download --output DIR   fetch the real files (pinned, sha256-checked)
+distrain preprocess NAME --data RAW --output EXAMPLES [-- BEAM OPTIONS]   the Beam job alone
+distrain compile NAME --output NAME.yaml     compile the KFP pipeline
+distrain run NAME [--data DIR] --output OUT  run the pipeline locally (kfp.local)
 distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
 distrain experiment consistency --output OUT  a seed paper's study, ending in one report
 """
@@ -32,9 +32,7 @@ PIPELINE_FIELDS = tuple(f for f in TrainConfig.settings() if f.name in PIPELINE_
 
 
 def _defaults(name: str):
-    import importlib
-
-    return importlib.import_module(f"distrain.pipelines.{name}").DEFAULTS
+    return datasets.get(name).pipeline
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -42,7 +40,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from distrain.steps import fetch
 
     source = "sample" if args.sample else "download"
-    if args.download and args.ids:  # what to download, for the data sets that ask (Gutenberg)
+    if args.download and args.ids:  # what to download, for the data sets that ask for ids
         source = f"download:{args.ids}"
     summary = fetch(args.dataset, source, args.output, sample_size=args.sample_size, seed=args.seed)
     print(f"{args.dataset} ({source}) in {args.output}: {', '.join(summary['files'])}")
@@ -405,9 +403,8 @@ def _models_help() -> str:
     return "; ".join(f"{name}: {', '.join(datasets.get(name).models)}" for name in PIPELINES)
 
 
-SAMPLE_HELP = (
-    "size of a generated sample (0: default): MNIST training images, DBPedia training rows, "
-    "Gutenberg characters"
+SAMPLE_HELP = "size of a generated sample (0: default): " + ", ".join(
+    f"{name}: {datasets.get(name).sample_unit}" for name in PIPELINES
 )
 
 
@@ -448,14 +445,16 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--download", action="store_true", help="download the real data")
     data.add_argument("--output", required=True)
     data.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
-    data.add_argument("--ids", help="Gutenberg book ids to download, comma-separated")
+    data.add_argument(
+        "--ids", help="ids to download, comma-separated (data sets downloaded by id, e.g. books)"
+    )
     data.add_argument("--seed", type=int, default=0)
     data.set_defaults(func=cmd_data)
 
     pre = add(
         "preprocess",
         help="run a data set's Beam preprocessing alone, on any Beam runner",
-        usage="distrain preprocess {mnist,dbpedia,gutenberg} --data RAW --output EXAMPLES "
+        usage=f"distrain preprocess {{{','.join(PIPELINES)}}} --data RAW --output EXAMPLES "
         "[--overwrite] "
         "[--validation-fraction F] [--seed S] [-- BEAM OPTIONS ...]",
         description="Run the Beam preprocessing job of a data set. Everything after -- "

@@ -12,12 +12,14 @@ import html
 import io
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from distrain.machine import text as environment_text
+from distrain.train.tasks import QUALITY_KEYS, quality_of
 from distrain.verdict import Candidate, decide, interval_text, summarize
 
 # Rows that are not training runs (a majority class, an n-gram): listed last.
@@ -73,7 +75,7 @@ COLUMNS = [
 
 
 # What a run's evaluation must have one of: its quality, in its task's terms.
-QUALITY = ("accuracy", "bits_per_char", "reconstruction_mse")
+QUALITY = QUALITY_KEYS
 
 
 def _outlier_note(name: str, evaluation: dict) -> str:
@@ -119,23 +121,38 @@ class CompareConfig:
     target_accuracy: float = 0.95
 
 
-def time_to_target(epochs: list[dict], target: float, x: str = "wall_seconds") -> float | None:
-    """Wall-clock seconds (or epoch field ``x``) until validation accuracy reached ``target``.
+def time_to_target(
+    epochs: list[dict],
+    target: float,
+    x: str = "wall_seconds",
+    value: Callable[[dict], float | None] | None = None,
+    lower_is_better: bool = False,
+) -> float | None:
+    """Wall-clock seconds (or epoch field ``x``) until an epoch's quality reached ``target``.
 
-    Linear interpolation between the epochs around the crossing (from 0 before the
-    first epoch); None when it never got there.
+    The one time-to-target rule: linear interpolation between the epochs around the
+    crossing (from 0 before the first epoch); None when it never got there.
+
+    Args:
+        epochs: A history's epochs.
+        target: The quality to reach.
+        x: The epoch field that counts time (``steps`` gives steps to target).
+        value: An epoch's quality (default: its validation accuracy); epochs without
+            one (None) are skipped.
+        lower_is_better: The target is reached by falling to it (a loss, bits/char).
     """
-    prev_t, prev_acc = 0.0, None
+    value = value or (lambda e: e.get("val_accuracy"))
+    prev_t, prev_v = 0.0, None
     for e in epochs:
-        acc, t = e.get("val_accuracy"), e.get(x)
-        if acc is None or t is None:
+        v, t = value(e), e.get(x)
+        if v is None or t is None:
             continue
-        if acc >= target:
-            if prev_acc is None or acc == prev_acc:
+        if (v <= target) if lower_is_better else (v >= target):
+            if prev_v is None or v == prev_v:
                 return float(t)
-            frac = (target - prev_acc) / (acc - prev_acc)
+            frac = (target - prev_v) / (v - prev_v)
             return float(prev_t + max(0.0, min(1.0, frac)) * (t - prev_t))
-        prev_t, prev_acc = t, acc
+        prev_t, prev_v = t, v
     return None
 
 
@@ -218,6 +235,7 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
     """One repeat's row, before repeats are summarized and speedups computed."""
     run, ev = r["run"], r["evaluation"]
     quality = {
+        "task": ev.get("task"),
         "accuracy": ev.get("accuracy"),
         "macro_f1": ev.get("macro_f1"),
         "bits_per_char": ev.get("bits_per_char"),
@@ -303,7 +321,7 @@ def verdict_of(rows: list[dict]) -> dict:
     """The comparison's verdict (:func:`distrain.verdict.decide`) over its trained rows.
 
     On time to the target where a run reached it in every repeat; otherwise on the quality
-    itself (accuracy, or the lower bits per character or reconstruction error).
+    itself (the quality its task declares, and which way is better: :func:`quality_of`).
     """
     trained = [r for r in rows if r["mode"] != BASELINE]
     if not trained:
@@ -328,15 +346,12 @@ def verdict_of(rows: list[dict]) -> dict:
             for r in trained
         ]
         return decide(candidates, "time_to_target", lower_is_better=True)
-    key = next(
-        (k for k in ("bits_per_char", "reconstruction_mse") if trained[0].get(k) is not None),
-        "accuracy",
-    )
+    key, lower = quality_of(trained[0])
     candidates = [
         Candidate(r["name"], r.get(key), r.get(f"{key}_interval"), _cost(r), repeats=r["repeats"])
         for r in trained
     ]
-    verdict = decide(candidates, key, lower_is_better=key != "accuracy")
+    verdict = decide(candidates, key, lower_is_better=lower)
     verdict["reason"] = (
         "No run reached the target; decided on the quality itself. " + verdict["reason"]
     )
@@ -399,16 +414,11 @@ def build_comparison(reports: list[dict], config: CompareConfig | None = None) -
         row["speedup"] = base["train_seconds"] / seconds if base and seconds > 0 else None
         row["efficiency"] = row["speedup"] / row["workers"] if row["speedup"] else None
     candidates = [row for row in rows if row["mode"] != "baseline"] or rows
-    lowest = next(
-        (k for k in ("bits_per_char", "reconstruction_mse") if candidates[0].get(k) is not None),
-        None,
-    )
-    if lowest is not None:  # a loss-like score: the lower, the better
-        best = min(candidates, key=lambda row: (row[lowest], row.get("train_seconds") or 0))
+    key, lower = quality_of(candidates[0])
+    if lower:  # a loss-like score: the lower, the better
+        best = min(candidates, key=lambda row: (row[key], row.get("train_seconds") or 0))
     else:
-        best = max(
-            candidates, key=lambda row: (row["accuracy"] or 0, -(row.get("train_seconds") or 0))
-        )
+        best = max(candidates, key=lambda row: (row[key] or 0, -(row.get("train_seconds") or 0)))
     return {
         "rows": rows,
         "verdict": verdict_of(rows),

@@ -64,41 +64,6 @@ class StreamTraining:
         }
 
 
-def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 64, dropout=0.25):
-    """The default character language model: an embedding, LSTM layer(s), logits per step.
-
-    Dropout after each LSTM layer: without it, on 1 MB of real prose, the training text's
-    bits/char fell 0.26 below the validation text's within 7 epochs.
-
-    Built for any batch and without state; training in a mode that carries state, and
-    scoring, use its stateful copy (:func:`recurrent_copy`).
-    """
-    import tf_keras as keras
-
-    vocab = info.metadata["vocab_size"]
-    stack = [
-        keras.layers.Input(shape=(None,), dtype="int32"),
-        keras.layers.Embedding(
-            vocab, embed, embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed)
-        ),
-    ]
-    for i in range(layers):
-        stack.append(
-            keras.layers.LSTM(
-                units,
-                return_sequences=True,
-                kernel_initializer=keras.initializers.GlorotUniform(seed + 1 + i),
-                recurrent_initializer=keras.initializers.Orthogonal(seed=seed + 10 + i),
-            )
-        )
-        if dropout:
-            stack.append(keras.layers.Dropout(dropout, seed=seed + 30 + i))
-    stack.append(
-        keras.layers.Dense(vocab, kernel_initializer=keras.initializers.GlorotUniform(seed + 20))
-    )
-    return keras.Sequential(stack, name="gutenberg_char_lstm")
-
-
 # ---- the unknown-character rule --------------------------------------------------------
 
 
@@ -168,7 +133,7 @@ def stream_dataset(
     """
     import tensorflow as tf
 
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets import texts as read_texts
 
     texts = read_texts(info.data_dir, split).values()
     ids = stream_ids(texts, info.metadata["vocabulary"], shard)
@@ -179,7 +144,7 @@ def stream_dataset(
 
 def stream_batches_per_epoch(info, batch_size: int, shard=(1, 0), seq_len: int = 0) -> int:
     """Training batches in one pass over this shard's streams (rows of ``seq_len``)."""
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets import texts as read_texts
 
     length = sum(len(t) for t in read_texts(info.data_dir, "train").values()) // shard[0]
     return max(1, stream_steps(length, batch_size, seq_len or int(info.metadata["seq_len"])))

@@ -202,7 +202,7 @@ def check_raw_files(dataset: str, directory: str | os.PathLike) -> None:
 
     Raises:
         ValueError: A file is missing or malformed (the message names it); the data
-            sets' own errors (``IdxFormatError``, ``DbpediaFormatError``) are ValueErrors.
+            sets' own format errors are ValueErrors.
     """
     _dataset(dataset).check_raw_files(Path(directory))
 
@@ -219,14 +219,13 @@ def fetch(
     """Puts a data set's raw files into ``output_dir``.
 
     Args:
-        dataset: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        dataset: A registered data set's name (:func:`distrain.datasets.names`).
         source: ``sample`` (generate the sample in the real format), ``download`` (pinned
-            URLs, checked digests; for Gutenberg ``download:ID,ID,...``) or a directory
-            holding the raw files.
+            URLs, checked digests; ``download:ID,ID,...`` for a data set downloaded by id)
+            or a directory holding the raw files.
         output_dir: Destination directory.
-        sample_size: Size of a generated sample (0: the default): MNIST training images,
-            DBPedia training rows, Gutenberg characters over all books. Test sets are a
-            fifth of it.
+        sample_size: Size of a generated sample (0: the default), in the data set's unit
+            (:attr:`distrain.datasets.DataSet.sample_unit`).
         seed: Seed of a generated sample.
 
     Returns:

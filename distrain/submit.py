@@ -32,7 +32,7 @@ class SubmitConfig:
     """One ``distrain submit``.
 
     Attributes:
-        pipeline: ``mnist``, ``dbpedia`` or ``gutenberg``.
+        pipeline: A registered data set's name (:func:`distrain.datasets.names`).
         host: The KFP API endpoint (``http://localhost:8080`` with a port-forward to
             ``ml-pipeline-ui``, or the cluster's ingress).
         experiment: Experiment to file the run under (created when missing).
@@ -141,8 +141,6 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
         client: A ``kfp.Client`` (default: one for ``cfg.host``).
         out: Where progress goes (default: stdout).
     """
-    import importlib
-
     from kfp import compiler
 
     from distrain.pipelines.common import build_pipeline
@@ -153,7 +151,7 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
 
     if cfg.pipeline not in datasets.names():
         raise SubmitError(f"unknown pipeline {cfg.pipeline!r}")
-    defaults = importlib.import_module(f"distrain.pipelines.{cfg.pipeline}").DEFAULTS
+    defaults = datasets.get(cfg.pipeline).pipeline
     pipeline_fn = build_pipeline(defaults, gpu=cfg.gpu)
     _check(cfg, pipeline_fn)
 

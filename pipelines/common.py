@@ -4,8 +4,6 @@ fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> eval
 the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate.
 """
 
-from dataclasses import dataclass, field
-
 from kfp import dsl, kubernetes
 
 from distrain.components.baseline import baseline
@@ -14,31 +12,13 @@ from distrain.components.data import check_parameters, fetch_data, preprocess
 from distrain.components.evaluate import evaluate
 from distrain.components.gate import quality_gate
 from distrain.components.train import train
+from distrain.datasets import PipelineDefaults
 from distrain.images import image
-from distrain.train.config import DEFAULT_RUNS
 
 # Where the shared volume claim is mounted in training steps and in the pods they launch.
 MOUNT_PATH = "/mnt/distrain"
 # The display name of the gate step, which `distrain submit` looks for in a failed run.
 GATE_TASK = "quality gate"
-
-
-@dataclass(frozen=True)
-class PipelineDefaults:
-    """A data set's pipeline: its name and the defaults of its parameters."""
-
-    dataset: str
-    description: str
-    model: str
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    target_accuracy: float
-    runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
-    sample_size: int = 0
-    # Runs stop on a validation plateau of this patience (epochs are then the most), so
-    # that the comparison judges converged runs, not the slowest to converge (0: off).
-    until_plateau: int = 3
 
 
 def build_pipeline(

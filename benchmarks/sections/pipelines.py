@@ -88,21 +88,12 @@ def bench_pipelines(cfg: SuiteConfig, tmp: Path) -> dict:
 def _time_to_target(dataset: str, report: dict, target: float) -> dict:
     import math
 
+    from distrain.compare import time_to_target
+
     epochs = report["history"]["epochs"]
     lm = dataset == "gutenberg"
-    prev_t, prev_v, reached = 0.0, None, None
-    for e in epochs:
-        value = e["val_loss"] / math.log(2) if lm else e["val_accuracy"]
-        t = e["wall_seconds"]
-        hit = value <= target if lm else value >= target
-        if hit:
-            if prev_v is None or value == prev_v:
-                reached = t
-            else:
-                frac = (target - prev_v) / (value - prev_v)
-                reached = prev_t + max(0.0, min(1.0, frac)) * (t - prev_t)
-            break
-        prev_t, prev_v = t, value
+    quality = (lambda e: e["val_loss"] / math.log(2)) if lm else (lambda e: e["val_accuracy"])
+    reached = time_to_target(epochs, target, value=quality, lower_is_better=lm)
     final = epochs[-1]
     return {
         "run": report["run"]["name"],

@@ -61,35 +61,6 @@ class RemoteFile:
         return self.name or PurePosixPath(urlparse(self.url).path).name
 
 
-# The MNIST mirror TensorFlow's datasets use; sizes and digests as published with them.
-MNIST_MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"
-MNIST_REMOTE: dict[str, RemoteFile] = {
-    name: RemoteFile(MNIST_MIRROR + name, digest, size)
-    for name, size, digest in (
-        (
-            "train-images-idx3-ubyte.gz",
-            9912422,
-            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-        ),
-        (
-            "train-labels-idx1-ubyte.gz",
-            28881,
-            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-        ),
-        (
-            "t10k-images-idx3-ubyte.gz",
-            1648877,
-            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-        ),
-        (
-            "t10k-labels-idx1-ubyte.gz",
-            4542,
-            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
-        ),
-    )
-}
-
-
 def sha256_of(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     """The hex digest of a file (sha256 unless another hashlib algorithm is named)."""
     digest = hashlib.new(algorithm)
@@ -213,71 +184,6 @@ def fetch(
     _verify(remote, part)
     os.replace(part, dest)
     return dest
-
-
-# DBPedia-14 as Zhang et al. distribute it. Its publishers give an MD5 (torchtext pins it) and
-# the archive's size is 68,341,698 bytes; no sha256 is published.
-DBPEDIA_REMOTE = RemoteFile(
-    "https://github.com/le-scientifique/torchDatasets/raw/master/dbpedia_csv.tar.gz",
-    sha256="",
-    size=68341698,
-    md5="dca7b1ae12b1091090db52aa7ec5ca64",
-)
-# Project Gutenberg's plain-text books by id. Books change between editions, so no digest can
-# be pinned: fetch_gutenberg records each book's sha256 in a manifest on first download and
-# verifies the cached copy against it afterwards.
-GUTENBERG_URL = "https://www.gutenberg.org/cache/epub/{id}/pg{id}.txt"
-
-
-def download_dbpedia(dest_dir: str | os.PathLike, url: str | None = None) -> Path:
-    """Fetches and safely extracts ``dbpedia_csv.tar.gz``; returns the ``dbpedia_csv`` dir."""
-    remote = DBPEDIA_REMOTE
-    if url:
-        remote = RemoteFile(url, remote.sha256, remote.size, "dbpedia_csv.tar.gz", remote.md5)
-    archive = fetch(remote, dest_dir)
-    safe_extract(archive, dest_dir)
-    return Path(dest_dir) / "dbpedia_csv"
-
-
-def fetch_gutenberg(
-    ids: list[int], dest_dir: str | os.PathLike, url_pattern: str = GUTENBERG_URL
-) -> list[Path]:
-    """Fetches books by id into ``dest_dir`` (cached; sha256 recorded in manifest.json)."""
-    import json
-
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    manifest_path = dest / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    paths = []
-    for book in ids:
-        name = f"pg{int(book)}.txt"
-        known = manifest.get(name, "")
-        remote = RemoteFile(url_pattern.format(id=int(book)), known, name=name)
-        path = fetch(remote, dest, allow_unverified=not known)
-        manifest[name] = sha256_of(path)
-        paths.append(path)
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return paths
-
-
-def download_mnist(dest_dir: str | os.PathLike, base_url: str | None = None) -> dict[str, Path]:
-    """Fetches the four MNIST files, sha256-checked.
-
-    Args:
-        dest_dir: Destination directory.
-        base_url: Another location of the same files (a mirror, a file:// directory);
-            names and digests stay pinned.
-
-    Returns:
-        File name to local path.
-    """
-    files = {}
-    for name, remote in MNIST_REMOTE.items():
-        if base_url:
-            remote = RemoteFile(base_url.rstrip("/") + "/" + name, remote.sha256, remote.size)
-        files[name] = fetch(remote, dest_dir)
-    return files
 
 
 def _check_member(root: Path, name: str, archive: str) -> Path:

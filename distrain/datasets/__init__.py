@@ -1,13 +1,15 @@
-"""Data sets as plugins: one module per data set, registered by name.
+"""Data sets as plugins: one package per data set, registered by name.
 
-A data set's module says everything the rest of the product needs to know about it:
-how to write its sample, download it, check and copy its raw files, preprocess it (its
-Beam job), parse its records, which models it has (each with its task: what the model
-learns and how it is scored) and its one-line summary. Nothing outside these modules
-branches on a data set's name; the list of names is :func:`names`.
+A data set's package holds everything about it: its plugin (the :class:`DataSet`
+subclass in its ``__init__``: sample, download, raw-file checks, Beam job, parser, models
+with their tasks, pipeline defaults, fault cases and the experiments it serves), and the
+modules behind it (``sample.py``, ``download.py``, ``beam.py``, ``pipeline.py``, its
+models and parsers). Nothing outside ``distrain/datasets/`` names a data set: generic code
+asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
-Adding a data set: a module here with a :class:`DataSet` subclass decorated with
-:func:`register`, imported at the end of this file, and its test.
+Adding a data set: a package here whose plugin is decorated with :func:`register`,
+imported at the end of this file, and its test: a subclass of
+:class:`distrain.datasets.testing.DataSetTestCase` naming it.
 """
 
 from __future__ import annotations
@@ -15,14 +17,33 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.train.config import DEFAULT_RUNS
 from distrain.train.tasks import Task
 
 
 class DataSetError(ValueError):
     """An unknown data set or model, or raw files that are not the data set's."""
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """A data set's pipeline: its name and the defaults of its parameters."""
+
+    dataset: str
+    description: str
+    model: str
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    target_accuracy: float
+    runs: list[str] = field(default_factory=lambda: list(DEFAULT_RUNS))
+    sample_size: int = 0
+    # Runs stop on a validation plateau of this patience (epochs are then the most), so
+    # that the comparison judges converged runs, not the slowest to converge (0: off).
+    until_plateau: int = 3
 
 
 @dataclass(frozen=True)
@@ -58,12 +79,25 @@ class DataSet:
         summary: One line: what the data is.
         models: The data set's models by name; the first is the default.
         sample_size: A generated sample's default size (the unit is the data set's).
+        sample_unit: What ``sample_size`` counts (``--sample-size``'s help).
+        title: How reports and titles name it.
+        experiments: The experiments (:mod:`distrain.experiments`) it serves, each with
+            what that experiment needs to know of it (e.g. which of its models run);
+            an experiment asks :func:`serving` instead of naming a data set.
+        pipeline: Its pipeline's name, description and parameter defaults.
+        fault_cases: Its cases of the reliability matrix (:mod:`distrain.faults`):
+            ``(id, what is checked)``, ids starting with ``NAME/``.
     """
 
     name: str = ""
     summary: str = ""
     models: dict[str, ModelSpec] = {}
     sample_size: int = 0
+    sample_unit: str = ""
+    title: str = ""
+    experiments: dict[str, dict] = {}
+    pipeline: PipelineDefaults | None = None
+    fault_cases: tuple[tuple[str, str], ...] = ()
 
     # ---- raw files ----------------------------------------------------------------------
 
@@ -121,6 +155,14 @@ class DataSet:
         """``parse(serialised records) -> (features, targets)`` for ``info``'s view."""
         raise NotImplementedError
 
+    def texts(self, data_dir: str | os.PathLike, split: str) -> dict[str, str]:
+        """The plain text of each document of a split, by name (language models score it).
+
+        Raises:
+            DataSetError: The data set has no running text.
+        """
+        raise DataSetError(f"{data_dir}: the {self.name} data set has no running text")
+
     # ---- models -------------------------------------------------------------------------
 
     @property
@@ -167,6 +209,18 @@ def get(name: str) -> DataSet:
     return _REGISTRY[name]
 
 
+def serving(experiment: str) -> list[DataSet]:
+    """The data sets that serve ``experiment`` (:attr:`DataSet.experiments`), in order.
+
+    Raises:
+        DataSetError: No registered data set serves it.
+    """
+    found = [d for d in _REGISTRY.values() if experiment in d.experiments]
+    if not found:
+        raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
+    return found
+
+
 def model_spec(dataset: str, model: str) -> ModelSpec:
     """The spec of ``model`` on ``dataset`` (both checked)."""
     return get(dataset).model(model)
@@ -197,6 +251,13 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
     return info.view(spec.view) if spec.view else info
 
 
+def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
+    """The running text of ``split`` of the data set preprocessed in ``data_dir``."""
+    from distrain.train.inputs import DatasetInfo
+
+    return get(DatasetInfo.load(data_dir).dataset).texts(data_dir, split)
+
+
 def default_model(data_dir: str | os.PathLike) -> str:
     """The default model of the data set preprocessed in ``data_dir``."""
     from distrain.train.inputs import DatasetInfo
@@ -211,4 +272,13 @@ from distrain.datasets import dbpedia  # noqa: E402
 from distrain.datasets import gutenberg  # noqa: E402
 # isort: on
 
-__all__ = ["DataSet", "DataSetError", "ModelSpec", "dbpedia", "get", "gutenberg", "mnist"]
+__all__ = [
+    "DataSet",
+    "DataSetError",
+    "ModelSpec",
+    "PipelineDefaults",
+    "dbpedia",
+    "get",
+    "gutenberg",
+    "mnist",
+]

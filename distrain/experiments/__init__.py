@@ -205,14 +205,27 @@ def load_config(path: str | Path) -> ExperimentConfig:
 class Experiment:
     """A study: what it runs at each scale and how its results read.
 
-    Subclasses set :attr:`name`, :attr:`title`, :attr:`paper` and :attr:`datasets`, and
-    implement :meth:`config` and :meth:`analyse`.
+    Subclasses set :attr:`name`, :attr:`title` and :attr:`paper`, and implement
+    :meth:`config` and :meth:`analyse`. The data sets it runs on declare it
+    (:attr:`distrain.datasets.DataSet.experiments`).
     """
 
     name = ""
     title = ""
     paper = ""  # the seed paper it reruns
-    datasets: tuple[str, ...] = ()
+
+    @property
+    def datasets(self) -> tuple[str, ...]:
+        """The names of the data sets it runs on (those that declare it)."""
+        from distrain import datasets
+
+        return tuple(d.name for d in datasets.serving(self.name))
+
+    def dataset(self):
+        """The one data set it runs on (:class:`distrain.datasets.DataSet`)."""
+        from distrain import datasets
+
+        return datasets.serving(self.name)[0]
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:
         """The configuration at ``scale``."""

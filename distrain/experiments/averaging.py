@@ -1,4 +1,4 @@
-"""``averaging`` (seed 002): periodic model averaging of 4 replicas on MNIST.
+"""``averaging`` (seed 002): periodic model averaging of 4 replicas on handwritten digits.
 
 For a convex, a strongly convex and a non-convex model: the period, the initialisation,
 common examples and weighted averaging.
@@ -54,31 +54,38 @@ class Averaging(Experiment):
     """Seed 002's study: how often to average, and from what start, for three losses."""
 
     name = "averaging"
-    title = "Model averaging on MNIST: period, initialisation, common examples, weights"
     paper = "seed 002 (model averaging for data parallelism)"
-    datasets = ("mnist",)
+
+    @property
+    def title(self) -> str:
+        """The report's title, naming the data set."""
+        return (
+            f"Model averaging on {self.dataset().title}: period, initialisation, common "
+            "examples, weights"
+        )
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:
+        data = self.dataset().name
         periods, varied, middle, epochs, images, batch = SCALES[scale]
         points = []
         for model, sweep in periods.items():
             for period in sweep:
                 knobs = {"model": model, "loss": MODELS[model], "period": period, **BASE}
                 points.append(
-                    Point("mnist", model, spec(period, **BASE), epochs, batch, 1e-3, seed, knobs)
+                    Point(data, model, spec(period, **BASE), epochs, batch, 1e-3, seed, knobs)
                 )
         for model in varied:
             if middle not in periods[model]:
                 knobs = {"model": model, "loss": MODELS[model], "period": middle, **BASE}
                 points.append(
-                    Point("mnist", model, spec(middle, **BASE), epochs, batch, 1e-3, seed, knobs)
+                    Point(data, model, spec(middle, **BASE), epochs, batch, 1e-3, seed, knobs)
                 )
             for knob, value in VARIANTS.items():
                 setting = {**BASE, knob: value}
                 knobs = {"model": model, "loss": MODELS[model], "period": middle, **setting}
                 knobs["variant"] = knob
                 points.append(
-                    Point("mnist", model, spec(middle, **setting), epochs, batch, 1e-3, seed, knobs)
+                    Point(data, model, spec(middle, **setting), epochs, batch, 1e-3, seed, knobs)
                 )
         notes = []
         for model in MODELS:
@@ -93,7 +100,7 @@ class Averaging(Experiment):
             experiment=self.name,
             scale=scale,
             seed=seed,
-            data=(DataSource("mnist", "sample", images),),
+            data=(DataSource(data, "sample", images),),
             points=tuple(points),
             settings={"variant_period": middle},
             notes=tuple(notes),

@@ -1,4 +1,4 @@
-"""``consistency`` (seed 003): async, bulk-synchronous and stale-synchronous training on DBPedia.
+"""``consistency`` (seed 003): async, bulk-synchronous and stale-synchronous text classification.
 
 Logistic regression and the fastText-style model, each under every rule.
 """
@@ -60,15 +60,26 @@ class Consistency(Experiment):
     """Seed 003's study: the same models under async, BSP and SSP at two bounds."""
 
     name = "consistency"
-    title = "Consistency models on DBPedia: async, bulk-synchronous and stale-synchronous"
-    paper = "seed 003 (distributed TensorFlow on DBPedia)"
-    datasets = ("dbpedia",)
+
+    @property
+    def title(self) -> str:
+        """The report's title, naming the data set."""
+        return (
+            f"Consistency models on {self.dataset().title}: async, bulk-synchronous and "
+            "stale-synchronous"
+        )
+
+    @property
+    def paper(self) -> str:
+        """The seed paper, naming the data set."""
+        return f"seed 003 (distributed TensorFlow on {self.dataset().title})"
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:
+        data = self.dataset().name
         models, epochs, rows = SCALES[scale]
         rule_list = rules() if scale != "tiny" else [rules()[0], rules()[2]]
         points = tuple(
-            Point("dbpedia", m, spec, epochs, 64, 0.01, seed, {"model": m, **knobs})
+            Point(data, m, spec, epochs, 64, 0.01, seed, {"model": m, **knobs})
             for m in models
             for spec, knobs in rule_list
         )
@@ -79,7 +90,7 @@ class Consistency(Experiment):
             experiment=self.name,
             scale=scale,
             seed=seed,
-            data=(DataSource("dbpedia", "sample", rows),),
+            data=(DataSource(data, "sample", rows),),
             points=points,
             settings={"target_fraction": TARGET_FRACTION},
             notes=tuple(notes),

@@ -11,20 +11,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from distrain import datasets
 from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
 from distrain.experiments.report import Result, Table, fmt, png, pyplot
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
 from distrain.verdict import accuracy_difference, with_interval
 
-# Seed 004's six models and the data set each learns.
-MODELS = {
-    "mlp": "mnist",
-    "cnn": "mnist",
-    "vgg11": "mnist",
-    "convae": "mnist",
-    "nbow": "dbpedia",
-    "seq2seq": "gutenberg",
-}
+
+def models() -> dict[str, str]:
+    """Seed 004's six models and the data set each learns, as the data sets declare them."""
+    return {
+        model: d.name
+        for d in datasets.serving("parallelism")
+        for model in d.experiments["parallelism"]["models"]
+    }
+
+
+def training(dataset: str) -> tuple[int, float]:
+    """A data set's batch and learning rate in this study (its declaration)."""
+    own = datasets.get(dataset).experiments["parallelism"]
+    return own["batch_size"], own["learning_rate"]
+
+
 # The splits at two ranks, and what the report calls them.
 RUNS = {
     "single:1": "one process",
@@ -35,8 +43,6 @@ RUNS = {
 }
 ALONE = RUNS["single:1"]
 SPLITS = (RUNS["tensor:2"], RUNS["pipeline:2:micro=4"], RUNS["hybrid:1:2"])
-# Per data set: batch, learning rate (the data set pipelines' own, batch 64 for DBPedia).
-TRAINING = {"mnist": (64, 1e-3), "dbpedia": (64, 0.01), "gutenberg": (32, 3e-3)}
 # A run's quality, by what its task scores: (key, name, higher is better).
 QUALITY = (
     ("accuracy", "accuracy", True),
@@ -47,23 +53,18 @@ QUALITY = (
 # At the small scale, hybrid:1:2 (a tensor group inside data parallelism of one group,
 # tensor:2's arithmetic with hybrid's process sets) trains these models only.
 SMALL_HYBRID = ("mlp", "cnn")
-# scale -> (models, runs, epochs, generated sample size per data set (0: its default))
+# scale -> (models (None: all six), runs, epochs); each data set declares its generated
+# sample's size at each scale (0: its default).
 SCALES = {
-    "tiny": (("mlp", "nbow"), ("single:1", "tensor:2"), 1, {"mnist": 600, "dbpedia": 600}),
-    "small": (
-        tuple(MODELS),
-        tuple(RUNS),
-        2,
-        {"mnist": 2000, "dbpedia": 2000, "gutenberg": 60_000},
-    ),
-    "full": (tuple(MODELS), tuple(RUNS), 5, {"mnist": 0, "dbpedia": 0, "gutenberg": 0}),
+    "tiny": (("mlp", "nbow"), ("single:1", "tensor:2"), 1),
+    "small": (None, tuple(RUNS), 2),
+    "full": (None, tuple(RUNS), 5),
 }
 
 
 def refusal(model: str, run: str) -> str | None:
     """Why ``run`` cannot train ``model`` (the mode's own words), or None when it can."""
-    dataset = MODELS[model]
-    batch, rate = TRAINING[dataset]
+    batch, rate = training(models()[model])
     try:
         TrainConfig(
             data_dir="",
@@ -85,14 +86,15 @@ class Parallelism(Experiment):
     name = "parallelism"
     title = "Data, tensor, pipeline and hybrid parallelism across six models"
     paper = "seed 004 (data, model, pipeline and hybrid parallelism)"
-    datasets = ("mnist", "dbpedia", "gutenberg")
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:
-        models, runs, epochs, sizes = SCALES[scale]
+        chosen, runs, epochs = SCALES[scale]
+        learns = models()
+        chosen = chosen or tuple(learns)
         points, refused = [], []
-        for model in models:
-            dataset = MODELS[model]
-            batch, rate = TRAINING[dataset]
+        for model in chosen:
+            dataset = learns[model]
+            batch, rate = training(dataset)
             for run in runs:
                 if scale == "small" and run == "hybrid:1:2" and model not in SMALL_HYBRID:
                     continue
@@ -102,10 +104,10 @@ class Parallelism(Experiment):
                     continue
                 knobs = {"model": model, "split": RUNS[run]}
                 points.append(Point(dataset, model, run, epochs, batch, rate, seed, knobs))
-        used = list(dict.fromkeys(MODELS[m] for m in models))
+        used = list(dict.fromkeys(learns[m] for m in chosen))
         notes = []
-        if set(models) != set(MODELS):
-            notes.append(f"{scale}: only {', '.join(models)}")
+        if set(chosen) != set(learns):
+            notes.append(f"{scale}: only {', '.join(chosen)}")
         if set(runs) != set(RUNS):
             notes.append(f"{scale}: only {', '.join(runs)}")
         if scale == "small":
@@ -114,7 +116,10 @@ class Parallelism(Experiment):
             experiment=self.name,
             scale=scale,
             seed=seed,
-            data=tuple(DataSource(d, "sample", sizes[d]) for d in used),
+            data=tuple(
+                DataSource(d, "sample", datasets.get(d).experiments[self.name]["sizes"][scale])
+                for d in used
+            ),
             points=tuple(points),
             settings={"refused": refused},
             notes=tuple(notes),

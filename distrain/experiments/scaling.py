@@ -31,7 +31,7 @@ MODELS = {1: "fc", 2: "fc-x2", 4: "fc-x4", 8: "fc-x8"}
 MODES = {"sync": "data-parallel (sync)", "tensor": "tensor split"}
 BASELINE = "single:1"
 BATCH, RATE = 256, 1e-3
-# scale -> (widths, the width the workers vary at, workers beside 1, epochs, MNIST sample)
+# scale -> (widths, the width the workers vary at, workers beside 1, epochs, sample size)
 SCALES = {
     "tiny": ((1, 2), 2, (2,), 2, 600),
     "small": ((1, 2, 4, 8), 4, (2, 4), 3, 8000),
@@ -46,16 +46,16 @@ class Scaling(Experiment):
     name = "scaling"
     title = "Speedup against workers and model size, measured and predicted"
     paper = "seed 000 (data- and model-parallel training, its cost model)"
-    datasets = ("mnist",)
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:
+        data = self.dataset().name
         widths, sweep_width, workers, epochs, size = SCALES[scale]
         points = []
 
         def add(width: int, run: str, sweep: str):
             knobs = {"width": width, "sweep": sweep, "baseline": run == BASELINE}
             model = MODELS[width]
-            points.append(Point("mnist", model, run, epochs, BATCH, RATE, seed, knobs, threads=1))
+            points.append(Point(data, model, run, epochs, BATCH, RATE, seed, knobs, threads=1))
 
         for width in widths:
             add(width, BASELINE, "width")
@@ -70,7 +70,7 @@ class Scaling(Experiment):
             experiment=self.name,
             scale=scale,
             seed=seed,
-            data=(DataSource("mnist", "sample", size),),
+            data=(DataSource(data, "sample", size),),
             points=tuple(points),
             settings={"sweep_width": sweep_width},
             notes=tuple(notes),

@@ -199,7 +199,7 @@ def make_dataset(
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     # Fixed parallelism and buffer, and tf.data's autotuning off: with it on, TF 2.21's
     # autotuning thread sleeps ever longer between rounds and deleting the iterator waits
-    # for it to wake (measured: 20 s at the end of a 30 s MNIST run on one core, 50 s
+    # for it to wake (measured: 20 s at the end of a 30 s run of the MLP on one core, 50 s
     # after 95 s). Parsing a batch is a few ms; two batches in flight keep a step fed.
     ds = ds.map(parse, num_parallel_calls=_PARSE_CALLS)
     options = tf.data.Options()

@@ -50,37 +50,6 @@ def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int,
     return keras.Sequential(layers, name=name)
 
 
-def recurrent_lm(
-    info: DatasetInfo, seed: int, units=(200, 100), embed: int = 32, cell: str = "LSTM"
-):
-    """Two-layer character LSTM predicting the next character at every position.
-
-    ``cell``: the recurrent layer (``SimpleRNN`` for seed 000's plain RNN).
-    """
-    keras = keras_module()
-    recurrent = getattr(keras.layers, cell)
-    vocab = info.metadata["vocab_size"]
-    layers = [
-        keras.layers.Input(shape=(None,), dtype="int32"),
-        keras.layers.Embedding(
-            vocab, embed, embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed)
-        ),
-    ]
-    for i, n in enumerate(units):
-        layers.append(
-            recurrent(
-                n,
-                return_sequences=True,
-                kernel_initializer=keras.initializers.GlorotUniform(seed + 1 + i),
-                recurrent_initializer=keras.initializers.Orthogonal(seed=seed + 10 + i),
-            )
-        )
-    layers.append(
-        keras.layers.Dense(vocab, kernel_initializer=keras.initializers.GlorotUniform(seed + 20))
-    )
-    return keras.Sequential(layers, name=f"gutenberg_{cell.lower()}")
-
-
 def _spec(info: DatasetInfo, name: str):
     from distrain import datasets
 

@@ -122,8 +122,8 @@ def evaluate_language_model(
     state along the text. Returns nats/char, bits/char, perplexity and next-character
     accuracy, and a sample generated from the start of the split's first book.
     """
+    from distrain.datasets import texts as read_texts
     from distrain.lm import StreamScorer, row_spread
-    from distrain.preprocess.gutenberg import read_texts
 
     info = DatasetInfo.load(data_dir)
     model = load_model(model_path)

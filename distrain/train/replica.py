@@ -364,8 +364,8 @@ class Replica:
 
     def evaluate_text(self) -> tuple[float, float]:
         """A language model's validation nats and accuracy per character (every rank's rows)."""
+        from distrain.datasets import texts as read_texts
         from distrain.lm import StreamScorer
-        from distrain.preprocess.gutenberg import read_texts
 
         if "_scorer" not in self.__dict__:
             self._texts = list(read_texts(self.cfg.data_dir, "validation").values())

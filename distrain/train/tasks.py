@@ -24,11 +24,16 @@ class Task:
         name: Written in a run's history and the comparison.
         split: The split the evaluation step scores by default.
         metrics: Evaluation keys a component logs as KFP metrics, when present.
+        quality: The evaluation key that says how good a model is (what the comparison
+            ranks and decides on when no run reached the target).
+        lower_is_better: Which way :attr:`quality` is better.
     """
 
     name = ""
     split = "test"
     metrics: tuple[str, ...] = ()
+    quality = "accuracy"
+    lower_is_better = False
     #: Whether validation scores a contiguous text rather than records
     #: (:meth:`distrain.train.replica.Replica.evaluate_text`).
     text_scoring = False
@@ -124,6 +129,8 @@ class NextCharacter(Task):
     name = "language_model"
     split = "validation"
     metrics = ("bits_per_char", "nats_per_char", "perplexity", "accuracy")
+    quality = "bits_per_char"
+    lower_is_better = True
     text_scoring = True
 
     def labels_per_example(self, info) -> int:
@@ -142,7 +149,7 @@ class NextCharacter(Task):
 
     def baseline(self, info):
         """The best Kneser-Ney character n-gram of orders 3-7, scored as the models are."""
-        from distrain.preprocess.gutenberg import read_texts
+        from distrain.datasets import texts as read_texts
 
         return _ngram_baseline(info, read_texts(info.data_dir, self.split).values(), self.split)
 
@@ -222,8 +229,8 @@ class Translation(NextCharacter):
 
 def _ngram_baseline(info, texts, split: str, name_note: str = "", model_note: str = ""):
     """The best Kneser-Ney n-gram, fitted on the training text, scored on ``texts``."""
+    from distrain.datasets import texts as read_texts
     from distrain.lm import score_ngrams
-    from distrain.preprocess.gutenberg import read_texts
 
     train = read_texts(info.data_dir, "train").values()
     order, evaluation = score_ngrams(train, texts, info.metadata["vocabulary"])
@@ -242,6 +249,8 @@ class Reconstruction(Task):
 
     name = "reconstruction"
     metrics = ("reconstruction_mse", "psnr", "pixel_accuracy", "bce_per_pixel")
+    quality = "reconstruction_mse"
+    lower_is_better = True
 
     def labels_per_example(self, info) -> int:
         return int(np.prod(info.metadata.get("image_shape", [28, 28])))
@@ -305,6 +314,27 @@ NEXT_CHARACTER = NextCharacter()
 TRANSLATION = Translation()
 RECONSTRUCTION = Reconstruction()
 TASKS = {t.name: t for t in (CLASSIFICATION, NEXT_CHARACTER, TRANSLATION, RECONSTRUCTION)}
+# Every task's quality key, in the order of TASKS.
+QUALITY_KEYS = tuple(dict.fromkeys(t.quality for t in TASKS.values()))
+
+
+def quality_of(evaluation: dict) -> tuple[str, bool]:
+    """``(key, lower_is_better)`` of an evaluation or comparison row, as its task declares.
+
+    Its task is ``evaluation["task"]``; a report written without one is the task whose
+    loss-like quality key it holds, else a classification.
+    """
+    task = TASKS.get(evaluation.get("task") or "")
+    if task is None:
+        task = next(
+            (
+                t
+                for t in TASKS.values()
+                if t.lower_is_better and evaluation.get(t.quality) is not None
+            ),
+            CLASSIFICATION,
+        )
+    return task.quality, task.lower_is_better
 
 
 def markdown(evaluation: dict, title: str) -> str:

@@ -1,4 +1,4 @@
-"""Experiment ``averaging`` (seed 002): periodic model averaging of 4 replicas on MNIST.
+"""Experiment ``averaging`` (seed 002): periodic model averaging of 4 replicas on digits.
 
 Compile it with ``kfp dsl compile --py pipelines/experiments/averaging.py --output a.yaml``
 or ``distrain compile averaging --output a.yaml``; run it locally with

@@ -1,4 +1,4 @@
-"""Experiment ``consistency`` (seed 003): async, bulk-synchronous and SSP on DBPedia.
+"""Experiment ``consistency`` (seed 003): async, bulk-synchronous and SSP, text classes.
 
 Compile it with ``kfp dsl compile --py pipelines/experiments/consistency.py --output c.yaml``
 or ``distrain compile consistency --output c.yaml``; run it locally with

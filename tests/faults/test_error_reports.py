@@ -10,7 +10,7 @@ import urllib.error
 import pytest
 
 from distrain.data.download import ChecksumError
-from distrain.data.idx import IdxFormatError
+from distrain.datasets.mnist.idx import IdxFormatError
 from distrain.failures import (
     ERROR_FILE,
     Failure,
@@ -74,12 +74,12 @@ def _permanent_and_transient_causes():
     import tarfile
 
     from distrain.data.download import UnsafeArchiveError
+    from distrain.datasets.dbpedia.rows import DbpediaFormatError
     from distrain.preprocess.common import (
         BadRecordsError,
         OutputExistsError,
         RecordAccountingError,
     )
-    from distrain.preprocess.dbpedia import DbpediaFormatError
     from distrain.preprocess.records import TFRecordFramingError
 
     return [

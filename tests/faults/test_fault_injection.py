@@ -99,7 +99,7 @@ def test_data_and_training_steps_retry_with_backoff_and_cache(tmp_path):
     from kfp import compiler
 
     from distrain.pipelines.common import RETRIES
-    from distrain.pipelines.mnist import mnist_pipeline
+    from distrain.pipelines.dataset_pipelines import mnist_pipeline
 
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(mnist_pipeline, str(path))

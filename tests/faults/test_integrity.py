@@ -14,13 +14,13 @@ import struct
 import numpy as np
 import pytest
 
-from distrain.data.gutenberg_sample import book_text
-from distrain.data.idx import IdxFormatError, write_idx
+from distrain.datasets.dbpedia.beam import DbpediaPreprocessConfig, preprocess_dbpedia
+from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preprocess_gutenberg
+from distrain.datasets.gutenberg.sample import book_text
+from distrain.datasets.mnist.beam import MnistPreprocessConfig, preprocess_mnist
+from distrain.datasets.mnist.idx import IdxFormatError, write_idx
 from distrain.failures import Failure
 from distrain.preprocess.common import OutputExistsError
-from distrain.preprocess.dbpedia import DbpediaPreprocessConfig, preprocess_dbpedia
-from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
-from distrain.preprocess.mnist import MnistPreprocessConfig, preprocess_mnist
 from distrain.preprocess.records import count_tfrecords
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
@@ -69,7 +69,7 @@ def _rows(n, first=0):
 
 
 def _dbpedia_layout(path, train: bytes):
-    from distrain.data.dbpedia_sample import CLASSES
+    from distrain.datasets.dbpedia.sample import CLASSES
 
     path.mkdir()
     (path / "classes.txt").write_text("\n".join(CLASSES) + "\n")
@@ -140,7 +140,7 @@ def test_an_idx_header_whose_sizes_overflow_is_a_permanent_error_naming_the_file
 
 
 def test_a_quote_open_past_the_bound_is_rejected_line_by_line():
-    from distrain.preprocess.dbpedia import csv_row_ranges, parse_csv, physical_lines
+    from distrain.datasets.dbpedia.rows import csv_row_ranges, parse_csv, physical_lines
 
     # A quoted field over three lines is a record; with a bound of two lines it is not,
     # and every line up to the next row start is rejected with it.

@@ -196,7 +196,7 @@ def test_the_training_steps_cache_key_holds_no_per_run_value(tmp_path):
     """
     from kfp import compiler
 
-    from distrain.pipelines.mnist import mnist_pipeline
+    from distrain.pipelines.dataset_pipelines import mnist_pipeline
 
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(mnist_pipeline, str(path))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster, get_task_stream
 
-from distrain.data.gutenberg_sample import book_text
-from distrain.data.idx import write_idx
+from distrain.datasets.gutenberg.sample import book_text
+from distrain.datasets.mnist.idx import write_idx
 from distrain.steps import fetch, preprocess
 
 LOCAL = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
@@ -57,7 +57,7 @@ RAW = {"mnist": _mnist_raw, "dbpedia": _dbpedia_raw, "gutenberg": _gutenberg_raw
 
 def _preprocess(dataset, raw, out, beam_args):
     if dataset == "mnist":  # its default ratio of bad records is 0
-        from distrain.preprocess.mnist import MnistPreprocessConfig, preprocess_mnist
+        from distrain.datasets.mnist.beam import MnistPreprocessConfig, preprocess_mnist
 
         return preprocess_mnist(
             MnistPreprocessConfig(str(raw), str(out), max_bad_ratio=0.01), beam_args

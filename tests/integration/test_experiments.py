@@ -584,7 +584,7 @@ def test_the_strongly_convex_model_adds_its_l2_penalty_to_the_gradient():
     import numpy as np
     import tensorflow as tf
 
-    from distrain.datasets.mnist import SOFTMAX_L2, softmax, softmax_l2
+    from distrain.datasets.mnist.models import SOFTMAX_L2, softmax, softmax_l2
     from distrain.train.inputs import DatasetInfo
     from distrain.train.replica import batch_gradients
 

@@ -100,13 +100,19 @@ def test_distrain_compile(tmp_path, cli_env, dataset):
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_kfp_dsl_compile(tmp_path, cli_env, dataset):
     out = tmp_path / f"{dataset}.yaml"
+    # `kfp dsl compile --py pipelines/dataset_pipelines.py --function NAME_pipeline`, run
+    # as the `kfp` console script runs it, by this interpreter.
     subprocess.run(
         [
-            str(VENV_BIN / "kfp"),
+            sys.executable,
+            "-c",
+            "from kfp.cli.__main__ import main; main()",
             "dsl",
             "compile",
             "--py",
-            str(ROOT / "pipelines" / f"{dataset}.py"),
+            str(ROOT / "pipelines" / "dataset_pipelines.py"),
+            "--function",
+            f"{dataset}_pipeline",
             "--output",
             str(out),
         ],
@@ -259,13 +265,12 @@ def test_text_pipelines_run_end_to_end(tmp_path, cli_env, dataset, runs, size, b
 
 def test_pipeline_modules_are_importable_by_path():
     # `kfp dsl compile --py` imports the file by path; it must not rely on relative imports.
+    path = ROOT / "pipelines" / "dataset_pipelines.py"
+    code = f"import runpy; names = runpy.run_path({str(path)!r}); print(sorted(names))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     for dataset in DATASETS:
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "pipelines" / f"{dataset}.py")],
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 0, proc.stderr
+        assert f"'{dataset}_pipeline'" in proc.stdout
 
 
 def test_compiled_pipeline_names_the_configured_registry(tmp_path, cli_env):

@@ -465,8 +465,8 @@ def test_compiled_trainjob_pipeline_validates_for_every_run_mode(tmp_path, works
     through, and what it creates for a run of every mode validates."""
     from kfp import compiler
 
+    from distrain.datasets.mnist.pipeline import DEFAULTS
     from distrain.pipelines.common import build_pipeline
-    from distrain.pipelines.mnist import DEFAULTS
     from distrain.train.modes import mode_names
 
     out = tmp_path / "mnist.yaml"

@@ -61,8 +61,8 @@ def test_hybrid_runs_two_data_groups_of_two_model_ranks(mnist_examples, tmp_path
 def gutenberg_examples(tmp_path_factory):
     """Two small sample books, preprocessed into windows of 20 characters (each step of a
     split LSTM has a collective per character, so short windows keep the runs short)."""
-    from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
-    from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
 
     raw = tmp_path_factory.mktemp("gutenberg_raw")
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=3))

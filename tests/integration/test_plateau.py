@@ -39,7 +39,7 @@ def test_until_plateau_flag_config_and_pipeline_parameter():
     assert run.until_plateau == 2
     with pytest.raises(ConfigError, match="until_plateau"):
         TrainConfig(data_dir="d", output_dir="o", until_plateau=-1)
-    from distrain.pipelines.gutenberg import gutenberg_pipeline
+    from distrain.pipelines.dataset_pipelines import gutenberg_pipeline
 
     params = gutenberg_pipeline.pipeline_spec.root.input_definitions.parameters
     assert "until_plateau" in params  # (a missing key would read as a default entry)

@@ -2,7 +2,7 @@ import json
 import subprocess
 
 import distrain
-from distrain.data.idx import MNIST_FILES, read_mnist_split
+from distrain.datasets.mnist.idx import MNIST_FILES, read_mnist_split
 from tests.conftest import VENV_BIN
 
 

@@ -10,20 +10,22 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from distrain.data.dbpedia_sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
-from distrain.preprocess.common import BadRecordsError, read_tfrecords
-from distrain.preprocess.dbpedia import (
-    DbpediaFormatError,
+from distrain.datasets.dbpedia.beam import (
     DbpediaPreprocessConfig,
     EncodeText,
     build_vocabulary,
-    csv_row_ranges,
     encode,
-    parse_csv,
     preprocess_dbpedia,
+)
+from distrain.datasets.dbpedia.rows import (
+    DbpediaFormatError,
+    csv_row_ranges,
+    parse_csv,
     read_classes,
     tokenize,
 )
+from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
+from distrain.preprocess.common import BadRecordsError, read_tfrecords
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
@@ -123,7 +125,7 @@ def test_row_ranges_parse_to_what_the_whole_file_parses_to(data, rows_per_range)
     ids=["edge", "no-final-break", "mixed-breaks"],
 )
 def test_ranges_by_size_end_at_the_record_that_fills_them(data, range_bytes):
-    from distrain.preprocess.dbpedia import csv_records
+    from distrain.datasets.dbpedia.rows import csv_records
 
     ranges = csv_row_ranges(data, 0, range_bytes=range_bytes)
     pieces = _parsed_by_range(data, ranges)
@@ -321,7 +323,7 @@ def test_a_utf8_byte_order_mark_is_skipped():
 
 
 def test_records_are_counted_by_quote_parity_apart_from_the_csv_module():
-    from distrain.preprocess.dbpedia import csv_records
+    from distrain.datasets.dbpedia.rows import csv_records
 
     data = b'1,"a\nb","c"\r\n2,"say ""hi""\rthere","d"\r3,"e","f"'
     ends, lines, runaway = csv_records(data)
@@ -339,8 +341,8 @@ def test_records_are_counted_by_quote_parity_apart_from_the_csv_module():
 
 @pytest.mark.case("dbpedia/long-field", "dbpedia/bom")
 def test_parse_csv_range_transform_keeps_reading_after_a_bad_record(tmp_path):
+    from distrain.datasets.dbpedia.rows import ParseCsvRange
     from distrain.preprocess.common import ByTag
-    from distrain.preprocess.dbpedia import ParseCsvRange
 
     path = tmp_path / "train.csv"
     data = b"\xef\xbb\xbf" + _rows(2) + b'3,"Long","' + b"y" * LONG + b'"\n' + _rows(4, 2)
@@ -385,7 +387,7 @@ def test_job_keeps_every_row_around_a_long_field_and_after_a_bom(tmp_path):
 
 @pytest.mark.case("dbpedia/accounting")
 def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
-    import distrain.preprocess.dbpedia as dbpedia
+    import distrain.datasets.dbpedia.rows as dbpedia
     from distrain.preprocess.common import RecordAccountingError
 
     real = dbpedia.parse_csv

@@ -8,14 +8,13 @@ import zipfile
 import pytest
 
 from distrain.data.download import (
-    MNIST_REMOTE,
     ChecksumError,
     RemoteFile,
     UnsafeArchiveError,
-    download_mnist,
     fetch,
     safe_extract,
 )
+from distrain.datasets.mnist.download import MNIST_REMOTE, download_mnist
 from tests.fakes.download import DIGEST, PAYLOAD, Server
 
 
@@ -189,7 +188,7 @@ def test_md5_pinned_files_and_dbpedia_archive(tmp_path):
     archive = src / "dbpedia_csv.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         tf.add(layout, arcname="dbpedia_csv")
-    from distrain.data import download
+    from distrain.datasets.dbpedia import download
 
     # The pinned MD5 (and size) are the real archive's: a look-alike is refused and removed.
     with pytest.raises(ChecksumError, match="expected 68341698"):
@@ -204,7 +203,7 @@ def test_md5_pinned_files_and_dbpedia_archive(tmp_path):
 
 
 def test_gutenberg_books_cached_with_a_manifest(server, tmp_path):
-    from distrain.data.download import fetch_gutenberg
+    from distrain.datasets.gutenberg.download import fetch_gutenberg
 
     pattern = server.url.replace("data.bin", "pg{id}.txt")
     first = fetch_gutenberg([11], tmp_path, url_pattern=pattern)

@@ -5,9 +5,7 @@ import json
 
 import pytest
 
-from distrain.data.gutenberg_sample import GutenbergSampleConfig, book_text, write_gutenberg_sample
-from distrain.preprocess.common import BadRecordsError
-from distrain.preprocess.gutenberg import (
+from distrain.datasets.gutenberg.beam import (
     GutenbergPreprocessConfig,
     decode_book,
     preprocess_gutenberg,
@@ -16,6 +14,12 @@ from distrain.preprocess.gutenberg import (
     strip_gutenberg,
     windows,
 )
+from distrain.datasets.gutenberg.sample import (
+    GutenbergSampleConfig,
+    book_text,
+    write_gutenberg_sample,
+)
+from distrain.preprocess.common import BadRecordsError
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 BODY = "CHAPTER I.\r\n\r\nIt was a dark night.\r\n"
@@ -218,8 +222,8 @@ def test_read_book_transform_decodes_utf16_and_rejects_binary(tmp_path):
     from apache_beam.testing.test_pipeline import TestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
+    from distrain.datasets.gutenberg.beam import ReadBook
     from distrain.preprocess.common import ByTag
-    from distrain.preprocess.gutenberg import ReadBook
 
     utf16 = tmp_path / "pg7.txt"
     utf16.write_bytes(book_text("Seven", "Anon", "Body text.\r\n" * 50, 7).encode("utf-16"))

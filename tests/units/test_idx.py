@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from distrain.data.idx import (
+from distrain.datasets.mnist.idx import (
     IMAGES_MAGIC,
     LABELS_MAGIC,
     IdxFormatError,
@@ -141,7 +141,7 @@ def test_split_reads_and_paths(tmp_path):
 def test_inspect_checks_header_and_length_without_decoding(tmp_path):
     import gzip
 
-    from distrain.data.idx import IMAGES_MAGIC, inspect_idx, inspect_mnist_split
+    from distrain.datasets.mnist.idx import IMAGES_MAGIC, inspect_idx, inspect_mnist_split
 
     images = np.zeros((5, 4, 3), np.uint8)
     write_idx(tmp_path / "i.gz", images)

@@ -149,8 +149,8 @@ def test_a_model_carrying_state_scores_better_than_reset_every_window():
 
 def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
     """The replica of a mode that carries state trains a stateful copy on stream batches."""
-    from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
-    from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
     from distrain.train.config import TrainConfig
     from distrain.train.replica import Replica
 

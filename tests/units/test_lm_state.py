@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from distrain import lm
+from distrain.datasets.gutenberg.models import char_lstm
 from distrain.lm import StreamScorer, encode, recurrent_copy, scored_characters, stream_batches
 
 VOCAB = ["<oov>", *"abcdefgh ."]
@@ -159,8 +160,8 @@ def test_sampling_carries_the_state_from_character_to_character(trained, monkeyp
 
 
 def _sample_data(tmp_path, chars_per_book):
-    from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
-    from distrain.preprocess.gutenberg import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preprocess_gutenberg
+    from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
 
     raw, data = tmp_path / "raw", tmp_path / "data"
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=chars_per_book))
@@ -175,7 +176,7 @@ def _small_default(monkeypatch, stream):
     from distrain.datasets.gutenberg import Gutenberg
     from distrain.train.tasks import NEXT_CHARACTER
 
-    build = functools.partial(lm.char_lstm, units=64, embed=16, dropout=0)
+    build = functools.partial(char_lstm, units=64, embed=16, dropout=0)
     models = {**Gutenberg.models, "lstm": ModelSpec(build, NEXT_CHARACTER, stream=stream)}
     monkeypatch.setattr(Gutenberg, "models", models)
 
@@ -236,7 +237,7 @@ def test_a_stream_trained_model_reads_on_from_a_zero_state(tmp_path, monkeypatch
     """
     import tensorflow as tf
 
-    from distrain.preprocess.gutenberg import read_texts
+    from distrain.datasets.gutenberg.beam import read_texts
 
     data = _sample_data(tmp_path, 20000)
     _small_default(monkeypatch, lm.StreamTraining())  # the default zero-state training

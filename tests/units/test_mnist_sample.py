@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from distrain.data.idx import IMAGES_MAGIC, mnist_paths, read_idx, read_mnist_split
-from distrain.data.mnist_sample import MnistSampleConfig, generate_digits, write_mnist_sample
+from distrain.datasets.mnist.idx import IMAGES_MAGIC, mnist_paths, read_idx, read_mnist_split
+from distrain.datasets.mnist.sample import MnistSampleConfig, generate_digits, write_mnist_sample
 
 
 def test_shapes_range_and_balance():

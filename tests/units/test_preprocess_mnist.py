@@ -8,9 +8,9 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from distrain.data.idx import IdxFormatError, write_idx
+from distrain.datasets.mnist.beam import MnistPreprocessConfig, MnistToExamples, preprocess_mnist
+from distrain.datasets.mnist.idx import IdxFormatError, write_idx
 from distrain.preprocess.common import BadRecordsError, read_tfrecords, validation_mask
-from distrain.preprocess.mnist import MnistPreprocessConfig, MnistToExamples, preprocess_mnist
 
 OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
@@ -180,7 +180,7 @@ def test_config_validation():
 
 
 def test_command_line_entry(tmp_path, capsys):
-    from distrain.preprocess.mnist import run
+    from distrain.datasets.mnist.beam import run
 
     _write_raw(tmp_path / "raw", n_train=50, n_test=20)
     meta = run(
@@ -246,7 +246,7 @@ def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
 
 @pytest.mark.case("mnist/accounting")
 def test_records_lost_between_the_header_and_the_output_fail_the_step(tmp_path, monkeypatch):
-    import distrain.preprocess.mnist as mnist
+    import distrain.datasets.mnist.beam as mnist
     from distrain.preprocess.common import RecordAccountingError
 
     real = mnist.read_idx_rows

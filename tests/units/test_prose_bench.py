@@ -13,7 +13,7 @@ from benchmarks.prose import (
     time_to_bits,
     write_prose_book,
 )
-from distrain.preprocess.gutenberg import strip_gutenberg
+from distrain.datasets.gutenberg.beam import strip_gutenberg
 
 
 def test_the_prose_book_is_whole_lines_between_gutenberg_markers(tmp_path):

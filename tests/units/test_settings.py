@@ -140,7 +140,7 @@ def test_check_component_and_pipeline_take_the_pipeline_settings_with_the_config
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     from distrain.components.data import check_parameters as component
-    from distrain.pipelines.mnist import mnist_pipeline
+    from distrain.pipelines.dataset_pipelines import mnist_pipeline
 
     names = {f.name for f in FIELDS}
     params = _signature(component)
@@ -159,7 +159,7 @@ def test_check_component_and_pipeline_take_the_pipeline_settings_with_the_config
 
 def test_pipeline_defaults_are_the_config_types_and_the_rest_the_config_defaults():
     from distrain.pipelines.common import PipelineDefaults
-    from distrain.pipelines.mnist import mnist_pipeline
+    from distrain.pipelines.dataset_pipelines import mnist_pipeline
 
     own = {f.name for f in dataclasses.fields(PipelineDefaults)} & set(PIPELINE_SETTINGS)
     assert own, "the data sets' pipeline defaults name no training setting"

@@ -1,15 +1,12 @@
-"""MNIST: handwritten digits in IDX files; classifiers, and an autoencoder that rebuilds them."""
+"""MNIST's models: perceptrons, convolutional classifiers, VGG11 and an autoencoder."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from distrain.datasets import DataSet, ModelSpec, register
 from distrain.train.models import keras_module, perceptron
-from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
 
 
-def _shape(info) -> tuple[int, ...]:
+def image_shape(info) -> tuple[int, ...]:
+    """An image's shape, as the preprocessing recorded it (28x28 before it did)."""
     return tuple(info.metadata.get("image_shape", [28, 28]))
 
 
@@ -32,7 +29,7 @@ def conv_classifier(info, seed: int, convs, pooling: str, hidden: tuple[int, ...
     """
     keras = keras_module()
     init = keras.initializers.GlorotUniform
-    shape = _shape(info)
+    shape = image_shape(info)
     pool = {"max": keras.layers.MaxPooling2D, "mean": keras.layers.AveragePooling2D}[pooling]
     layers = [keras.layers.Input(shape=shape), keras.layers.Reshape((*shape, 1))]
     for i, (maps, kernel, pooled) in enumerate(convs):
@@ -65,7 +62,7 @@ def softmax(info, seed: int, l2: float = 0.0):
     With ``l2`` > 0, ``l2 * ||W||^2`` is added to the loss, which makes it strongly convex.
     """
     keras = keras_module()
-    shape = _shape(info)
+    shape = image_shape(info)
     penalty = keras.regularizers.L2(l2) if l2 else None
     return keras.Sequential(
         [
@@ -130,7 +127,7 @@ def vgg11(info, seed: int, dense: int = 512):
     """
     keras = keras_module()
     init = keras.initializers.GlorotUniform
-    shape = _shape(info)
+    shape = image_shape(info)
     pad = ((32 - shape[0]) // 2, (32 - shape[1]) // 2)
     layers = [
         keras.layers.Input(shape=shape),
@@ -167,7 +164,7 @@ def convae(info, seed: int, code: int = 64, maps: int = 32):
     """
     keras = keras_module()
     init = keras.initializers.GlorotUniform
-    shape = _shape(info)
+    shape = image_shape(info)
     small = (shape[0] // 4, shape[1] // 4, maps)
     conv = dict(padding="same", activation="relu", strides=2)
     return keras.Sequential(
@@ -189,90 +186,3 @@ def convae(info, seed: int, code: int = 64, maps: int = 32):
         ],
         name="mnist_convae",
     )
-
-
-@register
-class Mnist(DataSet):
-    """MNIST in its IDX files (``train-images-idx3-ubyte.gz`` and the three others)."""
-
-    name = "mnist"
-    summary = "handwritten digits, 28x28 grey images in IDX files, 10 classes"
-    sample_size = 10000  # training images; the test set is a fifth
-    models = {
-        "mlp": ModelSpec(mlp, CLASSIFICATION, summary="784-256-128-10 perceptron"),
-        "cnn": ModelSpec(cnn, CLASSIFICATION, summary="two conv + pool blocks, a dense layer"),
-        "fc": ModelSpec(fc, CLASSIFICATION, summary="seed 000's 784-480-160-10 net"),
-        **{
-            f"fc-x{w}": ModelSpec(
-                fc_wide(w), CLASSIFICATION, summary=f"seed 000's net {w}x as wide"
-            )
-            for w in FC_WIDTHS
-        },
-        "softmax": ModelSpec(softmax, CLASSIFICATION, summary="softmax regression (convex)"),
-        "softmax-l2": ModelSpec(
-            softmax_l2, CLASSIFICATION, summary=f"softmax regression, L2 {SOFTMAX_L2:g}"
-        ),
-        "cnn-seed": ModelSpec(cnn_seed, CLASSIFICATION, summary="seed 000's CNN, mean pooling"),
-        "vgg11": ModelSpec(vgg11, CLASSIFICATION, summary="VGG11 at quarter widths, 32x32"),
-        "convae": ModelSpec(
-            convae,
-            RECONSTRUCTION,
-            view="reconstruction",
-            summary="convolutional autoencoder, scored by reconstruction error",
-        ),
-    }
-
-    def write_sample(self, out, size, seed):
-        from distrain.data.mnist_sample import MnistSampleConfig, write_mnist_sample
-
-        size = size or self.sample_size
-        write_mnist_sample(
-            out, MnistSampleConfig(train_size=size, test_size=max(1, size // 5), seed=seed)
-        )
-
-    def download(self, out, source):
-        from distrain.data import download
-
-        download.download_mnist(out)
-
-    def raw_files(self, src):
-        from distrain.data.idx import MNIST_FILES, mnist_paths
-
-        return [p for split in MNIST_FILES for p in mnist_paths(Path(src), split)]
-
-    def check_raw_files(self, src):
-        """The four IDX files, their headers and lengths (a truncated gzip is caught)."""
-        from distrain.data.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
-
-        for split in MNIST_FILES:
-            inspect_mnist_split(*mnist_paths(Path(src), split))
-
-    def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
-        from distrain.preprocess import mnist
-
-        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
-        return mnist.preprocess_mnist(cfg, beam_args)
-
-    def parser(self, info):
-        """Parses images as floats in [0, 1] with their labels.
-
-        The ``reconstruction`` view pairs each image with itself.
-        """
-        import tensorflow as tf
-
-        shape = _shape(info)
-        spec = {
-            "image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64),
-        }
-        itself = info.view_name == "reconstruction"
-
-        def parse(records):
-            features = tf.io.parse_example(records, spec)
-            images = tf.io.decode_raw(features["image"], tf.uint8)
-            images = tf.cast(tf.reshape(images, [-1, *shape]), tf.float32) / 255.0
-            if itself:
-                return images, images
-            return images, tf.cast(features["label"], tf.int32)
-
-        return parse

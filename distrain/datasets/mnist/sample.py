@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distrain.data.idx import MNIST_FILES, write_idx
+from distrain.datasets.mnist.idx import MNIST_FILES, write_idx
 
 # Strokes in a unit box (x to the right, y down). ("line", [(x, y), ...]) is a polyline;
 # ("arc", (cx, cy, rx, ry, from_deg, to_deg)) an elliptic arc, angles measured with y

@@ -1,6 +1,6 @@
 """Beam preprocessing of MNIST: IDX files to sharded TFRecords of ``tf.train.Example``.
 
-    python -m distrain.preprocess.mnist --input-dir RAW --output-dir OUT [beam options]
+    python -m distrain.datasets.mnist.beam --input-dir RAW --output-dir OUT [beam options]
 
 Output: ``OUT/{train,validation,test}/part-*.tfrecord`` with features ``image`` (the
 raw rows*cols uint8 bytes) and ``label`` (int64), ``OUT/dead_letter/*.jsonl`` (rejected
@@ -19,7 +19,7 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
-from distrain.data.idx import (
+from distrain.datasets.mnist.idx import (
     IMAGES_MAGIC,
     LABELS_MAGIC,
     MNIST_FILES,
@@ -92,7 +92,7 @@ class UnpackIdxSplit(beam.DoFn):
     """Stages one MNIST split's IDX pair for reading by rows; emits its row ranges.
 
     Gzip can only be read from the start, so a gzipped file is unpacked once into
-    ``work_dir`` (:func:`~distrain.data.idx.unpack_idx`). What crosses the shuffle after
+    ``work_dir`` (:func:`~distrain.datasets.mnist.idx.unpack_idx`). What crosses the shuffle after
     this step is ranges ``(split, images_path, labels_path, start, stop)`` of
     ``batch_size`` rows, a few bytes each, not the images: each worker reads its ranges
     with a seek.

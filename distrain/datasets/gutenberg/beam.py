@@ -1,6 +1,6 @@
 """Beam preprocessing of Project Gutenberg books for character-level language models.
 
-    python -m distrain.preprocess.gutenberg --input-dir BOOKS --output-dir OUT [beam options]
+    python -m distrain.datasets.gutenberg.beam --input-dir BOOKS --output-dir OUT [beam options]
 
 Each ``*.txt`` book is stripped of Gutenberg's header and footer (current and legacy
 START/END markers); a book without markers, with an empty body or with binary content is

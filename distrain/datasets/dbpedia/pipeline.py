@@ -1,10 +1,11 @@
 """The DBPedia-14 pipeline: 14-class text classification with a fastText-style model.
 
-Compile it with ``kfp dsl compile --py pipelines/dbpedia.py --output dbpedia.yaml`` or
-``distrain compile dbpedia``; run it locally with ``distrain run dbpedia``.
+Compile it with ``distrain compile dbpedia --output dbpedia.yaml`` or ``kfp dsl compile --py
+pipelines/dataset_pipelines.py --function dbpedia_pipeline --output dbpedia.yaml``;
+run it locally with ``distrain run dbpedia``.
 """
 
-from distrain.pipelines.common import PipelineDefaults, build_pipeline
+from distrain.datasets import PipelineDefaults
 
 DEFAULTS = PipelineDefaults(
     dataset="dbpedia",
@@ -17,5 +18,3 @@ DEFAULTS = PipelineDefaults(
     learning_rate=0.04,
     target_accuracy=0.9,
 )
-
-dbpedia_pipeline = build_pipeline(DEFAULTS)

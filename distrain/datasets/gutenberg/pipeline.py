@@ -1,10 +1,11 @@
 """The Project Gutenberg pipeline: a character-level LSTM language model.
 
-Compile it with ``kfp dsl compile --py pipelines/gutenberg.py --output gutenberg.yaml`` or
-``distrain compile gutenberg``; run it locally with ``distrain run gutenberg``.
+Compile it with ``distrain compile gutenberg --output gutenberg.yaml`` or ``kfp dsl compile --py
+pipelines/dataset_pipelines.py --function gutenberg_pipeline --output gutenberg.yaml``;
+run it locally with ``distrain run gutenberg``.
 """
 
-from distrain.pipelines.common import PipelineDefaults, build_pipeline
+from distrain.datasets import PipelineDefaults
 
 DEFAULTS = PipelineDefaults(
     dataset="gutenberg",
@@ -19,5 +20,3 @@ DEFAULTS = PipelineDefaults(
     target_accuracy=0.5,
     runs=["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"],
 )
-
-gutenberg_pipeline = build_pipeline(DEFAULTS)

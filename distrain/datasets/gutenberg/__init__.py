@@ -5,51 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
-from distrain.lm import StreamTraining, char_lstm
-from distrain.train.models import keras_module, recurrent_lm
+from distrain.datasets.gutenberg.models import char_lstm, lstm_seed, rnn, seq2seq
+from distrain.datasets.gutenberg.pipeline import DEFAULTS
+from distrain.lm import StreamTraining
 from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
-
-
-def lstm_seed(info, seed: int):
-    """Seed 000's two-layer character LSTM (200 and 100 units), next character everywhere."""
-    return recurrent_lm(info, seed)
-
-
-def rnn(info, seed: int):
-    """Seed 000's plain RNN: the LSTM's shape (200 and 100 units) with simple recurrent cells."""
-    return recurrent_lm(info, seed, cell="SimpleRNN")
-
-
-def seq2seq(info, seed: int, embed: int = 32, units: int = 128):
-    """An encoder-decoder (seed 004's Seq2Seq) on pairs of consecutive lines.
-
-    The encoder's LSTM reads the end of a line; its final state starts the decoder's LSTM,
-    which reads the next line's characters so far (teacher forcing) and gives logits for
-    each next one. Inputs: ``(source, decoder input)``, both character ids of fixed length.
-    """
-    keras = keras_module()
-    init = keras.initializers
-    vocab = info.metadata["vocab_size"]
-    source = keras.layers.Input(shape=(info.metadata["source_len"],), dtype="int32")
-    target = keras.layers.Input(shape=(info.metadata["target_len"],), dtype="int32")
-
-    def embedding(offset):
-        return keras.layers.Embedding(
-            vocab, embed, embeddings_initializer=init.RandomUniform(-0.05, 0.05, seed + offset)
-        )
-
-    def recurrent(offset, **kwargs):
-        return keras.layers.LSTM(
-            units,
-            kernel_initializer=init.GlorotUniform(seed + offset),
-            recurrent_initializer=init.Orthogonal(seed=seed + 10 + offset),
-            **kwargs,
-        )
-
-    _, h, c = recurrent(1, return_state=True)(embedding(0)(source))
-    decoded = recurrent(2, return_sequences=True)(embedding(3)(target), initial_state=[h, c])
-    logits = keras.layers.Dense(vocab, kernel_initializer=init.GlorotUniform(seed + 4))(decoded)
-    return keras.Model([source, target], logits, name="gutenberg_seq2seq")
 
 
 def _book_ids(source: str) -> list[int]:
@@ -69,8 +28,28 @@ class Gutenberg(DataSet):
     """Project Gutenberg plain-text books (``*.txt``, with their START/END markers)."""
 
     name = "gutenberg"
+    pipeline = DEFAULTS
+    # Its cases of the reliability matrix (distrain.faults), each proved by a marked test.
+    fault_cases = (
+        ("gutenberg/no-markers", "Gutenberg: no START/END markers dead-lettered"),
+        ("gutenberg/empty-body", "Gutenberg: empty body dead-lettered"),
+        ("gutenberg/binary", "Gutenberg: binary file dead-lettered"),
+        ("gutenberg/mixed-encodings", "Gutenberg: mixed UTF-8/Latin-1 decoded line by line"),
+        ("gutenberg/utf16", "Gutenberg: UTF-16 and UTF-32 books with a byte-order mark decoded"),
+        ("gutenberg/dead-letter", "Gutenberg: books = accepted + rejected, ratio enforced"),
+    )
     summary = "Project Gutenberg books as plain text; characters predicted from the ones before"
     sample_size = 360_000  # characters over all books
+    sample_unit = "characters over all books"
+    title = "Gutenberg"
+    experiments = {
+        "parallelism": {
+            "models": ("seq2seq",),
+            "batch_size": 32,
+            "learning_rate": 3e-3,
+            "sizes": {"small": 60_000, "full": 0},
+        },
+    }
     models = {
         "lstm": ModelSpec(
             char_lstm,
@@ -93,7 +72,7 @@ class Gutenberg(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.data.gutenberg_sample import GutenbergSampleConfig, write_gutenberg_sample
+        from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
 
         books = 3
         cfg = GutenbergSampleConfig(
@@ -106,9 +85,9 @@ class Gutenberg(DataSet):
         _book_ids(source)
 
     def download(self, out, source):
-        from distrain.data import download
+        from distrain.datasets.gutenberg.download import fetch_gutenberg
 
-        download.fetch_gutenberg(_book_ids(source), out)
+        fetch_gutenberg(_book_ids(source), out)
 
     def raw_files(self, src):
         files = sorted(Path(src).glob("*.txt"))
@@ -121,12 +100,18 @@ class Gutenberg(DataSet):
         self.raw_files(src)
 
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
-        from distrain.preprocess import gutenberg
+        from distrain.datasets.gutenberg import beam as gutenberg
 
         cfg = gutenberg.GutenbergPreprocessConfig(
             raw, out, validation_fraction=validation_fraction, overwrite=overwrite
         )
         return gutenberg.preprocess_gutenberg(cfg, beam_args)
+
+    def texts(self, data_dir, split):
+        """Each book's normalised text of the split (:func:`~.beam.read_texts`)."""
+        from distrain.datasets.gutenberg.beam import read_texts
+
+        return read_texts(data_dir, split)
 
     def parser(self, info):
         """Parses windows (each character and the next) or line pairs.

@@ -1,10 +1,11 @@
 """The MNIST pipeline: handwritten digits, an MLP (or a small CNN), every training mode.
 
-Compile it with ``kfp dsl compile --py pipelines/mnist.py --output mnist.yaml`` or
-``distrain compile mnist --output mnist.yaml``; run it locally with ``distrain run mnist``.
+Compile it with ``distrain compile mnist --output mnist.yaml`` or ``kfp dsl compile --py
+pipelines/dataset_pipelines.py --function mnist_pipeline --output mnist.yaml``;
+run it locally with ``distrain run mnist``.
 """
 
-from distrain.pipelines.common import PipelineDefaults, build_pipeline
+from distrain.datasets import PipelineDefaults
 
 DEFAULTS = PipelineDefaults(
     dataset="mnist",
@@ -16,6 +17,3 @@ DEFAULTS = PipelineDefaults(
     learning_rate=0.001,
     target_accuracy=0.95,
 )
-
-# What `kfp dsl compile --py pipelines/mnist.py` finds: the cluster form (no parallelism cap).
-mnist_pipeline = build_pipeline(DEFAULTS)
