@@ -270,6 +270,7 @@ def default_model(data_dir: str | os.PathLike) -> str:
 from distrain.datasets import mnist  # noqa: E402
 from distrain.datasets import dbpedia  # noqa: E402
 from distrain.datasets import gutenberg  # noqa: E402
+from distrain.datasets import tfrecord  # noqa: E402
 # isort: on
 
 __all__ = [
@@ -281,4 +282,5 @@ __all__ = [
     "get",
     "gutenberg",
     "mnist",
+    "tfrecord",
 ]
