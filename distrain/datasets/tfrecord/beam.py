@@ -69,7 +69,7 @@ class TfrecordPreprocessConfig:
         seed: Seed of the split assignment.
         num_shards: TFRecord files per split; 0 (default): one file per batch.
         batch_size: Records per batch inside the DoFns.
-        max_bad_ratio: Largest share of rejected records before the job fails.
+        max_bad_ratio: Largest share of rejected records before the job fails (1 %).
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
@@ -79,7 +79,7 @@ class TfrecordPreprocessConfig:
     seed: int = 0
     num_shards: int = 0
     batch_size: int = 1024
-    max_bad_ratio: float = 0.0
+    max_bad_ratio: float = 0.01  # as DBPedia's: the user's data may hold a few bad records
     overwrite: bool = False
 
     def __post_init__(self) -> None:
