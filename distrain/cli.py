@@ -7,6 +7,7 @@ distrain compile NAME --output NAME.yaml     compile the KFP pipeline
 distrain run NAME [--data DIR] --output OUT  run the pipeline locally (kfp.local)
 distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
 distrain experiment consistency --output OUT  a seed paper's study, ending in one report
+distrain list                                the data sets, models and modes installed, and whence
 """
 
 from __future__ import annotations
@@ -398,6 +399,36 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return submit(cfg)
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``distrain list``: the data sets (with their models) and modes, and where each came from.
+
+    Built-in, or the distribution (name and version) whose entry point added it
+    (:mod:`distrain.plugins`); plugins that failed to load are listed with their error.
+    """
+    from distrain import plugins
+    from distrain.train.modes import mode_class, mode_names
+
+    def line(name: str, group: str, summary: str, indent: int = 2) -> str:
+        return f"{' ' * indent}{name:<{22 - indent}} [{plugins.origin(group, name)}] {summary}"
+
+    print("data sets (distrain run NAME), each with its models (the first is the default):")
+    for name in datasets.names():
+        dataset = datasets.get(name)
+        print(line(name, plugins.DATASETS, dataset.summary))
+        for model, spec in dataset.models.items():
+            print(line(model, plugins.MODELS, spec.summary, indent=6))
+    print("modes (--runs MODE:WORKERS[:OPTION=VALUE]):")
+    for name in mode_names():
+        doc = (mode_class(name).__doc__ or "").strip().splitlines()
+        print(line(name, plugins.MODES, doc[0] if doc else ""))
+    broken = plugins.broken()
+    if broken:
+        print("plugins left out (they failed to load):")
+        for b in broken:
+            print(f"  {b.name:<20} [{b.origin}] {b.group}: {b.error}")
+    return 0
+
+
 def _models_help() -> str:
     """Each data set's models, its default first."""
     return "; ".join(f"{name}: {', '.join(datasets.get(name).models)}" for name in PIPELINES)
@@ -632,6 +663,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
     sv.add_argument("--output", default="", help="the run's output folder (its errors/)")
     sv.set_defaults(func=cmd_server)
+
+    ls = add(
+        "list", help="list the data sets, models and modes installed, and where each came from"
+    )
+    ls.set_defaults(func=cmd_list)
 
     fl = add(
         "faults",

@@ -177,7 +177,7 @@ def test_the_parser_gives_a_dict_of_the_features_by_name_and_the_label(tmp_path)
     assert features["tag"].dtype == tf.string and features["tag"].shape == (4, 2)
     assert labels.dtype == tf.int32 and labels.numpy().tolist() == [0, 1, 2, 3]
     with pytest.raises(datasets.DataSetError, match="tag is bytes: give a model of your own"):
-        PLUGIN.model("mlp").build(info, 0)
+        PLUGIN.model("feature-mlp").build(info, 0)
 
 
 def test_nothing_to_download():

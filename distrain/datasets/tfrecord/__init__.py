@@ -38,7 +38,7 @@ class Tfrecord(DataSet):
     sample_unit = "training records"
     title = "TFRecords"
     models = {
-        "mlp": ModelSpec(
+        "feature-mlp": ModelSpec(
             mlp,
             CLASSIFICATION,
             stages=False,  # a functional model of named inputs, not a Sequential stack

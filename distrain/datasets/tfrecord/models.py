@@ -24,8 +24,8 @@ def mlp(info, seed: int, hidden: tuple[int, ...] = (64, 64)):
     text = sorted(name for name, f in features.items() if f["dtype"] == "bytes")
     if text:
         raise DataSetError(
-            f"the tfrecord default model (mlp) reads numeric features only; {', '.join(text)} "
-            "is bytes: give a model of your own (--model FILE.py:FUNCTION)"
+            f"the tfrecord default model (feature-mlp) reads numeric features only; "
+            f"{', '.join(text)} is bytes: give a model of your own (--model FILE.py:FUNCTION)"
         )
     inputs, parts = {}, []
     for name, f in features.items():

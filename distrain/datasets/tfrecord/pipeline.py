@@ -9,7 +9,7 @@ DEFAULTS = PipelineDefaults(
     dataset="tfrecord",
     description="Your TFRecords: Beam checks every tf.train.Example against features.json, "
     "holds out validation, trains in each distributed mode, evaluates and compares.",
-    model="mlp",
+    model="feature-mlp",
     epochs=20,  # the most: runs stop on a validation plateau
     batch_size=64,
     learning_rate=0.003,
