@@ -23,6 +23,7 @@ from pathlib import Path
 import distrain
 from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
+from distrain.listing import installed
 from distrain.train.config import DEFAULT_RUNS, PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
@@ -400,32 +401,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """``distrain list``: the data sets (with their models) and modes, and where each came from.
-
-    Built-in, or the distribution (name and version) whose entry point added it
-    (:mod:`distrain.plugins`); plugins that failed to load are listed with their error.
-    """
-    from distrain import plugins
-    from distrain.train.modes import mode_class, mode_names
-
-    def line(name: str, group: str, summary: str, indent: int = 2) -> str:
-        return f"{' ' * indent}{name:<{22 - indent}} [{plugins.origin(group, name)}] {summary}"
-
-    print("data sets (distrain run NAME), each with its models (the first is the default):")
-    for name in datasets.names():
-        dataset = datasets.get(name)
-        print(line(name, plugins.DATASETS, dataset.summary))
-        for model, spec in dataset.models.items():
-            print(line(model, plugins.MODELS, spec.summary, indent=6))
-    print("modes (--runs MODE:WORKERS[:OPTION=VALUE]):")
-    for name in mode_names():
-        doc = (mode_class(name).__doc__ or "").strip().splitlines()
-        print(line(name, plugins.MODES, doc[0] if doc else ""))
-    broken = plugins.broken()
-    if broken:
-        print("plugins left out (they failed to load):")
-        for b in broken:
-            print(f"  {b.name:<20} [{b.origin}] {b.group}: {b.error}")
+    """``distrain list``: the data sets (with their models) and modes, and where each came from."""
+    print("\n".join(installed()))
     return 0
 
 
