@@ -280,9 +280,10 @@ class TrainConfig:
     )
     operation_timeout: int = setting(
         300,
-        "PS modes: seconds one session call may wait on another process before the process "
-        "fails with a transient error: a stopped parameter server ends the run (which a retry "
-        "resumes) instead of hanging it",
+        "seconds a process may wait on another: PS modes, one session call (a stopped "
+        "parameter server ends the run instead of hanging it); local Horovod and single runs, "
+        "a process that has not run at all (stopped, frozen: its heartbeat stopped) ends the "
+        "run naming it, or is dropped from an elastic run; a retry resumes",
         check=AT_LEAST_1,
     )
     elastic_commit_steps: int = setting(

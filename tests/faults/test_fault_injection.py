@@ -354,6 +354,30 @@ def test_a_killed_sync_rank_ends_the_run_with_an_error(
 
 @pytest.mark.slow
 @pytest.mark.horovod
+@pytest.mark.case("sync/stall", "train/no-orphans")
+def test_a_stopped_sync_rank_ends_the_run_within_the_bound_naming_it(mnist_examples, tmp_path):
+    # Every rank waits in allreduce on the stopped one and nothing times out by itself
+    # (Horovod's stall check only warns); the launcher sees the rank's heartbeat stop.
+    out = tmp_path / "run"
+    stopped: list[float] = []
+
+    def stop_rank_1():
+        os.kill(sync_rank(out, 1).pid, signal.SIGSTOP)
+        stopped.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, 1), stop_rank_1)
+    cfg = config(mnist_examples, out, "sync:2", epochs=30, operation_timeout=15)
+    with pytest.raises(TrainingError) as err:
+        run_training(cfg, timeout=300)
+    assert stopped, "rank 1 was not stopped"
+    ended_after = time.monotonic() - stopped[0]
+    assert 15 <= ended_after < 60, ended_after
+    assert "rank 1 (pid" in str(err.value) and "stopped" in str(err.value), str(err.value)
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
 @pytest.mark.case("avg/rank-death", "train/no-orphans")
 def test_a_killed_avg_rank_ends_the_run_and_the_rerun_resumes(mnist_examples, tmp_path):
     # As sync's: the exchange's allreduce cannot complete without the rank, so the run
