@@ -37,6 +37,7 @@ CASES: list[tuple[str, str]] = [
     ("params/data-dir", "Parameters: missing data directory refused before any work"),
     ("train/checkpoints", "Training: chief checkpoints every k steps, atomically"),
     ("train/kill-resume", "Training: whole run killed mid-epoch resumes, same total steps"),
+    ("train/deadline", "Training: a local run has a deadline by default and ends at it"),
     ("train/resume-exact", "Training: killed mid-epoch or mid-save, ends with unbroken weights"),
     ("sync/elastic", "sync: elastic Horovod survives 1 of 3 workers killed"),
     ("sync/rank-death", "sync: a killed rank ends the run with an error within seconds"),

@@ -278,6 +278,13 @@ class TrainConfig:
     start_timeout: int = setting(
         120, "seconds to wait for all worker processes to start", check=AT_LEAST_1
     )
+    deadline: int = setting(
+        3 * 24 * 3600,
+        "seconds before a local run is stopped (its processes print their stacks first) and "
+        "fails with a transient error: a run that hangs in a way nothing else catches ends "
+        "in three days by default; 0: none",
+        check=(lambda v: v >= 0, "must be 0 (none) or a number of seconds"),
+    )
     operation_timeout: int = setting(
         300,
         "seconds a process may wait on another: PS modes, one session call (a stopped "

@@ -319,7 +319,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
 
     Args:
         cfg: The run's configuration.
-        timeout: Seconds before the run is stopped (None: no limit).
+        timeout: Seconds before the run is stopped (None: the config's ``deadline``).
 
     Returns:
         The run's history (``history.json``).
@@ -344,6 +344,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     scratch = tempfile.mkdtemp(prefix="distrain-")
     env["TMPDIR"] = scratch
     procs = _Processes()
+    timeout = timeout if timeout is not None else (cfg.deadline or None)
     deadline = time.monotonic() + timeout if timeout else None
     # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
     bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)

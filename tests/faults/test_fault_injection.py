@@ -508,3 +508,15 @@ def test_a_stopped_parameter_server_ends_the_run_within_the_operation_timeout(
     ended_after = time.monotonic() - stopped[0]
     assert ended_after < 15 + 45, ended_after
     assert_no_orphans(out)
+
+
+@pytest.mark.case("train/deadline")
+def test_a_run_ends_at_its_default_deadline(mnist_examples, tmp_path):
+    # A run has a deadline without being given one (three days); one second here.
+    assert TrainConfig(data_dir="d", output_dir="o", run="single:1").deadline == 3 * 24 * 3600
+    cfg = config(mnist_examples, tmp_path / "run", "single:1", epochs=1000, deadline=1)
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="timed out after 1 s"):
+        run_training(cfg)
+    assert time.monotonic() - start < 30
+    assert_no_orphans(tmp_path / "run")
