@@ -9,7 +9,7 @@ the comparison. Nothing outside this package branches
 on a mode's name: the launcher, the Kubernetes objects and the comparison ask the mode.
 
 Adding a mode: a module here with a :func:`register`-ed subclass, its name in
-:data:`BUILT_IN`, and a test (see the README, "Adding a mode"). Another package adds modes
+:data:`BUILT_IN`, and a test (docs/modes.md, "Adding a mode"). Another package adds modes
 without touching this one: a :class:`Mode` subclass as an entry point of the group
 ``distrain.modes`` (:mod:`distrain.plugins`), loaded with the built-in modes.
 """
