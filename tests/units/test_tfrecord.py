@@ -113,6 +113,10 @@ def test_gzip_files_are_read_by_suffix_or_magic_bytes(tmp_path):
     for name in ("a.tfrecord.gz", "b.tfrecord"):
         assert [data for data, ok in read_frames(tmp_path / name) if ok] == records
         assert count_frames(tmp_path / name) == 5
+    cut = tmp_path / "c.tfrecord.gz"  # a truncated gzip stream: named, not an EOFError
+    cut.write_bytes((tmp_path / "a.tfrecord.gz").read_bytes()[:-30])
+    with pytest.raises(TFRecordFramingError, match=f"{cut}: cannot be read"):
+        count_frames(cut)
 
 
 @pytest.mark.case("tfrecord/missing-feature", "tfrecord/wrong-length")

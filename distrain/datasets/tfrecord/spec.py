@@ -8,6 +8,7 @@ is all that matters, so the copy lives in a pool of its own under another packag
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -163,6 +164,15 @@ def open_records(path: str | os.PathLike):
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
+@contextlib.contextmanager
+def _named_errors(path):
+    """A damaged gzip stream's error (``BadGzipFile``, ``EOFError``) as one naming the file."""
+    try:
+        yield
+    except (OSError, EOFError) as err:
+        raise TFRecordFramingError(f"{path}: cannot be read ({err})") from None
+
+
 def _header(f, path, number: int) -> int | None:
     """The length of record ``number`` (from 1), its checksum checked; None at the end."""
     header = f.read(12)
@@ -186,7 +196,7 @@ def read_frames(path: str | os.PathLike) -> Iterator[tuple[bytes, bool]]:
         TFRecordFramingError: The file ends inside a record, or a length's checksum is
             wrong (what follows cannot be found).
     """
-    with open_records(path) as f:
+    with _named_errors(path), open_records(path) as f:
         number = 1
         while (length := _header(f, path, number)) is not None:
             data = f.read(length)
@@ -207,7 +217,7 @@ def count_frames(path: str | os.PathLike) -> int:
     """
     count, gz = 0, is_gzip(path)
     size = None if gz else os.path.getsize(path)
-    with open_records(path) as f:
+    with _named_errors(path), open_records(path) as f:
         while (length := _header(f, path, count + 1)) is not None:
             if gz:  # a gzip stream can only be read through
                 whole = len(f.read(length + 4)) == length + 4
@@ -227,12 +237,9 @@ def check_first_frame(path: str | os.PathLike) -> None:
     Raises:
         TFRecordFramingError: It is empty or does not start as a TFRecord file does.
     """
-    try:
-        with open_records(path) as f:
-            if _header(f, path, 1) is None:
-                raise TFRecordFramingError(f"{path}: empty file, expected TFRecords")
-    except (OSError, EOFError) as err:  # a truncated or damaged gzip stream
-        raise TFRecordFramingError(f"{path}: cannot be read ({err})") from None
+    with _named_errors(path), open_records(path) as f:
+        if _header(f, path, 1) is None:
+            raise TFRecordFramingError(f"{path}: empty file, expected TFRecords")
 
 
 _EXAMPLE = None
