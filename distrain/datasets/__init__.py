@@ -9,17 +9,22 @@ asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
 Adding a data set: a package here whose plugin is decorated with :func:`register`,
 imported at the end of this file, and its test: a subclass of
-:class:`distrain.datasets.testing.DataSetTestCase` naming it.
+:class:`distrain.datasets.testing.DataSetTestCase` naming it. Another package adds data
+sets and models without touching this one, through the entry-point groups
+``distrain.datasets`` (a :class:`DataSet` subclass) and ``distrain.models`` (a
+:class:`PluginModel`), loaded the first time the registry is asked (:mod:`distrain.plugins`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain import plugins
 from distrain.train.config import DEFAULT_RUNS
 from distrain.train.tasks import Task
 
@@ -69,6 +74,22 @@ class ModelSpec:
     stages: bool = True
     summary: str = ""
     stream: object = None
+
+
+@dataclass(frozen=True)
+class PluginModel:
+    """A model another package adds to an installed data set.
+
+    The object of an entry point of the group ``distrain.models``, whose name is the
+    model's name.
+
+    Attributes:
+        dataset: The registered data set it reads.
+        spec: The model.
+    """
+
+    dataset: str
+    spec: ModelSpec
 
 
 class DataSet:
@@ -177,6 +198,12 @@ class DataSet:
             DataSetError: The data set has no such model.
         """
         if name not in self.models:
+            broken = plugins.broken_named(plugins.MODELS, name)
+            if broken is not None:
+                raise DataSetError(
+                    f"model {name!r}: its plugin (from {broken.origin}) failed to load: "
+                    f"{broken.error}"
+                )
             raise DataSetError(
                 f"model {name!r}: no such model for {self.name} "
                 f"(expected one of {', '.join(self.models)})"
@@ -185,16 +212,56 @@ class DataSet:
 
 
 _REGISTRY: dict[str, DataSet] = {}
+_PLUGINS_LOADED = False
+_LOADING = threading.RLock()  # re-entrant: a plugin's import may ask the registry
 
 
 def register(cls: type[DataSet]) -> type[DataSet]:
-    """Class decorator: registers one instance of a data set under its name."""
-    _REGISTRY[cls.name] = cls()
+    """Class decorator: registers one instance of a data set under its name.
+
+    Raises:
+        DataSetError: Another data set already has the name.
+    """
+    held = _REGISTRY.get(cls.name)
+    if held is not None and type(held) is not cls:
+        raise DataSetError(f"data set {cls.name!r} is already registered ({type(held).__module__})")
+    if held is None:
+        _REGISTRY[cls.name] = cls()
     return cls
 
 
+def _load_plugins() -> None:
+    """Loads the data sets, then the models, of other packages' entry points, once."""
+    global _PLUGINS_LOADED
+    with _LOADING:
+        if _PLUGINS_LOADED:
+            return
+        _PLUGINS_LOADED = True  # first: a plugin's module may ask the registry
+        plugins.load(plugins.DATASETS, _accept_dataset)
+        plugins.load(plugins.MODELS, _accept_model)
+
+
+def _accept_dataset(name: str, obj: object, origin: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, DataSet)):
+        raise plugins.PluginError(f"expected a DataSet subclass, got {obj!r}")
+    if obj.name != name:
+        raise plugins.PluginError(f"its class names itself {obj.name!r}, the entry point {name!r}")
+    register(obj)
+
+
+def _accept_model(name: str, obj: object, origin: str) -> None:
+    if not isinstance(obj, PluginModel):
+        raise plugins.PluginError(f"expected a distrain.datasets.PluginModel, got {obj!r}")
+    dataset = get(obj.dataset)
+    for other in _REGISTRY.values():
+        if name in other.models:
+            raise plugins.PluginError(f"the {other.name} data set already has a model {name!r}")
+    dataset.models = {**dataset.models, name: obj.spec}
+
+
 def names() -> list[str]:
-    """The registered data sets' names, in registration order."""
+    """The registered data sets' names: the built-in ones, then the plugins'."""
+    _load_plugins()
     return list(_REGISTRY)
 
 
@@ -202,9 +269,16 @@ def get(name: str) -> DataSet:
     """The named data set.
 
     Raises:
-        DataSetError: No data set of that name.
+        DataSetError: No data set of that name (or its plugin failed to load: why).
     """
+    _load_plugins()
     if name not in _REGISTRY:
+        broken = plugins.broken_named(plugins.DATASETS, name)
+        if broken is not None:
+            raise DataSetError(
+                f"dataset {name!r}: its plugin (from {broken.origin}) failed to load: "
+                f"{broken.error}"
+            )
         raise DataSetError(f"unknown dataset {name!r}; expected one of {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
@@ -215,7 +289,7 @@ def serving(experiment: str) -> list[DataSet]:
     Raises:
         DataSetError: No registered data set serves it.
     """
-    found = [d for d in _REGISTRY.values() if experiment in d.experiments]
+    found = [d for d in map(get, names()) if experiment in d.experiments]
     if not found:
         raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
     return found
@@ -232,7 +306,7 @@ def find_model(name: str) -> ModelSpec:
     Raises:
         DataSetError: No data set has such a model.
     """
-    for dataset in _REGISTRY.values():
+    for dataset in map(get, names()):
         if name in dataset.models:
             return dataset.models[name]
     raise DataSetError(f"unknown model {name!r}")
@@ -270,6 +344,7 @@ def default_model(data_dir: str | os.PathLike) -> str:
 from distrain.datasets import mnist  # noqa: E402
 from distrain.datasets import dbpedia  # noqa: E402
 from distrain.datasets import gutenberg  # noqa: E402
+from distrain.datasets import tfrecord  # noqa: E402
 # isort: on
 
 __all__ = [
@@ -277,8 +352,10 @@ __all__ = [
     "DataSetError",
     "ModelSpec",
     "PipelineDefaults",
+    "PluginModel",
     "dbpedia",
     "get",
     "gutenberg",
     "mnist",
+    "tfrecord",
 ]
