@@ -109,6 +109,7 @@ def check_parameters(
         StepError: Every problem found, joined by ``; ``.
     """
     from distrain import datasets
+    from distrain.train import usermodel
     from distrain.train.config import ConfigError, parse_run_specs
 
     problems = []
@@ -137,7 +138,9 @@ def check_parameters(
     if plugin is not None:
         try:
             plugin.model(model)
-        except datasets.DataSetError as err:
+            if usermodel.is_reference(model):
+                usermodel.check(model)  # its module imports and has the function
+        except (datasets.DataSetError, usermodel.UserModelError) as err:
             problems.append(str(err))
     specs = []
     try:
@@ -343,6 +346,7 @@ def train(
     cfg = TrainConfig(
         data_dir=str(data_dir), output_dir=str(output_dir), run=RunSpec.parse(run_spec), **settings
     )
+    check_user_model(cfg)
     if launcher in CLUSTER_LAUNCHERS:
         from distrain.k8s.config import KubernetesConfig
         from distrain.k8s.train import needs_cluster, train_on_cluster
@@ -358,6 +362,23 @@ def train(
     from distrain.train.launch import run_training
 
     return run_training(cfg)
+
+
+def check_user_model(cfg: TrainConfig) -> None:
+    """Builds a model from the user's code once, before any process starts.
+
+    An error in it (import, syntax, what it returns, its logits' width) then fails the step
+    in seconds, naming the user's file and line, not in every worker
+    (:mod:`distrain.train.usermodel`). Built-in models are not built here.
+
+    Raises:
+        UserModelError: The user's code failed.
+    """
+    from distrain.datasets import load_info
+    from distrain.train import usermodel
+
+    if usermodel.is_reference(cfg.model):
+        usermodel.check(cfg.model, load_info(cfg.data_dir, cfg.model), cfg.seed)
 
 
 @_timed
