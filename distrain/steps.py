@@ -82,6 +82,7 @@ def check_parameters(
     launcher: str = "local",
     repeats: int = 1,
     plan: str = "",
+    model_file: str | os.PathLike = "",
     **settings,
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
@@ -97,6 +98,8 @@ def check_parameters(
             ``seed + 1``, ... (initial weights and data order).
         plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
             empty: none).
+        model_file: The user's model file (a pipeline's model artifact) of a ``model`` of
+            ``FILE.py:FUNCTION``: it must compile (a syntax error names its line).
         **settings: :class:`TrainConfig` settings (model, epochs, ...; the others keep its
             defaults), checked as every run would check them; ``seed`` is the first
             repeat's.
@@ -139,7 +142,7 @@ def check_parameters(
         try:
             plugin.model(model)
             if usermodel.is_reference(model):
-                usermodel.check(model)  # its module imports and has the function
+                usermodel.check_source(model, model_file)  # the training step builds it
         except (datasets.DataSetError, usermodel.UserModelError) as err:
             problems.append(str(err))
     specs = []
@@ -317,6 +320,7 @@ def train(
     launcher: str = "local",
     kubernetes: dict | None = None,
     task_config: dict | None = None,
+    model_file: str | os.PathLike = "",
     **settings,
 ) -> dict:
     """Trains one run; returns its history.
@@ -334,12 +338,21 @@ def train(
         task_config: The KFP task's passed-through settings (``dsl.TaskConfig``'s fields:
             resources, node_selector, tolerations, affinity, volumes, volume_mounts); they
             reach the launched pods (:meth:`KubernetesConfig.with_task_config`).
+        model_file: The user's model file (a pipeline's model artifact) for a ``model`` of
+            ``FILE.py:FUNCTION``: copied into ``output_dir/user_model/``, which travels
+            with the trained model, and trained from there.
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
 
     Raises:
         StepError: Unknown launcher or invalid cluster settings, before any work starts.
+        UserModelError: The user's model code fails (:func:`check_user_model`).
     """
+    from distrain.train import usermodel
     from distrain.train.config import ConfigError
+
+    if model_file:
+        model = settings.get("model", "")
+        settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)
 
     if launcher not in LAUNCHERS:
         raise StepError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
@@ -362,6 +375,10 @@ def train(
     from distrain.train.launch import run_training
 
     return run_training(cfg)
+
+
+# Where a training step keeps the user's model file, in its output (beside model.keras).
+USER_MODEL_DIR = "user_model"
 
 
 def check_user_model(cfg: TrainConfig) -> None:

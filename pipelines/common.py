@@ -58,6 +58,10 @@ def build_pipeline(
     What a user sets on the training task (resources, accelerators, tolerations, node
     selector, affinity, volumes) reaches the pods it launches through the component's
     TaskConfig passthrough; the parameters above are the shorthand for the same.
+
+    ``model_file`` is the user's model file (an optional input artifact, as TFX's Trainer
+    takes a ``module_file``) for a ``model`` of ``FILE.py:FUNCTION``: the parameter check
+    compiles it, each training step trains from its copy (docs/your-model.md).
     """
     d = defaults
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
@@ -98,6 +102,7 @@ def build_pipeline(
         tolerations: list = [],  # noqa: B006
         volume_claim: str = "distrain-data",
         gate: str = "",
+        model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:
         checked = check_parameters(
             dataset=d.dataset,
@@ -114,6 +119,7 @@ def build_pipeline(
             repeats=repeats,
             seed=seed,
             plan=plan,
+            model_file=model_file,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
         data = fetch_data(
@@ -160,6 +166,7 @@ def build_pipeline(
                 accelerator_count=accelerator_count,
                 workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
                 schedule_timeout_seconds=schedule_timeout_seconds,
+                model_file=model_file,
             ).set_display_name("train")
             _retry(trained)
             # A cached time is not a measurement: training always runs.

@@ -173,3 +173,56 @@ def validate_all(objects: list[dict], version: str = KUBERNETES_VERSION) -> int:
     for obj in objects:
         validate_object(obj, version)
     return len(objects)
+
+
+def _containers(node, where: str):
+    """``(path, container)`` of every container of every pod (template) under ``node``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "containers" and isinstance(value, list):
+                for c in value:
+                    if isinstance(c, dict):
+                        yield f"{where}.containers[{c.get('name', '?')}]", c
+            else:
+                yield from _containers(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _containers(value, f"{where}[{i}]")
+
+
+def validate_model_shipping(objects: list[dict], model: str) -> None:
+    """Checks that every pod of a run can read the user's model (:mod:`distrain.train.usermodel`).
+
+    A model file must lie on a volume every container mounts (the shared claim the launcher
+    ships it to); a ``package.module:FUNCTION`` model is in the image (built ``FROM`` the
+    trainer), so every container must run the run's one image. A built-in model needs
+    neither.
+
+    Raises:
+        ManifestError: A container without the file's volume, or with another image.
+    """
+    from distrain.train.usermodel import ModelReference, is_reference
+
+    if not is_reference(model):
+        return
+    ref = ModelReference.parse(model)
+    images = set()
+    for obj in objects:
+        for where, container in _containers(obj.get("spec"), "spec"):
+            if not ref.is_file:
+                if container.get("image"):
+                    images.add(container["image"])
+                continue
+            mounts = [
+                str(m.get("mountPath", "")).rstrip("/") for m in container.get("volumeMounts") or []
+            ]
+            if not any(m and ref.where.startswith(m + "/") for m in mounts):
+                raise ManifestError(
+                    f"{_name(obj)} {where}: mounts no volume holding the model file {ref.where} "
+                    f"(mounts {', '.join(mounts) or 'none'})"
+                )
+    if len(images) > 1:
+        raise ManifestError(
+            f"model {model}: a module in the image, but the run's pods run different images "
+            f"({', '.join(sorted(images))}); build one image FROM the trainer with it"
+        )

@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import os
 import re
+import shutil
 import sys
 import traceback
 from dataclasses import dataclass
@@ -209,3 +210,57 @@ def check(text: str, info=None, seed: int = 0) -> None:
 
     build(ref, info, seed)
     tf_keras.backend.clear_session()
+
+
+def check_source(text: str, path: str | os.PathLike = "") -> None:
+    """The cheap check, without importing anything: the reference, and its file compiles.
+
+    A pipeline's parameter check runs it in an image that may lack TensorFlow; the
+    training step then builds the model (:func:`check`).
+
+    Args:
+        text: The model reference.
+        path: Where its file is (default: the reference's own path).
+
+    Raises:
+        UserModelError: A bad reference, a missing file, a syntax error (file and line).
+    """
+    ref = ModelReference.parse(text)
+    if not ref.is_file:
+        return
+    file = Path(path or ref.where)
+    if not file.is_file():
+        raise UserModelError(f"{ref.where}: model file not found")
+    try:
+        compile(file.read_bytes(), str(file), "exec")
+    except SyntaxError as err:
+        raise UserModelError(f"{_where(err, str(file))}: {_one_line(err)}") from None
+
+
+def stage(text: str, directory: str | os.PathLike, source: str | os.PathLike = "") -> str:
+    """Copies the reference's file into ``directory``; returns the reference to the copy.
+
+    How the user's file travels with a run: a pipeline's model artifact into the training
+    step's output, a cluster run's into the shared volume every pod mounts.
+
+    Args:
+        text: The model reference (``FILE.py:FUNCTION[@TASK]``).
+        directory: Where the copy goes (created).
+        source: The file to copy (default: the reference's; a pipeline's artifact).
+
+    Raises:
+        UserModelError: The reference names a module, not a file, or the file is missing.
+    """
+    ref = ModelReference.parse(text)
+    if not ref.is_file:
+        raise UserModelError(
+            f"model {text!r} names a module; a model file travels as FILE.py:FUNCTION"
+        )
+    source = Path(source or ref.where)
+    if not source.is_file():
+        raise UserModelError(f"{source}: model file not found")
+    dest = Path(directory) / Path(ref.where).name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if source.resolve() != dest.resolve():
+        shutil.copyfile(source, dest)
+    return ref.with_file(dest)
