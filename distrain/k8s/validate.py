@@ -193,10 +193,10 @@ def _containers(node, where: str):
 def validate_model_shipping(objects: list[dict], model: str) -> None:
     """Checks that every pod of a run can read the user's model (:mod:`distrain.train.usermodel`).
 
-    A model file must lie on a volume every container mounts (the shared claim the launcher
-    ships it to); a ``package.module:FUNCTION`` model is in the image (built ``FROM`` the
-    trainer), so every container must run the run's one image. A built-in model needs
-    neither.
+    A model file must lie on a volume of every container that mounts the run's volumes
+    (the training processes; the shared claim the launcher ships it to); a
+    ``package.module:FUNCTION`` model is in the image (built ``FROM`` the trainer), so
+    every container must run the run's one image. A built-in model needs neither.
 
     Raises:
         ManifestError: A container without the file's volume, or with another image.
@@ -206,21 +206,25 @@ def validate_model_shipping(objects: list[dict], model: str) -> None:
     if not is_reference(model):
         return
     ref = ModelReference.parse(model)
-    images = set()
+    images, readers = set(), 0
     for obj in objects:
         for where, container in _containers(obj.get("spec"), "spec"):
             if not ref.is_file:
                 if container.get("image"):
                     images.add(container["image"])
                 continue
-            mounts = [
-                str(m.get("mountPath", "")).rstrip("/") for m in container.get("volumeMounts") or []
-            ]
+            volumes = container.get("volumeMounts") or []
+            if not volumes:
+                continue  # reads nothing of the run (an MPIJob's launcher starts the ranks)
+            mounts = [str(m.get("mountPath", "")).rstrip("/") for m in volumes]
             if not any(m and ref.where.startswith(m + "/") for m in mounts):
                 raise ManifestError(
                     f"{_name(obj)} {where}: mounts no volume holding the model file {ref.where} "
-                    f"(mounts {', '.join(mounts) or 'none'})"
+                    f"(mounts {', '.join(mounts)})"
                 )
+            readers += 1
+    if ref.is_file and not readers:
+        raise ManifestError(f"model {model}: no container of the run mounts a volume")
     if len(images) > 1:
         raise ManifestError(
             f"model {model}: a module in the image, but the run's pods run different images "
