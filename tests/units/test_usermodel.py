@@ -231,3 +231,42 @@ def _all_containers(node):
     elif isinstance(node, list):
         for value in node:
             yield from _all_containers(value)
+
+
+def test_a_cluster_run_ships_the_model_file_to_the_claim_for_every_pod(tmp_path):
+    import io
+    import json
+    from pathlib import Path
+
+    from distrain.k8s.train import train_on_cluster
+    from tests.fakes.k8s import FakeCluster, _api
+
+    data = tmp_path / "examples"
+    data.mkdir()
+    (data / "metadata.json").write_text("{}")
+    mine = tmp_path / "home" / "my_model.py"
+    mine.parent.mkdir()
+    mine.write_text("def build(info, seed):\n    pass\n")
+    cfg = TrainConfig(
+        data_dir=str(data), output_dir=str(tmp_path / "t"), run="sync:2", model=f"{mine}:build"
+    )
+    k = KubernetesConfig(namespace="ns", mount_path=str(tmp_path / "claim"), poll_seconds=0.01)
+    seen = {}
+
+    def script(c, poll):
+        (mpijob,) = [o for (kind, _), o in c.objects.items() if kind == "MPIJob"]
+        launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+        config = json.loads(Path(launcher["containers"][0]["args"][-1]).read_text())
+        seen["model"] = config["model"]
+        seen["text"] = Path(config["model"].rsplit(":", 1)[0]).read_text()
+        (Path(config["output_dir"]) / "history.json").write_text("{}")
+        c.mpijob_conditions = [{"type": "Succeeded", "status": "True"}]
+
+    cluster = FakeCluster(script)
+    cluster.run_name = "r7"
+    train_on_cluster(cfg, k, _api(cluster), name="r7", out=io.StringIO())
+    # The pods read the copy on the claim, not the user's home directory.
+    assert seen["model"].startswith(str(tmp_path / "claim" / "runs")) and seen["model"].endswith(
+        "/model/my_model.py:build"
+    )
+    assert seen["text"] == mine.read_text()
