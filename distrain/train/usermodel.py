@@ -264,3 +264,19 @@ def stage(text: str, directory: str | os.PathLike, source: str | os.PathLike = "
     if source.resolve() != dest.resolve():
         shutil.copyfile(source, dest)
     return ref.with_file(dest)
+
+
+def resolve(model: str) -> str:
+    """A model of the user's code imported (:func:`check`), its file's path made absolute.
+
+    What ``distrain run`` does before its pipeline starts: steps run in other processes and
+    folders. Built-in model names are returned as they are.
+
+    Raises:
+        UserModelError: As :func:`load_function`.
+    """
+    if not is_reference(model):
+        return model
+    check(model)
+    ref = ModelReference.parse(model)
+    return ref.with_file(Path(ref.where).resolve()) if ref.is_file else model
