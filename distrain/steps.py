@@ -386,16 +386,24 @@ def check_user_model(cfg: TrainConfig) -> None:
 
     An error in it (import, syntax, what it returns, its logits' width) then fails the step
     in seconds, naming the user's file and line, not in every worker
-    (:mod:`distrain.train.usermodel`). Built-in models are not built here.
+    (:mod:`distrain.train.usermodel`); so does a layer a split mode cannot split
+    (:meth:`distrain.train.modes.Mode.check_model`). Built-in models are not built here.
 
     Raises:
         UserModelError: The user's code failed.
+        ConfigError: The run's mode cannot train the model.
     """
     from distrain.datasets import load_info
     from distrain.train import usermodel
 
-    if usermodel.is_reference(cfg.model):
-        usermodel.check(cfg.model, load_info(cfg.data_dir, cfg.model), cfg.seed)
+    if not usermodel.is_reference(cfg.model):
+        return
+    import tf_keras
+
+    ref = usermodel.ModelReference.parse(cfg.model)
+    model = usermodel.build(ref, load_info(cfg.data_dir, cfg.model), cfg.seed)
+    cfg.run.impl.check_model(cfg, model)  # a split mode: a layer it cannot split
+    tf_keras.backend.clear_session()
 
 
 @_timed

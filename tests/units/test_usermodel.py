@@ -270,3 +270,46 @@ def test_a_cluster_run_ships_the_model_file_to_the_claim_for_every_pod(tmp_path)
         "/model/my_model.py:build"
     )
     assert seen["text"] == mine.read_text()
+
+
+SPLIT_REFUSALS = {
+    # run: (the model's layers after Flatten, what the one line says)
+    "pipeline:2": (
+        "h = keras.layers.Dense(784, name='hidden')(x)\n"
+        "    x = keras.layers.Add(name='skip')([x, h])",
+        "layer 'skip' of model",
+    ),
+    "tensor:2": (
+        "x = keras.layers.Reshape((28, 28))(x)\n    x = keras.layers.GRU(8, name='gru')(x)",
+        "gru: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(SPLIT_REFUSALS))
+def test_a_split_mode_refuses_a_layer_it_cannot_split_before_any_process(
+    run, tmp_path, mnist_examples
+):
+    body, says = SPLIT_REFUSALS[run]
+    path = tmp_path / "net.py"
+    path.write_text(
+        "import tf_keras as keras\n\n\ndef build(info, seed):\n"
+        "    image = keras.Input((28, 28))\n    x = keras.layers.Flatten()(image)\n"
+        f"    {body}\n    return keras.Model(image, keras.layers.Dense(10)(x))\n"
+    )
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples), output_dir=str(tmp_path / "o"), run=run, model=f"{path}:build"
+    )
+    with pytest.raises(ConfigError) as err:
+        check_user_model(cfg)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    assert Failure.of("train", err.value).exit_code == 2
+
+
+def test_a_chain_of_layers_is_cut_into_stages_whatever_its_form(mnist_examples):
+    from distrain.train.modes.pipeline import chain_breaker
+
+    info = datasets.load_info(mnist_examples, f"{EXAMPLE}:build")
+    for function in ("build", "cnn"):  # functional models of one chain
+        model = usermodel.build(ModelReference.parse(f"{EXAMPLE}:{function}"), info, 0)
+        assert chain_breaker(model) == ""
