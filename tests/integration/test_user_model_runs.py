@@ -133,3 +133,21 @@ def test_bad_user_code_fails_the_command_in_seconds_with_one_line(
     ]
     assert not (tmp_path / "o" / "logs").exists()  # no worker or server was started
     assert elapsed < 60, elapsed  # about 10 s on 2 busy cores: TensorFlow's import
+
+
+@pytest.mark.slow
+def test_distrain_run_takes_a_model_file_through_the_whole_pipeline(tmp_path, cli_env):
+    # From another folder, a relative path: the steps run elsewhere and get it absolute.
+    shutil.copyfile(EXAMPLE, tmp_path / "my_model.py")
+    done = subprocess.run(
+        [
+            str(VENV_BIN / "python"), "-m", "distrain", "run", "mnist",
+            "--model", "my_model.py:build", "--runs", "single:1", "--epochs", "2",
+            "--sample-size", "600", "--output", str(tmp_path / "out"),
+        ],
+        capture_output=True, text=True, env=cli_env, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    comparison = (tmp_path / "out" / "comparison.json").read_text()
+    assert f'"model": "{tmp_path}/my_model.py:build"' in comparison
+    assert "majority" in done.stdout and "single:1" in done.stdout
