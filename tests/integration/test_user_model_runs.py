@@ -83,6 +83,8 @@ def test_a_model_file_trains_alone_and_a_pipeline_artifact_travels_with_it(
     "run",
     [
         pytest.param("sync:2", marks=pytest.mark.horovod),
+        # A functional model cut into stages, as a Sequential one is.
+        pytest.param("pipeline:2", marks=pytest.mark.horovod),
         "async:2",
         "avg:2:period=8",
     ],
