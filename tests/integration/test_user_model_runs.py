@@ -153,3 +153,24 @@ def test_distrain_run_takes_a_model_file_through_the_whole_pipeline(tmp_path, cl
     comparison = (tmp_path / "out" / "comparison.json").read_text()
     assert f'"model": "{tmp_path}/my_model.py:build"' in comparison
     assert "majority" in done.stdout and "single:1" in done.stdout
+
+
+def test_distrain_run_imports_the_model_before_any_step(tmp_path, cli_env):
+    bad = tmp_path / "bad_model.py"
+    bad.write_text("import tf_keras as keras\nimport no_such_module_xyz\n")
+    start = time.perf_counter()
+    done = subprocess.run(
+        [
+            str(VENV_BIN / "python"), "-m", "distrain", "run", "mnist",
+            "--model", f"{bad}:build", "--output", str(tmp_path / "out"),
+        ],
+        capture_output=True, text=True, env=cli_env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("distrain:")]
+    assert lines == [
+        f"distrain: run mnist failed: {bad}:2: ModuleNotFoundError: No module named "
+        "'no_such_module_xyz'"
+    ]
+    assert not (tmp_path / "out").exists()  # no step ran
+    assert time.perf_counter() - start < 60
