@@ -98,11 +98,19 @@ class ModelReference:
         return self.with_file(self.where)
 
 
-def _where(err: BaseException, fallback: str) -> str:
-    """``FILE:LINE`` of the innermost frame of ``err`` in the user's code (or ``fallback``)."""
+def _where(err: BaseException, fallback: str, source: str = "") -> str:
+    """``FILE:LINE`` of the innermost frame of ``err`` in the user's code (or ``fallback``).
+
+    ``source``: the user's file, when known: its innermost frame is the one named (an
+    error raised inside a library the user's code called is still placed in that code).
+    """
     if isinstance(err, SyntaxError) and err.filename:
         return f"{err.filename}:{err.lineno}"
     frames = traceback.extract_tb(err.__traceback__)
+    if source:
+        theirs = [f for f in frames if f.filename == source]
+        if theirs:
+            return f"{source}:{theirs[-1].lineno}"
     own = str(Path(__file__).resolve().parent.parent)
     user = [f for f in frames if not str(Path(f.filename).resolve()).startswith(own)]
     mine = [f for f in user if "site-packages" not in f.filename and "<frozen" not in f.filename]
@@ -135,7 +143,8 @@ def load_function(ref: ModelReference):
             try:
                 spec.loader.exec_module(module)
             except Exception as err:  # noqa: BLE001 (the user's code: any error is theirs)
-                raise UserModelError(f"{_where(err, str(path))}: {_one_line(err)}") from None
+                where = _where(err, str(path), str(path))
+                raise UserModelError(f"{where}: {_one_line(err)}") from None
             sys.modules[name] = module
         where = str(path)
     else:
@@ -150,6 +159,13 @@ def load_function(ref: ModelReference):
     if not callable(function):
         raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
     return function
+
+
+def _source_file(function) -> str:
+    try:
+        return inspect.getsourcefile(function) or ""
+    except TypeError:
+        return ""
 
 
 def _defined_at(function) -> str:
@@ -176,7 +192,8 @@ def build(ref: ModelReference, info, seed: int):
     try:
         model = function(info, seed)
     except Exception as err:  # noqa: BLE001
-        raise UserModelError(f"{_where(err, at)}: {_one_line(err)} (in {ref.function})") from None
+        where = _where(err, at, _source_file(function))
+        raise UserModelError(f"{where}: {_one_line(err)} (in {ref.function})") from None
     if not isinstance(model, tf_keras.Model):
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         hint = " (a Keras 3 model: build it with tf_keras)" if "keras" in kind else ""

@@ -127,6 +127,11 @@ BAD_CODE = {
         4,
         "outputs 7 logits, the data set has 10 classes",
     ),
+    "inside-keras": (
+        "import tf_keras as keras\n\n\ndef build(info, seed):\n    return keras.layers.Dense(-3)\n",
+        5,
+        "ValueError",
+    ),
     "no-function": ("def other(info, seed):\n    pass\n", None, "no function 'build'"),
 }
 
