@@ -207,8 +207,8 @@ def user_model(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
     """The spec of a model in the user's code (:mod:`distrain.train.usermodel`).
 
     It reads the records as the data set's first own model of its task does (``own``:
-    the data set's models) and may be cut into stages only when it is a ``Sequential``
-    (checked when the split mode builds it).
+    the data set's models). A split mode checks the built model before any process
+    starts (:meth:`distrain.train.modes.Mode.check_model`).
     """
     ref = usermodel.ModelReference.parse(name)
     task = TASKS[ref.task]

@@ -18,6 +18,8 @@ import json
 import re
 from importlib import resources
 
+from distrain.train.usermodel import ModelReference, is_reference
+
 KUBERNETES_VERSION = "1.33"
 TRAINER_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
 # Trainer v2.3's kinds and their vendored schema files.
@@ -201,8 +203,6 @@ def validate_model_shipping(objects: list[dict], model: str) -> None:
     Raises:
         ManifestError: A container without the file's volume, or with another image.
     """
-    from distrain.train.usermodel import ModelReference, is_reference
-
     if not is_reference(model):
         return
     ref = ModelReference.parse(model)
