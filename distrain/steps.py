@@ -340,7 +340,8 @@ def train(
             reach the launched pods (:meth:`KubernetesConfig.with_task_config`).
         model_file: The user's model file (a pipeline's model artifact) for a ``model`` of
             ``FILE.py:FUNCTION``: copied into ``output_dir/user_model/``, which travels
-            with the trained model, and trained from there.
+            with the trained model, and trained from there. Without it, a model file is
+            copied there too (the evaluation step rebuilds the model from that copy).
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
 
     Raises:
@@ -350,9 +351,12 @@ def train(
     from distrain.train import usermodel
     from distrain.train.config import ConfigError
 
-    if model_file:
-        model = settings.get("model", "")
+    model = settings.get("model", "")
+    if model_file:  # the pipeline's artifact: the run trains from the copy in its output
         settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)
+    elif usermodel.is_reference(model) and usermodel.ModelReference.parse(model).is_file:
+        # A copy travels with the trained model: the evaluation step rebuilds it from there.
+        usermodel.stage(model, Path(output_dir, USER_MODEL_DIR))
 
     if launcher not in LAUNCHERS:
         raise StepError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
@@ -427,10 +431,12 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     from distrain.costmodel import profile
     from distrain.datasets import load_info, model_spec
     from distrain.train.models import build_model
+    from distrain.train.usermodel import relocate
 
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
-    model = history["run"]["model"]
+    # The user's model file: where the training step put a copy, in its output.
+    model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task
     evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)

@@ -187,6 +187,8 @@ def build_pipeline(
             scored = evaluate(
                 examples=prep.outputs["examples"], trained=trained.outputs["trained"]
             ).set_display_name("evaluate")
+            if cluster:  # it rebuilds the model: a user's module is in the trainer image
+                scored.set_container_image(trainer_image)
         result = compare(
             reports=dsl.Collected(scored.outputs["report"]),
             baseline=base.outputs["report"],

@@ -297,3 +297,19 @@ def resolve(model: str) -> str:
     check(model)
     ref = ModelReference.parse(model)
     return ref.with_file(Path(ref.where).resolve()) if ref.is_file else model
+
+
+def relocate(text: str, directory: str | os.PathLike) -> str:
+    """The reference to the copy of its file in ``directory``, when the file itself is gone.
+
+    A later step (the evaluation) sees the training step's output in another place, or
+    another pod, than where the run read the file; its copy travels in that output
+    (:func:`stage`). Any other reference is returned as it is.
+    """
+    if not is_reference(text):
+        return text
+    ref = ModelReference.parse(text)
+    copy = Path(directory) / Path(ref.where).name
+    if ref.is_file and not Path(ref.where).is_file() and copy.is_file():
+        return ref.with_file(copy)
+    return text

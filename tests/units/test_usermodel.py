@@ -318,3 +318,15 @@ def test_a_chain_of_layers_is_cut_into_stages_whatever_its_form(mnist_examples):
     for function in ("build", "cnn"):  # functional models of one chain
         model = usermodel.build(ModelReference.parse(f"{EXAMPLE}:{function}"), info, 0)
         assert chain_breaker(model) == ""
+
+
+def test_a_later_step_finds_the_copy_that_travels_with_the_trained_model(tmp_path):
+    copy = tmp_path / "trained" / "user_model" / "my_model.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text("def build(info, seed):\n    pass\n")
+    gone = "/pod/of/the/training/step/my_model.py:build@reconstruction"
+    assert usermodel.relocate(gone, copy.parent) == f"{copy}:build@reconstruction"
+    here = f"{EXAMPLE}:build"  # still where the run read it: kept
+    assert usermodel.relocate(here, copy.parent) == here
+    assert usermodel.relocate("pkg.mod:build", copy.parent) == "pkg.mod:build"
+    assert usermodel.relocate("mlp", copy.parent) == "mlp"
