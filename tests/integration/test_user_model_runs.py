@@ -74,8 +74,13 @@ def test_a_model_file_trains_alone_and_a_pipeline_artifact_travels_with_it(
     assert _val_accuracy(history) > LEARNABLE
     assert history["run"]["model"] == f"{out}/user_model/my_model.py:build"
     assert (out / "user_model" / "my_model.py").read_text() == EXAMPLE.read_text()
-    report = evaluate(mnist_examples, out)  # the saved model loads without the user's file
+    # The evaluation step sees the output elsewhere (another pod): it rebuilds the model
+    # from the copy in it, and loads the saved one without the user's file.
+    moved = tmp_path / "elsewhere"
+    shutil.move(out, moved)
+    report = evaluate(mnist_examples, moved)
     assert report["evaluation"]["accuracy"] > LEARNABLE
+    assert report["evaluation"]["model_profile"]["parameters"] == 101_770
 
 
 @pytest.mark.slow
