@@ -1,7 +1,7 @@
 """KFP components for data: fetch raw files, Beam preprocessing. Interfaces only."""
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Metrics, Output
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Output
 
 from distrain.images import BEAM_IMAGE
 
@@ -72,6 +72,7 @@ def check_parameters(
     repeats: int = 1,
     seed: int = 0,
     plan: str = "",
+    model_file: Input[Artifact] = None,
 ) -> list:
     """Every pipeline parameter, checked before any step does work; all problems at once.
 
@@ -80,6 +81,9 @@ def check_parameters(
 
     Returns the trainings to do, ``{"run_spec", "seed"}`` each: every run spec ``repeats``
     times with seeds ``seed``, ``seed + 1``, ...
+
+    ``model_file`` is the user's model file, when ``model`` is ``FILE.py:FUNCTION``: it
+    must compile here; the training step builds the model.
     """
     from distrain.failures import step_errors
     from distrain.steps import check_parameters as step
@@ -100,5 +104,6 @@ def check_parameters(
             repeats=repeats,
             seed=seed,
             plan=plan,
+            model_file=model_file.path if model_file is not None else "",
         )
     return checked["trainings"]

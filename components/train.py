@@ -1,7 +1,7 @@
 """KFP component: train one run (mode x workers). Interface only; logic in distrain.steps."""
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
 from distrain.images import TRAINER_IMAGE
 
@@ -62,6 +62,7 @@ def train(
     workspace_path: str = "",
     schedule_timeout_seconds: int = 600,
     task_config: dsl.TaskConfig = None,
+    model_file: Input[Artifact] = None,
 ):
     """Trains ``run_spec`` (``MODE:WORKERS[:ps=P][:aggregate=A]``) on the examples.
 
@@ -83,6 +84,9 @@ def train(
     task by the pipeline); they are recorded with the model. ``controller`` is sync runs'
     Horovod controller (``auto``, ``mpi`` or ``gloo``; the cluster's MPIJob is always mpi).
     ``trained`` is a directory: ``model.keras``, ``history.json``, checkpoints.
+    ``model_file`` is the user's model file (as TFX's Trainer takes a ``module_file``) when
+    ``model`` is ``FILE.py:FUNCTION``: it is copied into ``trained/user_model/`` and, on
+    Kubernetes, shipped to every worker and parameter server through the shared volume.
     The training settings (``model`` ... ``idle_horovod_threads``) are
     :class:`distrain.train.config.TrainConfig`'s, with its types and defaults.
 
@@ -120,6 +124,7 @@ def train(
                 "schedule_timeout_seconds": schedule_timeout_seconds,
             },
             task_config=passed,
+            model_file=model_file.path if model_file is not None else "",
             model=model,
             epochs=epochs,
             batch_size=batch_size,

@@ -123,6 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with the failed step's one line (:mod:`distrain.failures`).
     """
     from distrain.compare import render_text_table
+    from distrain.train import usermodel
     from distrain.train.config import ConfigError, parse_run_specs
 
     # Refuse bad parameters before any work starts.
@@ -150,6 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "sample_size": args.sample_size,
         **given(args, PIPELINE_FIELDS),  # the others: the pipeline's defaults
     }
+    if params.get("model"):  # the user's model imported now, its file's path made absolute
+        params["model"] = usermodel.resolve(params["model"])
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
     if args.gate:

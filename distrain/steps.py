@@ -82,6 +82,7 @@ def check_parameters(
     launcher: str = "local",
     repeats: int = 1,
     plan: str = "",
+    model_file: str | os.PathLike = "",
     **settings,
 ) -> dict:
     """A pipeline's parameters, all checked at once: the first step, before any work.
@@ -97,6 +98,8 @@ def check_parameters(
             ``seed + 1``, ... (initial weights and data order).
         plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
             empty: none).
+        model_file: The user's model file (a pipeline's model artifact) of a ``model`` of
+            ``FILE.py:FUNCTION``: it must compile (a syntax error names its line).
         **settings: :class:`TrainConfig` settings (model, epochs, ...; the others keep its
             defaults), checked as every run would check them; ``seed`` is the first
             repeat's.
@@ -109,6 +112,7 @@ def check_parameters(
         StepError: Every problem found, joined by ``; ``.
     """
     from distrain import datasets
+    from distrain.train import usermodel
     from distrain.train.config import ConfigError, parse_run_specs
 
     problems = []
@@ -137,7 +141,9 @@ def check_parameters(
     if plugin is not None:
         try:
             plugin.model(model)
-        except datasets.DataSetError as err:
+            if usermodel.is_reference(model):
+                usermodel.check_source(model, model_file)  # the training step builds it
+        except (datasets.DataSetError, usermodel.UserModelError) as err:
             problems.append(str(err))
     specs = []
     try:
@@ -314,6 +320,7 @@ def train(
     launcher: str = "local",
     kubernetes: dict | None = None,
     task_config: dict | None = None,
+    model_file: str | os.PathLike = "",
     **settings,
 ) -> dict:
     """Trains one run; returns its history.
@@ -331,18 +338,32 @@ def train(
         task_config: The KFP task's passed-through settings (``dsl.TaskConfig``'s fields:
             resources, node_selector, tolerations, affinity, volumes, volume_mounts); they
             reach the launched pods (:meth:`KubernetesConfig.with_task_config`).
+        model_file: The user's model file (a pipeline's model artifact) for a ``model`` of
+            ``FILE.py:FUNCTION``: copied into ``output_dir/user_model/``, which travels
+            with the trained model, and trained from there. Without it, a model file is
+            copied there too (the evaluation step rebuilds the model from that copy).
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
 
     Raises:
         StepError: Unknown launcher or invalid cluster settings, before any work starts.
+        UserModelError: The user's model code fails (:func:`check_user_model`).
     """
+    from distrain.train import usermodel
     from distrain.train.config import ConfigError
+
+    model = settings.get("model", "")
+    if model_file:  # the pipeline's artifact: the run trains from the copy in its output
+        settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)
+    elif usermodel.is_reference(model) and usermodel.ModelReference.parse(model).is_file:
+        # A copy travels with the trained model: the evaluation step rebuilds it from there.
+        usermodel.stage(model, Path(output_dir, USER_MODEL_DIR))
 
     if launcher not in LAUNCHERS:
         raise StepError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
     cfg = TrainConfig(
         data_dir=str(data_dir), output_dir=str(output_dir), run=RunSpec.parse(run_spec), **settings
     )
+    check_user_model(cfg)
     if launcher in CLUSTER_LAUNCHERS:
         from distrain.k8s.config import KubernetesConfig
         from distrain.k8s.train import needs_cluster, train_on_cluster
@@ -358,6 +379,35 @@ def train(
     from distrain.train.launch import run_training
 
     return run_training(cfg)
+
+
+# Where a training step keeps the user's model file, in its output (beside model.keras).
+USER_MODEL_DIR = "user_model"
+
+
+def check_user_model(cfg: TrainConfig) -> None:
+    """Builds a model from the user's code once, before any process starts.
+
+    An error in it (import, syntax, what it returns, its logits' width) then fails the step
+    in seconds, naming the user's file and line, not in every worker
+    (:mod:`distrain.train.usermodel`); so does a layer a split mode cannot split
+    (:meth:`distrain.train.modes.Mode.check_model`). Built-in models are not built here.
+
+    Raises:
+        UserModelError: The user's code failed.
+        ConfigError: The run's mode cannot train the model.
+    """
+    from distrain.datasets import load_info
+    from distrain.train import usermodel
+
+    if not usermodel.is_reference(cfg.model):
+        return
+    import tf_keras
+
+    ref = usermodel.ModelReference.parse(cfg.model)
+    model = usermodel.build(ref, load_info(cfg.data_dir, cfg.model), cfg.seed)
+    cfg.run.impl.check_model(cfg, model)  # a split mode: a layer it cannot split
+    tf_keras.backend.clear_session()
 
 
 @_timed
@@ -381,10 +431,12 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     from distrain.costmodel import profile
     from distrain.datasets import load_info, model_spec
     from distrain.train.models import build_model
+    from distrain.train.usermodel import relocate
 
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
-    model = history["run"]["model"]
+    # The user's model file: where the training step put a copy, in its output.
+    model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task
     evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)

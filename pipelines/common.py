@@ -4,6 +4,8 @@ fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> eval
 the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate.
 """
 
+import inspect
+
 from kfp import dsl, kubernetes
 
 from distrain.components.baseline import baseline
@@ -58,6 +60,11 @@ def build_pipeline(
     What a user sets on the training task (resources, accelerators, tolerations, node
     selector, affinity, volumes) reaches the pods it launches through the component's
     TaskConfig passthrough; the parameters above are the shorthand for the same.
+
+    ``model_file`` is the user's model file (an optional input artifact, as TFX's Trainer
+    takes a ``module_file``) for a ``model`` of ``FILE.py:FUNCTION``: the parameter check
+    compiles it, each training step trains from its copy (docs/your-model.md). The local
+    form (``cluster=False``) has no such input: kfp.local takes no input artifacts.
     """
     d = defaults
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
@@ -67,7 +74,6 @@ def build_pipeline(
     if workspace_size:
         config = dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(size=workspace_size))
 
-    @dsl.pipeline(name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config)
     def pipeline(
         source: str = "sample",
         runs: list[str] = d.runs,
@@ -98,7 +104,9 @@ def build_pipeline(
         tolerations: list = [],  # noqa: B006
         volume_claim: str = "distrain-data",
         gate: str = "",
+        model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:
+        shipped = {} if model_file is None else {"model_file": model_file}
         checked = check_parameters(
             dataset=d.dataset,
             source=source,
@@ -114,6 +122,7 @@ def build_pipeline(
             repeats=repeats,
             seed=seed,
             plan=plan,
+            **shipped,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
         data = fetch_data(
@@ -160,6 +169,7 @@ def build_pipeline(
                 accelerator_count=accelerator_count,
                 workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
                 schedule_timeout_seconds=schedule_timeout_seconds,
+                **shipped,
             ).set_display_name("train")
             _retry(trained)
             # A cached time is not a measurement: training always runs.
@@ -177,6 +187,8 @@ def build_pipeline(
             scored = evaluate(
                 examples=prep.outputs["examples"], trained=trained.outputs["trained"]
             ).set_display_name("evaluate")
+            if cluster:  # it rebuilds the model: a user's module is in the trainer image
+                scored.set_container_image(trainer_image)
         result = compare(
             reports=dsl.Collected(scored.outputs["report"]),
             baseline=base.outputs["report"],
@@ -187,7 +199,15 @@ def build_pipeline(
         return result.outputs["comparison"]
 
     pipeline.__doc__ = f"{d.description} Returns the comparison directory."
-    return pipeline
+    if not cluster:
+        # kfp.local takes no input artifact, not even an optional one left out: a local
+        # run's steps read the user's model file where it is (its path in ``model``).
+        sig = inspect.signature(pipeline)
+        kept = [p for p in sig.parameters.values() if p.name != "model_file"]
+        pipeline.__signature__ = sig.replace(parameters=kept)
+    return dsl.pipeline(
+        name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config
+    )(pipeline)
 
 
 # Steps that read data or train retry on failure (a preempted node, a lost pod), waiting

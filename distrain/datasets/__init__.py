@@ -21,12 +21,14 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from distrain import plugins
+from distrain.train import usermodel
 from distrain.train.config import DEFAULT_RUNS
-from distrain.train.tasks import Task
+from distrain.train.inputs import DataError, FeatureSpec
+from distrain.train.tasks import TASKS, Task
 
 
 class DataSetError(ValueError):
@@ -176,6 +178,19 @@ class DataSet:
         """``parse(serialised records) -> (features, targets)`` for ``info``'s view."""
         raise NotImplementedError
 
+    def feature_spec(self, info) -> FeatureSpec:
+        """What :meth:`parser` gives a model as input, and the label's name.
+
+        The default reads ``features`` and ``label`` of ``metadata.json`` (features.json's
+        form, :meth:`FeatureSpec.from_json`); a data set whose metadata has none says it here.
+
+        Raises:
+            DataError: Neither.
+        """
+        if "features" not in info.metadata:
+            raise DataError(f"{info.data_dir}: the {self.name} data set gives no feature spec")
+        return FeatureSpec.from_json(info.metadata, f"{info.data_dir}/metadata.json")
+
     def texts(self, data_dir: str | os.PathLike, split: str) -> dict[str, str]:
         """The plain text of each document of a split, by name (language models score it).
 
@@ -194,9 +209,13 @@ class DataSet:
     def model(self, name: str) -> ModelSpec:
         """The named model.
 
+        ``name`` may name a function in the user's code (:mod:`distrain.train.usermodel`).
+
         Raises:
             DataSetError: The data set has no such model.
         """
+        if usermodel.is_reference(name):
+            return user_model(name, self.models)
         if name not in self.models:
             broken = plugins.broken_named(plugins.MODELS, name)
             if broken is not None:
@@ -209,6 +228,23 @@ class DataSet:
                 f"(expected one of {', '.join(self.models)})"
             )
         return self.models[name]
+
+
+def user_model(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
+    """The spec of a model in the user's code (:mod:`distrain.train.usermodel`).
+
+    It reads the records as the data set's first own model of its task does (``own``:
+    the data set's models). A split mode checks the built model before any process
+    starts (:meth:`distrain.train.modes.Mode.check_model`).
+    """
+    ref = usermodel.ModelReference.parse(name)
+    task = TASKS[ref.task]
+    view = next((m.view for m in own.values() if m.task is task), "")
+
+    def build(info, seed):
+        return usermodel.build(ref, info, seed)
+
+    return ModelSpec(build, task, view=view, summary=f"the user's {ref}")
 
 
 _REGISTRY: dict[str, DataSet] = {}
@@ -306,6 +342,8 @@ def find_model(name: str) -> ModelSpec:
     Raises:
         DataSetError: No data set has such a model.
     """
+    if usermodel.is_reference(name):
+        return user_model(name, {})
     for dataset in map(get, names()):
         if name in dataset.models:
             return dataset.models[name]
@@ -322,7 +360,14 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
     info = DatasetInfo.load(data_dir)
     dataset = get(info.dataset)
     spec = dataset.model(model or dataset.default_model)
-    return info.view(spec.view) if spec.view else info
+    info = info.view(spec.view) if spec.view else info
+    try:
+        features = dataset.feature_spec(info)
+    except DataError:
+        if usermodel.is_reference(model):
+            raise  # the user's model needs it; the data set's own models do not
+        features = None
+    return replace(info, feature_spec=features)
 
 
 def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:

@@ -16,7 +16,8 @@ from typing import TextIO
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, KubeApi, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects, run_name
-from distrain.k8s.validate import validate_all
+from distrain.k8s.validate import validate_all, validate_model_shipping
+from distrain.train import usermodel
 from distrain.train.config import TrainConfig, TrainingError
 
 # Every object and pod of a run carries its run key: what ties the attempts of one training
@@ -29,6 +30,26 @@ EARLIER_PODS_WAIT_SECONDS = 600.0
 def needs_cluster(cfg: TrainConfig) -> bool:
     """Whether the run needs pods of its own (else it runs in the step's pod)."""
     return cfg.run.impl.needs_cluster()
+
+
+# Where a run's directory on the claim holds the user's model file (beside data/, output/).
+MODEL_DIR = "model"
+
+
+def shipped_model(model: str, run_dir: Path) -> str:
+    """The model reference the run's pods use: a user's file is shipped to the claim.
+
+    A ``FILE.py:FUNCTION`` model is copied to ``<run_dir>/model/`` (by
+    :func:`train_on_cluster`, with the data), which every pod mounts; a
+    ``package.module:FUNCTION`` one is in the image and a built-in model in distrain:
+    their reference is unchanged.
+    """
+    if not usermodel.is_reference(model):
+        return model
+    ref = usermodel.ModelReference.parse(model)
+    if not ref.is_file:
+        return model
+    return ref.with_file(run_dir / MODEL_DIR / Path(ref.where).name)
 
 
 def run_key(cfg: TrainConfig) -> str:
@@ -210,7 +231,10 @@ def train_on_cluster(
     # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
     # the ranks of a sync pod (one per GPU).
     threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.worker_gpus()))
-    pod_cfg = replace(cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads)
+    model = shipped_model(cfg.model, run_dir)
+    pod_cfg = replace(
+        cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads, model=model
+    )
     config_path = output / "train_config.json"
     objects = build_objects(pod_cfg, k, name, str(config_path))
     _label(objects, key)
@@ -218,6 +242,7 @@ def train_on_cluster(
     # Kubernetes deletes the objects with this step's pod, should it die before its clean-up.
     add_owner(objects, launcher_owner(namespace))
     validate_all(objects)
+    validate_model_shipping(objects, model)
     api = api or KubeApi.from_environment()
     # Nothing of an earlier attempt may still run when this one touches the directory.
     remove_earlier_attempts(
@@ -235,6 +260,8 @@ def train_on_cluster(
     # output is kept: the checkpoints in it are what this attempt resumes from.
     shutil.rmtree(data, ignore_errors=True)
     shutil.copytree(cfg.data_dir, data)
+    if model != cfg.model:  # the user's model file, beside the data, for every pod
+        usermodel.stage(cfg.model, run_dir / MODEL_DIR)
     output.mkdir(parents=True, exist_ok=True)
     pod_cfg.save(config_path)
     print(

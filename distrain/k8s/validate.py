@@ -18,6 +18,8 @@ import json
 import re
 from importlib import resources
 
+from distrain.train.usermodel import ModelReference, is_reference
+
 KUBERNETES_VERSION = "1.33"
 TRAINER_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
 # Trainer v2.3's kinds and their vendored schema files.
@@ -173,3 +175,58 @@ def validate_all(objects: list[dict], version: str = KUBERNETES_VERSION) -> int:
     for obj in objects:
         validate_object(obj, version)
     return len(objects)
+
+
+def _containers(node, where: str):
+    """``(path, container)`` of every container of every pod (template) under ``node``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "containers" and isinstance(value, list):
+                for c in value:
+                    if isinstance(c, dict):
+                        yield f"{where}.containers[{c.get('name', '?')}]", c
+            else:
+                yield from _containers(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _containers(value, f"{where}[{i}]")
+
+
+def validate_model_shipping(objects: list[dict], model: str) -> None:
+    """Checks that every pod of a run can read the user's model (:mod:`distrain.train.usermodel`).
+
+    A model file must lie on a volume of every container that mounts the run's volumes
+    (the training processes; the shared claim the launcher ships it to); a
+    ``package.module:FUNCTION`` model is in the image (built ``FROM`` the trainer), so
+    every container must run the run's one image. A built-in model needs neither.
+
+    Raises:
+        ManifestError: A container without the file's volume, or with another image.
+    """
+    if not is_reference(model):
+        return
+    ref = ModelReference.parse(model)
+    images, readers = set(), 0
+    for obj in objects:
+        for where, container in _containers(obj.get("spec"), "spec"):
+            if not ref.is_file:
+                if container.get("image"):
+                    images.add(container["image"])
+                continue
+            volumes = container.get("volumeMounts") or []
+            if not volumes:
+                continue  # reads nothing of the run (an MPIJob's launcher starts the ranks)
+            mounts = [str(m.get("mountPath", "")).rstrip("/") for m in volumes]
+            if not any(m and ref.where.startswith(m + "/") for m in mounts):
+                raise ManifestError(
+                    f"{_name(obj)} {where}: mounts no volume holding the model file {ref.where} "
+                    f"(mounts {', '.join(mounts)})"
+                )
+            readers += 1
+    if ref.is_file and not readers:
+        raise ManifestError(f"model {model}: no container of the run mounts a volume")
+    if len(images) > 1:
+        raise ManifestError(
+            f"model {model}: a module in the image, but the run's pods run different images "
+            f"({', '.join(sorted(images))}); build one image FROM the trainer with it"
+        )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
+from distrain.train.usermodel import is_reference
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
@@ -225,7 +226,12 @@ class TrainConfig:
         "the mode and scale, MODE:WORKERS[:key=value...], e.g. single:1, sync:2, async:2:ps=1, "
         "syncreplicas:3:aggregate=2 or sync:3:min=2 (elastic)",
     )
-    model: str = setting("mlp", "model name for the data set", choices=_model_names)
+    model: str = setting(
+        "mlp",
+        "model name for the data set, or the user's FILE.py:FUNCTION or package.module:FUNCTION "
+        "(@TASK after it names a task other than classification; see docs/your-model.md)",
+        choices=_model_names,
+    )
     epochs: int = setting(
         5,
         "passes over the training split (each worker sees 1/N of it per epoch); "
@@ -337,7 +343,7 @@ class TrainConfig:
             choices = f.metadata.get("choices")
             if choices is not None:
                 allowed = choices() if callable(choices) else choices
-                if value not in allowed:
+                if value not in allowed and not (f.name == "model" and is_reference(value)):
                     raise ConfigError(
                         f"unknown {f.name} {value!r}; expected one of {', '.join(allowed)}"
                     )

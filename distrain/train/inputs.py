@@ -12,6 +12,78 @@ class DataError(ValueError):
     """Preprocessed data is missing or inconsistent."""
 
 
+# features.json's dtypes (and the parsers' own) as tf-keras ``Input`` dtypes.
+KERAS_DTYPES = {"float32": "float32", "int64": "int64", "int32": "int32", "bytes": "string"}
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One input feature of an example: its dtype and its shape (without the batch axis).
+
+    Attributes:
+        dtype: ``float32``, ``int64``, ``int32`` or ``bytes``.
+        shape: Per example; ``None`` for a length that varies.
+    """
+
+    dtype: str
+    shape: tuple
+
+    def keras_input(self, name: str, keras):
+        """A tf-keras ``Input`` of this feature, named ``name``."""
+        return keras.Input(shape=self.shape, dtype=KERAS_DTYPES[self.dtype], name=name)
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """What a data set's parser gives a model as input, and the label's name.
+
+    Attributes:
+        features: The model's input features by name (the label not among them).
+        label: The label's (target's) name.
+        as_dict: Whether the model is called with a dict of the features keyed by name
+            (else with the one feature's tensor).
+    """
+
+    features: dict
+    label: str
+    as_dict: bool = True
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "features.json") -> FeatureSpec:
+        """Reads a spec in features.json's form.
+
+        ``{"features": {NAME: {"dtype": ..., "shape": [...]}}, "label": NAME}``; the label's
+        own entry, if listed, is left out of the inputs.
+
+        Raises:
+            DataError: The spec is malformed (the message names ``where`` and the feature).
+        """
+        if not isinstance(data.get("features"), dict) or not isinstance(data.get("label"), str):
+            raise DataError(f"{where}: expected {{'features': {{NAME: ...}}, 'label': NAME}}")
+        features = {}
+        for name, item in data["features"].items():
+            if name == data["label"]:
+                continue
+            dtype, shape = item.get("dtype"), item.get("shape", [])
+            if dtype not in KERAS_DTYPES or not isinstance(shape, list):
+                raise DataError(
+                    f"{where}: feature {name!r}: expected dtype one of "
+                    f"{', '.join(KERAS_DTYPES)} and a shape list, got {item}"
+                )
+            features[name] = Feature(dtype, tuple(shape))
+        return cls(features, data["label"])
+
+    def to_json(self) -> dict:
+        """The spec in features.json's form."""
+        features = {n: {"dtype": f.dtype, "shape": list(f.shape)} for n, f in self.features.items()}
+        return {"features": features, "label": self.label, "as_dict": self.as_dict}
+
+    def keras_inputs(self, keras):
+        """tf-keras ``Input`` layers for the model: a dict by name, or the one feature's."""
+        inputs = {name: f.keras_input(name, keras) for name, f in self.features.items()}
+        return inputs if self.as_dict else next(iter(inputs.values()))
+
+
 @dataclass(frozen=True)
 class DatasetInfo:
     """What training needs to know about a preprocessed data set (from ``metadata.json``)."""
@@ -24,6 +96,23 @@ class DatasetInfo:
     files: dict[str, str]
     metadata: dict
     view_name: str = ""
+    # What the model reads (:meth:`distrain.datasets.DataSet.feature_spec`; None until
+    # :func:`distrain.datasets.load_info` fills it in).
+    feature_spec: FeatureSpec | None = None
+
+    @property
+    def features(self) -> dict:
+        """The model's input features by name (:class:`Feature`)."""
+        if self.feature_spec is None:
+            raise DataError(f"{self.data_dir}: no feature spec (load it with datasets.load_info)")
+        return self.feature_spec.features
+
+    @property
+    def label(self) -> str:
+        """The label's name."""
+        if self.feature_spec is None:
+            raise DataError(f"{self.data_dir}: no feature spec (load it with datasets.load_info)")
+        return self.feature_spec.label
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike) -> DatasetInfo:

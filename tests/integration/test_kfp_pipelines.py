@@ -39,6 +39,7 @@ def _check_ir(spec: dict, dataset: str, beam=BEAM_IMAGE, trainer=TRAINER_IMAGE) 
     assert images.pop("exec-fetch-data") == _param("beam_image")
     assert images.pop("exec-preprocess") == _param("beam_image")
     assert images.pop("exec-train") == _param("trainer_image")
+    assert images.pop("exec-evaluate") == _param("trainer_image")  # rebuilds a user's model
     assert set(images.values()) == {trainer}
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["beam_image"]["defaultValue"] == beam

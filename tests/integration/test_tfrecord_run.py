@@ -1,4 +1,5 @@
-"""``distrain run tfrecord --data DIR``: the user's TFRecords through the whole pipeline."""
+"""``distrain run tfrecord --data DIR --model FILE.py:build``: the user's TFRecords and the
+user's model through the whole pipeline (issue 38's acceptance)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,29 @@ import pytest
 from distrain.datasets.tfrecord.sample import SPEC, sample_records, write_frames
 from distrain.preprocess.records import example, float_feature, int64_feature
 
+USER_MODEL = """
+import tf_keras as keras
+
+
+def build(info, seed):
+    inputs = {
+        name: keras.Input(shape=tuple(f.shape), name=name, dtype=f.dtype)
+        for name, f in info.features.items()
+    }
+    parts = [keras.layers.Flatten()(keras.layers.Rescaling(1.0)(t)) for t in inputs.values()]
+    x = keras.layers.Concatenate()(parts)
+    x = keras.layers.Dense(32, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(info.num_classes)(x))
+"""
+
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_user_tfrecords_train_in_each_mode_above_a_learnable_bar(tmp_path, cli_env):
+def test_user_tfrecords_and_model_train_in_each_mode_above_a_learnable_bar(tmp_path, cli_env):
+    # The user's model, written here: a functional model whose Inputs carry the features'
+    # names, so the record's dict of features feeds it.
+    model_file = tmp_path / "team_model.py"
+    model_file.write_text(USER_MODEL)
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "features.json").write_text(json.dumps(SPEC))
@@ -30,7 +50,8 @@ def test_user_tfrecords_train_in_each_mode_above_a_learnable_bar(tmp_path, cli_e
     runs = "single:1,sync:2,async:2,avg:2:period=8"
     proc = subprocess.run(
         [sys.executable, "-m", "distrain", "run", "tfrecord", "--data", str(raw)]
-        + ["--output", str(out), "--runs", runs, "--epochs", "4"],
+        + ["--output", str(out), "--runs", runs, "--epochs", "4"]
+        + ["--model", f"{model_file}:build"],
         capture_output=True,
         text=True,
         env=cli_env,

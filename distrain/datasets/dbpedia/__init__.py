@@ -8,6 +8,7 @@ from pathlib import Path
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
 from distrain.datasets.dbpedia.models import fasttext, logreg, nbow
 from distrain.datasets.dbpedia.pipeline import DEFAULTS
+from distrain.train.inputs import Feature, FeatureSpec
 from distrain.train.tasks import CLASSIFICATION
 
 FILES = ("classes.txt", "train.csv", "test.csv")
@@ -104,6 +105,10 @@ class Dbpedia(DataSet):
             raw, out, validation_fraction, seed, overwrite=overwrite
         )
         return dbpedia.preprocess_dbpedia(cfg, beam_args)
+
+    def feature_spec(self, info):
+        """The token ids (int32, padded with 0 to the batch's longest) and the class."""
+        return FeatureSpec({"tokens": Feature("int32", (None,))}, "label", as_dict=False)
 
     def parser(self, info):
         """Token ids padded with 0 to the batch's longest, and the class."""

@@ -20,6 +20,7 @@ from distrain.datasets.mnist.models import (
     vgg11,
 )
 from distrain.datasets.mnist.pipeline import DEFAULTS
+from distrain.train.inputs import Feature, FeatureSpec
 from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
 
 
@@ -109,6 +110,10 @@ class Mnist(DataSet):
 
         cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
         return mnist.preprocess_mnist(cfg, beam_args)
+
+    def feature_spec(self, info):
+        """The image (float32 in [0, 1], rows x columns) and the digit."""
+        return FeatureSpec({"image": Feature("float32", image_shape(info))}, "label", as_dict=False)
 
     def parser(self, info):
         """Parses images as floats in [0, 1] with their labels.

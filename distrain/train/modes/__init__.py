@@ -191,6 +191,15 @@ class Mode:
             ConfigError: A setting the mode cannot honour.
         """
 
+    def check_model(self, cfg, model) -> None:
+        """Refuses a built model this mode cannot train (default: none is refused).
+
+        The training step asks it of a model of the user's code before any process starts.
+
+        Raises:
+            ConfigError: One line naming the layer the mode cannot handle.
+        """
+
     @property
     def parameter_servers(self) -> int:
         """Parameter-server processes the run has."""

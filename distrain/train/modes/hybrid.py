@@ -7,7 +7,7 @@ from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, probe_link, start_horovod
 from distrain.train.modes import Mode, register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
+from distrain.train.modes.tensor import SplitReplica, SplitSteps, check_columns, split_columns
 from distrain.train.replica import Group, allreduce_gradients
 
 
@@ -46,6 +46,9 @@ class Hybrid(Mode):
 
     def gradients_per_update(self) -> int:
         return self.spec.workers  # [hybrid] one batch per data-parallel group
+
+    def check_model(self, cfg, model) -> None:
+        check_columns(cfg, model)  # [hybrid] each group splits the model as tensor does
 
     def short_name(self) -> str:
         return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"

@@ -13,6 +13,44 @@ from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group
 
 
+def chain_breaker(model) -> str:
+    """The first layer that does not read just the one before it ('' when the layers chain).
+
+    Stages cut a chain: each passes one tensor, its last layer's output, to the next.
+    """
+    import tf_keras as keras
+
+    if isinstance(model, keras.Sequential):
+        return ""
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        return f"{model.name} (inputs {len(model.inputs)}, outputs {len(model.outputs)})"
+    before = None
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            before = layer
+            continue
+        nodes = layer._inbound_nodes  # noqa: SLF001 (how tf-keras records a layer's inputs)
+        inbound = nodes[0].inbound_layers if len(nodes) == 1 else None
+        if before is None or inbound is not before:
+            return layer.name
+        before = layer
+    return ""
+
+
+def check_chain(cfg, model) -> None:
+    """Refuses a model whose layers do not chain, naming the first layer that breaks it.
+
+    Raises:
+        ConfigError: One line naming the layer.
+    """
+    breaker = chain_breaker(model)
+    if breaker:
+        raise ConfigError(
+            f"{cfg.run.name}: layer {breaker!r} of model {cfg.model!r} does not read just the "
+            "layer before it; pipeline stages cut a chain of layers (use tensor for it)"
+        )
+
+
 class PipelineReplica(SplitReplica):
     """[pipeline] This rank's stage: consecutive layers of the model, and GPipe's schedule.
 
@@ -43,6 +81,7 @@ class PipelineReplica(SplitReplica):
     def build_model(self, model):
         import tf_keras as keras
 
+        check_chain(self.cfg, model)
         mg = self.model_group
         self.stage, self.stages = mg.rank, mg.size
         self.bounds = stage_bounds(layer_costs(model), self.stages)
@@ -230,6 +269,9 @@ class Pipeline(Mode):
         b, lat = link["bytes_per_second"], link["latency_seconds"]
         n, micro = self.spec.workers, self.spec.option("micro")
         return pipeline_step(t1, prof, batch, n, micro, b, lat)["step"]
+
+    def check_model(self, cfg, model) -> None:
+        check_chain(cfg, model)
 
     def check_config(self, cfg) -> None:
         from distrain.datasets import find_model

@@ -13,6 +13,23 @@ from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import Group, Replica
 
 
+def check_columns(cfg, model) -> None:
+    """Refuses a model with layers the column split does not cover, naming them.
+
+    Raises:
+        ConfigError: One line naming each such layer and why.
+    """
+    from distrain.train.split import unsplittable
+
+    refused = unsplittable(model)
+    if refused:
+        raise ConfigError(
+            f"{cfg.run.name}: model {cfg.model!r} has layers the column split "
+            f"does not cover ({'; '.join(refused)}); only Dense, LSTM and SimpleRNN "
+            "layers are split"
+        )
+
+
 class SplitReplica(Replica):
     """[tensor] A replica whose model is this rank's share of a split model.
 
@@ -41,15 +58,9 @@ class SplitReplica(Replica):
         super().__init__(cfg, group)
 
     def build_model(self, model):
-        from distrain.train.split import split_model, unsplittable
+        from distrain.train.split import split_model
 
-        refused = unsplittable(model)
-        if refused:
-            raise ConfigError(
-                f"{self.cfg.run.name}: model {self.cfg.model!r} has layers the column split "
-                f"does not cover ({'; '.join(refused)}); only Dense, LSTM and SimpleRNN "
-                "layers are split"
-            )
+        check_columns(self.cfg, model)
         return split_model(model, self.model_group)  # [tensor] this rank's share
 
     @property
@@ -138,6 +149,9 @@ class Tensor(Mode):
 
     def gradients_per_update(self) -> int:
         return 1  # [tensor] one batch a step, shared by the group
+
+    def check_model(self, cfg, model) -> None:
+        check_columns(cfg, model)
 
     def predicted_step(self, t1, prof, batch, link):
         if not link:

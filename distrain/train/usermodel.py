@@ -1,0 +1,315 @@
+"""A model from the user's code: ``--model FILE.py:FUNCTION`` or ``package.module:FUNCTION``.
+
+A *model reference* names a function in the user's code, as uvicorn and entry points name
+an attribute (``module:attr``): ``path/to/my_model.py:build`` (a file, imported by path)
+or ``my_package.models:build`` (a module on ``sys.path``, e.g. installed in an image
+built ``FROM`` distrain's trainer). ``@TASK`` after it names one of distrain's tasks
+(:data:`distrain.train.tasks.TASKS`); without it the task is classification.
+
+``FUNCTION(info, seed)`` returns an uncompiled tf-keras model that outputs logits.
+``info`` is the :class:`~distrain.train.inputs.DatasetInfo` of the data as the model reads
+it: ``info.features`` (name -> :class:`~distrain.train.inputs.Feature`), ``info.label``,
+``info.num_classes`` and ``info.feature_spec.as_dict`` (whether the model is called with
+a dict of the features keyed by name, or with the one feature's tensor).
+
+Whatever goes wrong in the user's code (a syntax or import error, a missing function, an
+exception while building, a return that is not a tf-keras model, logits of the wrong
+width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
+:mod:`distrain.failures`) whose one line names the user's file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import shutil
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from distrain.train.tasks import CLASSIFICATION, TASKS
+
+# module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
+_REFERENCE = re.compile(
+    r"^(?P<where>(?:.+\.py)|(?:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*))"
+    r":(?P<function>[A-Za-z_]\w*)(?:@(?P<task>[\w-]+))?$"
+)
+
+
+class UserModelError(ValueError):
+    """The user's model code failed to import, to build, or built the wrong thing."""
+
+
+def is_reference(name: str) -> bool:
+    """Whether ``name`` names a function in the user's code rather than a built-in model."""
+    return bool(_REFERENCE.match(str(name)))
+
+
+@dataclass(frozen=True)
+class ModelReference:
+    """A parsed model reference.
+
+    Attributes:
+        where: The ``.py`` file's path, or the dotted module name.
+        function: The function's name.
+        task: The task's name (:data:`distrain.train.tasks.TASKS`).
+    """
+
+    where: str
+    function: str
+    task: str = CLASSIFICATION.name
+
+    @classmethod
+    def parse(cls, text: str) -> ModelReference:
+        """Parses ``FILE.py:FUNCTION[@TASK]`` or ``package.module:FUNCTION[@TASK]``.
+
+        Raises:
+            UserModelError: Not a reference, or an unknown task.
+        """
+        found = _REFERENCE.match(str(text))
+        if not found:
+            raise UserModelError(
+                f"model {text!r}: expected FILE.py:FUNCTION or package.module:FUNCTION "
+                "(optionally @TASK)"
+            )
+        task = found["task"] or CLASSIFICATION.name
+        if task not in TASKS:
+            raise UserModelError(
+                f"model {text!r}: unknown task {task!r}; expected one of {', '.join(TASKS)}"
+            )
+        return cls(found["where"], found["function"], task)
+
+    @property
+    def is_file(self) -> bool:
+        """Whether it names a file (else a module on ``sys.path``)."""
+        return self.where.endswith(".py")
+
+    def with_file(self, path: str | os.PathLike) -> str:
+        """The same reference with its file at ``path`` (where it was shipped to)."""
+        task = "" if self.task == CLASSIFICATION.name else f"@{self.task}"
+        return f"{path}:{self.function}{task}"
+
+    def __str__(self) -> str:
+        return self.with_file(self.where)
+
+
+def _where(err: BaseException, fallback: str, source: str = "") -> str:
+    """``FILE:LINE`` of the innermost frame of ``err`` in the user's code (or ``fallback``).
+
+    ``source``: the user's file, when known: its innermost frame is the one named (an
+    error raised inside a library the user's code called is still placed in that code).
+    """
+    if isinstance(err, SyntaxError) and err.filename:
+        return f"{err.filename}:{err.lineno}"
+    frames = traceback.extract_tb(err.__traceback__)
+    if source:
+        theirs = [f for f in frames if f.filename == source]
+        if theirs:
+            return f"{source}:{theirs[-1].lineno}"
+    own = str(Path(__file__).resolve().parent.parent)
+    user = [f for f in frames if not str(Path(f.filename).resolve()).startswith(own)]
+    mine = [f for f in user if "site-packages" not in f.filename and "<frozen" not in f.filename]
+    frame = (mine or user or [None])[-1]
+    return f"{frame.filename}:{frame.lineno}" if frame is not None else fallback
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err.msg if isinstance(err, SyntaxError) else err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def load_function(ref: ModelReference):
+    """Imports the user's module and returns its function.
+
+    Raises:
+        UserModelError: The file is missing, the module fails to import (its file and line
+            named), or it has no such function.
+    """
+    if ref.is_file:
+        path = Path(ref.where).resolve()
+        if not path.is_file():
+            raise UserModelError(f"{ref.where}: model file not found")
+        # One module per file's path: the same file imported twice is the same module.
+        name = "distrain_user_model_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as err:  # noqa: BLE001 (the user's code: any error is theirs)
+                where = _where(err, str(path), str(path))
+                raise UserModelError(f"{where}: {_one_line(err)}") from None
+            sys.modules[name] = module
+        where = str(path)
+    else:
+        try:
+            module = importlib.import_module(ref.where)
+        except Exception as err:  # noqa: BLE001
+            raise UserModelError(
+                f"{_where(err, ref.where)}: {_one_line(err)} (importing {ref.where})"
+            ) from None
+        where = getattr(module, "__file__", None) or ref.where
+    function = getattr(module, ref.function, None)
+    if not callable(function):
+        raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
+    return function
+
+
+def _source_file(function) -> str:
+    try:
+        return inspect.getsourcefile(function) or ""
+    except TypeError:
+        return ""
+
+
+def _defined_at(function) -> str:
+    try:
+        return f"{inspect.getsourcefile(function)}:{inspect.getsourcelines(function)[1]}"
+    except (OSError, TypeError):
+        return getattr(function, "__module__", "") or "?"
+
+
+def build(ref: ModelReference, info, seed: int):
+    """Calls the user's function and checks what it returns.
+
+    Returns:
+        The tf-keras model.
+
+    Raises:
+        UserModelError: Building raised (the user's file and line named), the result is
+            not a tf-keras model, or a classifier's logits are not ``num_classes`` wide.
+    """
+    import tf_keras
+
+    function = load_function(ref)
+    at = _defined_at(function)
+    try:
+        model = function(info, seed)
+    except Exception as err:  # noqa: BLE001
+        where = _where(err, at, _source_file(function))
+        raise UserModelError(f"{where}: {_one_line(err)} (in {ref.function})") from None
+    if not isinstance(model, tf_keras.Model):
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        hint = " (a Keras 3 model: build it with tf_keras)" if "keras" in kind else ""
+        raise UserModelError(f"{at}: {ref.function} returned a {kind}, not a tf-keras model{hint}")
+    if ref.task == CLASSIFICATION.name and model.outputs:
+        if len(model.outputs) != 1:
+            raise UserModelError(
+                f"{at}: {ref.function}'s model has {len(model.outputs)} outputs; a classifier "
+                "has one, the logits"
+            )
+        width = model.outputs[0].shape[-1]
+        if width != info.num_classes:
+            raise UserModelError(
+                f"{at}: {ref.function}'s model outputs {width} logits, the data set has "
+                f"{info.num_classes} classes"
+            )
+    return model
+
+
+def check(text: str, info=None, seed: int = 0) -> None:
+    """Fails fast on a bad user model: imports it, and builds it once when ``info`` is given.
+
+    Raises:
+        UserModelError: As :func:`build`.
+    """
+    ref = ModelReference.parse(text)
+    if info is None:
+        load_function(ref)
+        return
+    import tf_keras
+
+    build(ref, info, seed)
+    tf_keras.backend.clear_session()
+
+
+def check_source(text: str, path: str | os.PathLike = "") -> None:
+    """The cheap check, without importing anything: the reference, and its file compiles.
+
+    A pipeline's parameter check runs it in an image that may lack TensorFlow; the
+    training step then builds the model (:func:`check`).
+
+    Args:
+        text: The model reference.
+        path: Where its file is (default: the reference's own path).
+
+    Raises:
+        UserModelError: A bad reference, a missing file, a syntax error (file and line).
+    """
+    ref = ModelReference.parse(text)
+    if not ref.is_file:
+        return
+    file = Path(path or ref.where)
+    if not file.is_file():
+        raise UserModelError(f"{ref.where}: model file not found")
+    try:
+        compile(file.read_bytes(), str(file), "exec")
+    except SyntaxError as err:
+        raise UserModelError(f"{_where(err, str(file))}: {_one_line(err)}") from None
+
+
+def stage(text: str, directory: str | os.PathLike, source: str | os.PathLike = "") -> str:
+    """Copies the reference's file into ``directory``; returns the reference to the copy.
+
+    How the user's file travels with a run: a pipeline's model artifact into the training
+    step's output, a cluster run's into the shared volume every pod mounts.
+
+    Args:
+        text: The model reference (``FILE.py:FUNCTION[@TASK]``).
+        directory: Where the copy goes (created).
+        source: The file to copy (default: the reference's; a pipeline's artifact).
+
+    Raises:
+        UserModelError: The reference names a module, not a file, or the file is missing.
+    """
+    ref = ModelReference.parse(text)
+    if not ref.is_file:
+        raise UserModelError(
+            f"model {text!r} names a module; a model file travels as FILE.py:FUNCTION"
+        )
+    source = Path(source or ref.where)
+    if not source.is_file():
+        raise UserModelError(f"{source}: model file not found")
+    dest = Path(directory) / Path(ref.where).name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if source.resolve() != dest.resolve():
+        shutil.copyfile(source, dest)
+    return ref.with_file(dest)
+
+
+def resolve(model: str) -> str:
+    """A model of the user's code imported (:func:`check`), its file's path made absolute.
+
+    What ``distrain run`` does before its pipeline starts: steps run in other processes and
+    folders. Built-in model names are returned as they are.
+
+    Raises:
+        UserModelError: As :func:`load_function`.
+    """
+    if not is_reference(model):
+        return model
+    check(model)
+    ref = ModelReference.parse(model)
+    return ref.with_file(Path(ref.where).resolve()) if ref.is_file else model
+
+
+def relocate(text: str, directory: str | os.PathLike) -> str:
+    """The reference to the copy of its file in ``directory``, when the file itself is gone.
+
+    A later step (the evaluation) sees the training step's output in another place, or
+    another pod, than where the run read the file; its copy travels in that output
+    (:func:`stage`). Any other reference is returned as it is.
+    """
+    if not is_reference(text):
+        return text
+    ref = ModelReference.parse(text)
+    copy = Path(directory) / Path(ref.where).name
+    if ref.is_file and not Path(ref.where).is_file() and copy.is_file():
+        return ref.with_file(copy)
+    return text
