@@ -21,8 +21,9 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets, experiments
+from distrain.datasets import DEFAULT_RUNS
 from distrain.flags import add_flags, field_types, given
-from distrain.train.config import DEFAULT_RUNS, PIPELINE_SETTINGS, TrainConfig
+from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
 PIPELINES = tuple(datasets.names())

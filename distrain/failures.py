@@ -9,7 +9,7 @@ Errors are told apart (:func:`classify`):
 
 * **permanent** (not retried): bad input, bad parameters, a missing file. Every
   ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`, among them a
-  checkpoint of another model, :class:`~distrain.steps.StepError`,
+  checkpoint of another model, :class:`~distrain.errors.StepError`,
   :class:`~distrain.train.inputs.DataError`, a data set's format errors (a file header
   with impossible sizes among them) and its preprocessing job's,
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe

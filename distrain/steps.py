@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+from distrain.errors import StepError
 from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS
 from distrain.train.config import RunSpec, TrainConfig
 
@@ -52,10 +53,6 @@ def _timed(func):
                 f.write(json.dumps(line) + "\n")
 
     return wrapper
-
-
-class StepError(ValueError):
-    """A step's inputs are invalid; raised before any work starts."""
 
 
 def _dataset(name: str):

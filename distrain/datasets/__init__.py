@@ -8,20 +8,33 @@ models and parsers). Nothing outside ``distrain/datasets/`` names a data set: ge
 asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
 Adding a data set: a package here whose plugin is decorated with :func:`register`,
-imported at the end of this file, and its test: a subclass of
+named in :data:`BUILT_IN`, and its test: a subclass of
 :class:`distrain.datasets.testing.DataSetTestCase` naming it.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from distrain.train.config import DEFAULT_RUNS
-from distrain.train.tasks import Task
+from distrain.datasets.info import DatasetInfo
+
+if TYPE_CHECKING:
+    from distrain.train.tasks import Task
+
+# The runs a pipeline compares unless told otherwise (``--runs``, a pipeline's ``runs``).
+DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
+
+# The built-in data sets' packages, in the order the CLI and the README list them. The
+# registry imports them by name on the first lookup (:func:`_load`): a plugin imports the
+# registry, never the other way, so generic training code may ask the registry.
+BUILT_IN = ("mnist", "dbpedia", "gutenberg")
 
 
 class DataSetError(ValueError):
@@ -185,6 +198,21 @@ class DataSet:
 
 
 _REGISTRY: dict[str, DataSet] = {}
+_LOADED = False
+_LOADING = threading.RLock()  # re-entrant: a plugin's import may ask the registry
+
+
+def _load() -> None:
+    """Imports the built-in data sets once, in order (each registers itself).
+
+    Under a lock: a thread that asks while another imports waits for every data set.
+    """
+    global _LOADED
+    with _LOADING:
+        if not _LOADED:
+            for package in BUILT_IN:
+                importlib.import_module(f"{__name__}.{package}")
+            _LOADED = True
 
 
 def register(cls: type[DataSet]) -> type[DataSet]:
@@ -195,6 +223,7 @@ def register(cls: type[DataSet]) -> type[DataSet]:
 
 def names() -> list[str]:
     """The registered data sets' names, in registration order."""
+    _load()
     return list(_REGISTRY)
 
 
@@ -204,6 +233,7 @@ def get(name: str) -> DataSet:
     Raises:
         DataSetError: No data set of that name.
     """
+    _load()
     if name not in _REGISTRY:
         raise DataSetError(f"unknown dataset {name!r}; expected one of {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
@@ -215,6 +245,7 @@ def serving(experiment: str) -> list[DataSet]:
     Raises:
         DataSetError: No registered data set serves it.
     """
+    _load()
     found = [d for d in _REGISTRY.values() if experiment in d.experiments]
     if not found:
         raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
@@ -232,6 +263,7 @@ def find_model(name: str) -> ModelSpec:
     Raises:
         DataSetError: No data set has such a model.
     """
+    _load()
     for dataset in _REGISTRY.values():
         if name in dataset.models:
             return dataset.models[name]
@@ -243,8 +275,6 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
 
     ``model``: a model of the data set (default: its default model).
     """
-    from distrain.train.inputs import DatasetInfo
-
     info = DatasetInfo.load(data_dir)
     dataset = get(info.dataset)
     spec = dataset.model(model or dataset.default_model)
@@ -253,24 +283,13 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
 
 def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
     """The running text of ``split`` of the data set preprocessed in ``data_dir``."""
-    from distrain.train.inputs import DatasetInfo
-
     return get(DatasetInfo.load(data_dir).dataset).texts(data_dir, split)
 
 
 def default_model(data_dir: str | os.PathLike) -> str:
     """The default model of the data set preprocessed in ``data_dir``."""
-    from distrain.train.inputs import DatasetInfo
-
     return get(DatasetInfo.load(data_dir).dataset).default_model
 
-
-# The data sets, in the order the CLI and the README list them.
-# isort: off
-from distrain.datasets import mnist  # noqa: E402
-from distrain.datasets import dbpedia  # noqa: E402
-from distrain.datasets import gutenberg  # noqa: E402
-# isort: on
 
 __all__ = [
     "DataSet",

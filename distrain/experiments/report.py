@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from distrain.errors import StepError
 from distrain.experiments import ExperimentConfig, Point, get
-from distrain.steps import StepError
 
 
 @dataclass

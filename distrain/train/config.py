@@ -13,8 +13,6 @@ from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
-# The runs a pipeline compares unless told otherwise: every mode once.
-DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
 # The settings a pipeline takes as parameters (its parameter check too; the train component
 # takes every setting); the others keep TrainConfig's defaults there.
 PIPELINE_SETTINGS = (
