@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
+from distrain.datasets import find_model
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
 from distrain.train.modes import Mode, register
 from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group
+from distrain.train.split import ModelGroup
 
 
 class PipelineReplica(SplitReplica):
@@ -232,8 +234,6 @@ class Pipeline(Mode):
         return pipeline_step(t1, prof, batch, n, micro, b, lat)["step"]
 
     def check_config(self, cfg) -> None:
-        from distrain.datasets import find_model
-
         micro = self.spec.option("micro")
         if cfg.batch_size % micro:
             raise ConfigError(
@@ -249,8 +249,6 @@ class Pipeline(Mode):
 
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
-
-        from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers
