@@ -188,6 +188,7 @@ class EASGD(ParameterServerMode):
     """Asynchronous elastic averaging: workers' copies exchange with a centre every tau steps."""
 
     name = "easgd"
+    example = "easgd:2:tau=4"
     options = {
         **ParameterServerMode.options,
         "tau": "steps between a worker's exchanges, or adaptive (required)",

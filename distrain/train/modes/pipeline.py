@@ -208,6 +208,7 @@ class Pipeline(Mode):
     """Consecutive layers on N ranks as stages; micro-batches flow through them (GPipe)."""
 
     name = "pipeline"
+    example = "pipeline:2"
     engine = HOROVOD  # [pipeline] Horovod's ranks, one per stage
     options = {"micro": "micro-batches per batch (default 4)"}
     carries_state = False  # [pipeline] a stage holds no whole recurrent layer's state

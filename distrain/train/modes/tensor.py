@@ -131,6 +131,7 @@ class Tensor(Mode):
     """Column-split dense and recurrent layers over N ranks, every rank on the same batches."""
 
     name = "tensor"
+    example = "tensor:2"
     engine = HOROVOD  # [tensor] Horovod's ranks: the split's collectives are theirs
     # [tensor] a split recurrent layer has no stateful copy: a stream language model
     # trains on windows from a zero state here (the evaluate step still scores the text).
