@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import subprocess
 import sys
 from functools import cache
 
@@ -110,7 +111,7 @@ LAZY = {
 BUILT_FROM_KFP = ("distrain.pipelines", "distrain.components")
 # Function-level imports of anything else (the standard library, a light module of the
 # package, a light library): the most there may be. Lower it when you move one to the top.
-OTHER_LOCAL_IMPORTS = 104
+OTHER_LOCAL_IMPORTS = 99
 
 
 def _modules() -> dict[str, object]:
@@ -225,17 +226,52 @@ def test_no_import_cycle_in_the_package():
         visit(module, [])
 
 
+def _import_time_loads(module: str) -> bool:
+    """Whether ``module``'s own code loads a :data:`LAZY` library when the module is imported.
+
+    By a top-level import, or by calling at import time (a statement, a class's bases,
+    decorators or body) one of its functions that imports one (``class L(_keras().Layer)``).
+    """
+    tree = ast.parse(_modules()[module].read_text())
+    lazy_functions = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(
+            isinstance(n, ast.Import | ast.ImportFrom) and _lazy_names(n) for n in ast.walk(node)
+        )
+    }
+    runs_now = []
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            runs_now += statement.decorator_list
+        elif isinstance(statement, ast.ClassDef):
+            runs_now += [*statement.bases, *statement.keywords, *statement.decorator_list]
+            runs_now += [s for s in statement.body if not isinstance(s, ast.FunctionDef)]
+        else:
+            runs_now.append(statement)
+    for node in (n for part in runs_now for n in ast.walk(part)):
+        if isinstance(node, ast.Import | ast.ImportFrom) and _lazy_names(node):
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in lazy_functions:
+            return True
+    return False
+
+
+def _lazy_names(node: ast.Import | ast.ImportFrom) -> bool:
+    names = (
+        [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+    )
+    return any(n.split(".")[0] in LAZY for n in names)
+
+
 def _loads_lazy(module: str) -> bool:
     """Whether importing ``module`` of the package loads a :data:`LAZY` library."""
     top = _graph(local=False)
-    rows = _imports()
 
     @cache
     def loads(name: str) -> bool:
-        direct = any(
-            n.split(".")[0] in LAZY for _, names, inside in rows[name] if not inside for n in names
-        )
-        return direct or any(loads(dep) for dep in top[name])
+        return _import_time_loads(name) or any(loads(dep) for dep in top[name])
 
     return loads(module)
 
@@ -302,3 +338,25 @@ def test_no_python_file_is_over_700_lines():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_the_cli_and_the_registries_load_no_heavy_library():
+    """``distrain --help``, the modes and the data sets: no TensorFlow, tf_keras nor Beam."""
+    code = (
+        "import sys\n"
+        "import distrain.cli, distrain.steps, distrain.compare, distrain.experiments.report\n"
+        "from distrain import datasets\n"
+        "from distrain.train import modes\n"
+        "from distrain.train.config import TrainConfig\n"
+        "for name in modes.mode_names():\n"
+        "    modes.mode_class(name)\n"
+        "TrainConfig(data_dir='d', output_dir='o', run='pipeline:2', model='mlp')\n"
+        "[datasets.get(name).models for name in datasets.names()]\n"
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'apache_beam', 'horovod')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

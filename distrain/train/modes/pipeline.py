@@ -12,7 +12,6 @@ from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_lin
 from distrain.train.modes import Mode, register
 from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group
-from distrain.train.split import ModelGroup
 
 
 class PipelineReplica(SplitReplica):
@@ -250,6 +249,8 @@ class Pipeline(Mode):
 
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
+
+        from distrain.train.split import ModelGroup  # its layers subclass tf_keras's
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers
