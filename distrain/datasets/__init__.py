@@ -212,6 +212,10 @@ def _load() -> None:
         if not _LOADED:
             for package in BUILT_IN:
                 importlib.import_module(f"{__name__}.{package}")
+            # In BUILT_IN's order, whichever plugin a process imported first (a Beam job's).
+            order = [n for n in BUILT_IN if n in _REGISTRY] + [n for n in _REGISTRY]
+            for name in dict.fromkeys(order):
+                _REGISTRY[name] = _REGISTRY.pop(name)
             _LOADED = True
 
 
