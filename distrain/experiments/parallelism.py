@@ -33,8 +33,8 @@ def quality(dataset: str, evaluation: dict) -> tuple[str, bool]:
     """``(key, lower_is_better)`` of a run's quality in this study.
 
     Its task's declared metric (:func:`distrain.train.tasks.quality_of`), unless the data
-    set's declaration of the study names another (``"quality"``, e.g. Gutenberg's
-    seq2seq: character accuracy, not its task's bits per character); that key's direction
+    set's declaration of the study names another (``"quality"``, e.g. a translation
+    model's character accuracy, not its task's bits per character); that key's direction
     is the direction of the task that declares it.
     """
     key = datasets.get(dataset).experiments["parallelism"].get("quality")
