@@ -47,6 +47,9 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from distrain.data.download import ChecksumError
+from distrain.gate import GateFailed
+
 DEBUG_ENV = "DISTRAIN_DEBUG"
 # Where a step writes its error (for tests and steps outside KFP; KFP steps find theirs
 # from the executor input) and the container's termination message file.
@@ -74,9 +77,6 @@ def classify(exc: BaseException) -> bool:
     import tarfile
     import urllib.error
     import zipfile
-
-    from distrain.data.download import ChecksumError
-    from distrain.gate import GateFailed
 
     said = getattr(exc, "retryable", None)
     if isinstance(said, bool):  # the failed process said so (launch.WorkerFailed)
@@ -150,8 +150,6 @@ class Failure:
     @classmethod
     def of(cls, step: str, exc: BaseException) -> Failure:
         """The failure that ``exc`` makes of ``step``."""
-        from distrain.gate import GateFailed
-
         retryable = classify(exc)
         bad_input = not retryable and not isinstance(exc, GateFailed)
         return cls(

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from distrain.preprocess.records import TFRecordFramingError, count_tfrecords
+
 
 class DataError(ValueError):
     """Preprocessed data is missing or inconsistent."""
@@ -92,8 +94,6 @@ class DatasetInfo:
             DataError: The split is unknown, or its files differ from the list (the
                 message names the file and the difference).
         """
-        from distrain.preprocess.records import TFRecordFramingError, count_tfrecords
-
         if split not in self.files:
             raise DataError(f"{self.data_dir}: no split {split!r} (have {sorted(self.files)})")
         shards = self.metadata.get("shards")

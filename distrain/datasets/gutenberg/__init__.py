@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.gutenberg.download import fetch_gutenberg
 from distrain.datasets.gutenberg.models import char_lstm, lstm_seed, rnn, seq2seq
 from distrain.datasets.gutenberg.pipeline import DEFAULTS
+from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
 from distrain.lm import StreamTraining
 from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
 
@@ -74,8 +76,6 @@ class Gutenberg(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
-
         books = 3
         cfg = GutenbergSampleConfig(
             books=books, chars_per_book=max(1000, (size or self.sample_size) // books), seed=seed
@@ -87,8 +87,6 @@ class Gutenberg(DataSet):
         _book_ids(source)
 
     def download(self, out, source):
-        from distrain.datasets.gutenberg.download import fetch_gutenberg
-
         fetch_gutenberg(_book_ids(source), out)
 
     def raw_files(self, src):

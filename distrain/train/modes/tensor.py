@@ -8,6 +8,7 @@ from distrain.costmodel import tensor_step
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
+from distrain.train.models import build_model
 from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import Group, Replica
@@ -67,8 +68,6 @@ class SplitReplica(Replica):
         return whole_weights(self.model, self.model_group)
 
     def save_model(self) -> None:
-        from distrain.train.models import build_model
-
         weights = self.whole_weights()  # [tensor] every rank of the group takes part
         if self.rank == 0:
             whole = build_model(self.info, self.cfg.model, self.cfg.seed)
