@@ -226,6 +226,7 @@ def test_no_import_cycle_in_the_package():
         visit(module, [])
 
 
+@cache
 def _import_time_loads(module: str) -> bool:
     """Whether ``module``'s own code loads a :data:`LAZY` library when the module is imported.
 
@@ -268,12 +269,16 @@ def _lazy_names(node: ast.Import | ast.ImportFrom) -> bool:
 def _loads_lazy(module: str) -> bool:
     """Whether importing ``module`` of the package loads a :data:`LAZY` library."""
     top = _graph(local=False)
-
-    @cache
-    def loads(name: str) -> bool:
-        return _import_time_loads(name) or any(loads(dep) for dep in top[name])
-
-    return loads(module)
+    seen, todo = set(), [module]  # a walk, not a recursion: it ends on a cycle too
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        if _import_time_loads(name):
+            return True
+        seen.add(name)
+        todo += top[name]
+    return False
 
 
 def other_local_imports() -> list[str]:
