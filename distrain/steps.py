@@ -10,9 +10,21 @@ import json
 import os
 from pathlib import Path
 
+from distrain import datasets
+from distrain.compare import CompareConfig, write_comparison
+from distrain.costmodel import profile
+from distrain.datasets import get, load_info, model_spec
 from distrain.errors import StepError
-from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS
-from distrain.train.config import RunSpec, TrainConfig
+from distrain.experiments import ExperimentConfig
+from distrain.experiments.report import build_report, write_report
+from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS, KubernetesConfig
+from distrain.k8s.objects import check_cluster_run
+from distrain.machine import describe
+from distrain.memory import PeakTreeMemory
+from distrain.plan import Plan
+from distrain.progress import Progress
+from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
+from distrain.train.models import build_model
 
 STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
 
@@ -34,7 +46,6 @@ def _timed(func):
         path = os.environ.get(STEP_TIMES_ENV)
         if not path:
             return func(*args, **kwargs)
-        from distrain.memory import PeakTreeMemory
 
         result = None
         start = time.perf_counter()
@@ -61,8 +72,6 @@ def _dataset(name: str):
     Raises:
         StepError: No data set of that name.
     """
-    from distrain import datasets
-
     try:
         return datasets.get(name)
     except datasets.DataSetError as err:
@@ -105,9 +114,6 @@ def check_parameters(
     Raises:
         StepError: Every problem found, joined by ``; ``.
     """
-    from distrain import datasets
-    from distrain.train.config import ConfigError, parse_run_specs
-
     problems = []
     known = {f.name: f.default for f in TrainConfig.settings()}
     unknown = sorted(set(settings) - set(known))
@@ -148,7 +154,6 @@ def check_parameters(
             problems.append(f"run {spec.name}: {err}")
             break  # the same settings for every run: once is enough
         if launcher in CLUSTER_LAUNCHERS:
-            from distrain.k8s.objects import check_cluster_run
             from distrain.k8s.train import needs_cluster
 
             try:
@@ -161,8 +166,6 @@ def check_parameters(
     if launcher not in LAUNCHERS:
         problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     if plan:
-        from distrain.plan import Plan
-
         try:
             Plan.parse(plan)
         except ConfigError as err:
@@ -232,8 +235,6 @@ def fetch(
         StepError: Unknown data set, or ``source`` is neither a keyword nor a directory
             with the data set's files.
     """
-    from distrain import datasets
-
     plugin = _dataset(dataset)
     out = Path(output_dir)
     try:
@@ -274,8 +275,6 @@ def preprocess(
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
     """
-    from distrain.progress import Progress
-
     plugin = _dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
     runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
@@ -333,15 +332,12 @@ def train(
     Raises:
         StepError: Unknown launcher or invalid cluster settings, before any work starts.
     """
-    from distrain.train.config import ConfigError
-
     if launcher not in LAUNCHERS:
         raise StepError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
     cfg = TrainConfig(
         data_dir=str(data_dir), output_dir=str(output_dir), run=RunSpec.parse(run_spec), **settings
     )
     if launcher in CLUSTER_LAUNCHERS:
-        from distrain.k8s.config import KubernetesConfig
         from distrain.k8s.train import needs_cluster, train_on_cluster
 
         try:
@@ -375,10 +371,6 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     Returns:
         ``{"run", "history", "evaluation"}``, the input of the comparison.
     """
-    from distrain.costmodel import profile
-    from distrain.datasets import load_info, model_spec
-    from distrain.train.models import build_model
-
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
     model = history["run"]["model"]
@@ -407,8 +399,6 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
         data_dir: Preprocessed data.
         model: The model the runs train (default: the data set's default model).
     """
-    from distrain.datasets import get, load_info
-
     info = load_info(data_dir, model)
     plugin = get(info.dataset)
     task = plugin.model(model or plugin.default_model).task
@@ -432,9 +422,6 @@ def compare(
     with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
     model's recommendation at that scale (:mod:`distrain.plan`).
     """
-    from distrain.compare import CompareConfig, write_comparison
-    from distrain.machine import describe
-
     return write_comparison(
         output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe(), plan
     )
@@ -458,9 +445,6 @@ def experiment_report(config: str, reports: list[dict], output_dir: str | os.Pat
     Returns:
         The report (what ``report.json`` holds).
     """
-    from distrain.experiments import ExperimentConfig
-    from distrain.experiments.report import build_report, write_report
-
     cfg = ExperimentConfig.from_dict(json.loads(config))
     report = build_report(cfg, reports)
     write_report(output_dir, report)
