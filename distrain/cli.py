@@ -7,6 +7,7 @@ distrain compile NAME --output NAME.yaml     compile the KFP pipeline
 distrain run NAME [--data DIR] --output OUT  run the pipeline locally (kfp.local)
 distrain train --data DIR --output OUT --run sync:2   one training run, no pipeline
 distrain experiment consistency --output OUT  a seed paper's study, ending in one report
+distrain list                                the data sets, models and modes installed, and whence
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets, experiments
-from distrain.datasets import DEFAULT_RUNS
 from distrain.flags import add_flags, field_types, given
+from distrain.listing import installed
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
@@ -399,6 +400,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return submit(cfg)
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """``distrain list``: the data sets (with their models) and modes, and where each came from."""
+    print("\n".join(installed()))
+    return 0
+
+
 def _models_help() -> str:
     """Each data set's models, its default first."""
     return "; ".join(f"{name}: {', '.join(datasets.get(name).models)}" for name in PIPELINES)
@@ -543,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--runs",
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
-        f"(default: {','.join(DEFAULT_RUNS)})",
+        f"(default: {','.join(datasets.DEFAULT_RUNS)})",
     )
     add_flags(
         run,
@@ -633,6 +640,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--threads", type=int, default=1, help="intra-op threads")
     sv.add_argument("--output", default="", help="the run's output folder (its errors/)")
     sv.set_defaults(func=cmd_server)
+
+    ls = add(
+        "list", help="list the data sets, models and modes installed, and where each came from"
+    )
+    ls.set_defaults(func=cmd_list)
 
     fl = add(
         "faults",

@@ -9,7 +9,10 @@ asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
 Adding a data set: a package here whose plugin is decorated with :func:`register`,
 named in :data:`BUILT_IN`, and its test: a subclass of
-:class:`distrain.datasets.testing.DataSetTestCase` naming it.
+:class:`distrain.datasets.testing.DataSetTestCase` naming it. Another package adds data
+sets and models without touching this one, through the entry-point groups
+``distrain.datasets`` (a :class:`DataSet` subclass) and ``distrain.models`` (a
+:class:`PluginModel`), loaded the first time the registry is asked (:mod:`distrain.plugins`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from distrain import plugins
 from distrain.datasets.info import DatasetInfo
 
 if TYPE_CHECKING:
@@ -34,7 +38,7 @@ DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=
 # The built-in data sets' packages, in the order the CLI and the README list them. The
 # registry imports them by name on the first lookup (:func:`_load`): a plugin imports the
 # registry, never the other way, so generic training code may ask the registry.
-BUILT_IN = ("mnist", "dbpedia", "gutenberg")
+BUILT_IN = ("mnist", "dbpedia", "gutenberg", "tfrecord")
 
 
 class DataSetError(ValueError):
@@ -82,6 +86,22 @@ class ModelSpec:
     stages: bool = True
     summary: str = ""
     stream: object = None
+
+
+@dataclass(frozen=True)
+class PluginModel:
+    """A model another package adds to an installed data set.
+
+    The object of an entry point of the group ``distrain.models``, whose name is the
+    model's name.
+
+    Attributes:
+        dataset: The registered data set it reads.
+        spec: The model.
+    """
+
+    dataset: str
+    spec: ModelSpec
 
 
 class DataSet:
@@ -190,6 +210,12 @@ class DataSet:
             DataSetError: The data set has no such model.
         """
         if name not in self.models:
+            broken = plugins.broken_named(plugins.MODELS, name)
+            if broken is not None:
+                raise DataSetError(
+                    f"model {name!r}: its plugin (from {broken.origin}) failed to load: "
+                    f"{broken.error}"
+                )
             raise DataSetError(
                 f"model {name!r}: no such model for {self.name} "
                 f"(expected one of {', '.join(self.models)})"
@@ -199,11 +225,12 @@ class DataSet:
 
 _REGISTRY: dict[str, DataSet] = {}
 _LOADED = False
+_PLUGINS_LOADED = False
 _LOADING = threading.RLock()  # re-entrant: a plugin's import may ask the registry
 
 
 def _load() -> None:
-    """Imports the built-in data sets once, in order (each registers itself).
+    """Imports the built-in data sets once, in order (each registers itself), then the plugins.
 
     Under a lock: a thread that asks while another imports waits for every data set.
     """
@@ -217,16 +244,54 @@ def _load() -> None:
             for name in dict.fromkeys(order):
                 _REGISTRY[name] = _REGISTRY.pop(name)
             _LOADED = True
+        _load_plugins()
 
 
 def register(cls: type[DataSet]) -> type[DataSet]:
-    """Class decorator: registers one instance of a data set under its name."""
-    _REGISTRY[cls.name] = cls()
+    """Class decorator: registers one instance of a data set under its name.
+
+    Raises:
+        DataSetError: Another data set already has the name.
+    """
+    held = _REGISTRY.get(cls.name)
+    if held is not None and type(held) is not cls:
+        raise DataSetError(f"data set {cls.name!r} is already registered ({type(held).__module__})")
+    if held is None:
+        _REGISTRY[cls.name] = cls()
     return cls
 
 
+def _load_plugins() -> None:
+    """Loads the data sets, then the models, of other packages' entry points, once."""
+    global _PLUGINS_LOADED
+    with _LOADING:
+        if _PLUGINS_LOADED:
+            return
+        _PLUGINS_LOADED = True  # first: a plugin's module may ask the registry
+        plugins.load(plugins.DATASETS, _accept_dataset)
+        plugins.load(plugins.MODELS, _accept_model)
+
+
+def _accept_dataset(name: str, obj: object, origin: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, DataSet)):
+        raise plugins.PluginError(f"expected a DataSet subclass, got {obj!r}")
+    if obj.name != name:
+        raise plugins.PluginError(f"its class names itself {obj.name!r}, the entry point {name!r}")
+    register(obj)
+
+
+def _accept_model(name: str, obj: object, origin: str) -> None:
+    if not isinstance(obj, PluginModel):
+        raise plugins.PluginError(f"expected a distrain.datasets.PluginModel, got {obj!r}")
+    dataset = get(obj.dataset)
+    for other in _REGISTRY.values():
+        if name in other.models:
+            raise plugins.PluginError(f"the {other.name} data set already has a model {name!r}")
+    dataset.models = {**dataset.models, name: obj.spec}
+
+
 def names() -> list[str]:
-    """The registered data sets' names, in registration order."""
+    """The registered data sets' names: the built-in ones, then the plugins'."""
     _load()
     return list(_REGISTRY)
 
@@ -235,10 +300,16 @@ def get(name: str) -> DataSet:
     """The named data set.
 
     Raises:
-        DataSetError: No data set of that name.
+        DataSetError: No data set of that name (or its plugin failed to load: why).
     """
     _load()
     if name not in _REGISTRY:
+        broken = plugins.broken_named(plugins.DATASETS, name)
+        if broken is not None:
+            raise DataSetError(
+                f"dataset {name!r}: its plugin (from {broken.origin}) failed to load: "
+                f"{broken.error}"
+            )
         raise DataSetError(f"unknown dataset {name!r}; expected one of {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
@@ -249,8 +320,7 @@ def serving(experiment: str) -> list[DataSet]:
     Raises:
         DataSetError: No registered data set serves it.
     """
-    _load()
-    found = [d for d in _REGISTRY.values() if experiment in d.experiments]
+    found = [d for d in map(get, names()) if experiment in d.experiments]
     if not found:
         raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
     return found
@@ -267,8 +337,7 @@ def find_model(name: str) -> ModelSpec:
     Raises:
         DataSetError: No data set has such a model.
     """
-    _load()
-    for dataset in _REGISTRY.values():
+    for dataset in map(get, names()):
         if name in dataset.models:
             return dataset.models[name]
     raise DataSetError(f"unknown model {name!r}")
@@ -300,8 +369,10 @@ __all__ = [
     "DataSetError",
     "ModelSpec",
     "PipelineDefaults",
+    "PluginModel",
     "dbpedia",
     "get",
     "gutenberg",
     "mnist",
+    "tfrecord",
 ]

@@ -83,5 +83,7 @@ class DataSetTestCase:
 
 
 def _first(tensors):
-    """The first tensor of a structure (a model with two inputs gets a tuple)."""
+    """The first tensor of a structure (a model with two inputs gets a tuple, or a dict)."""
+    if isinstance(tensors, dict):
+        return next(iter(tensors.values()))
     return tensors[0] if isinstance(tensors, tuple | list) else tensors

@@ -271,11 +271,19 @@ class TrainConfig:
     start_timeout: int = setting(
         120, "seconds to wait for all worker processes to start", check=AT_LEAST_1
     )
+    deadline: int = setting(
+        3 * 24 * 3600,
+        "seconds before a local run is stopped (its processes print their stacks first) and "
+        "fails with a transient error: a run that hangs in a way nothing else catches ends "
+        "in three days by default; 0: none",
+        check=(lambda v: v >= 0, "must be 0 (none) or a number of seconds"),
+    )
     operation_timeout: int = setting(
         300,
-        "PS modes: seconds one session call may wait on another process before the process "
-        "fails with a transient error: a stopped parameter server ends the run (which a retry "
-        "resumes) instead of hanging it",
+        "seconds a process may wait on another: PS modes, one session call (a stopped "
+        "parameter server ends the run instead of hanging it); local Horovod and single runs, "
+        "a process that has not run at all (stopped, frozen: its heartbeat stopped) ends the "
+        "run naming it, or is dropped from an elastic run; a retry resumes",
         check=AT_LEAST_1,
     )
     elastic_commit_steps: int = setting(

@@ -230,6 +230,9 @@ def sync_command(cfg: TrainConfig, cmd: list[str]) -> list[str]:
         script = host_discovery_script(Path(cfg.output_dir) / "discover_hosts.sh", n)
         hosts = ["--min-np", str(low), "--max-np", str(n)]
         hosts += ["--host-discovery-script", str(script)]
+        # Fewer ranks than the minimum left: Horovod waits this long for hosts (600 s by
+        # default), then fails the run; the start timeout bounds it instead.
+        hosts += ["--elastic-timeout", str(cfg.start_timeout)]
     else:
         hosts = ["-H", f"localhost:{n}"]
     return [
@@ -417,6 +420,8 @@ class Horovod(Engine):
 
     def __init__(self, elastic: bool = False):
         self.elastic = elastic
+        # [sync] every rank waits on a stopped one: fail; [elastic] drop it, the rest go on.
+        self.when_stalled = "drop" if elastic else "fail"
 
     def local_processes(self, mode, cfg, config_path, logs) -> list[Process]:
         command = sync_command(cfg, worker_command(config_path))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from distrain.errors import ConfigError, TrainingError
 from distrain.progress import Progress
+from distrain.train import heartbeat
 from distrain.train.inputs import DatasetInfo
 
 if TYPE_CHECKING:
@@ -72,6 +73,12 @@ class Engine:
     (:attr:`distrain.train.modes.Mode.engine`) and asks it; only the lines where the
     mode departs from its engine are its own.
     """
+
+    #: What the local launcher does with a process that stopped running (its heartbeat
+    #: stopped, :mod:`distrain.train.heartbeat`) for ``operation_timeout`` seconds:
+    #: ``"fail"`` the run naming it, ``"drop"`` it (SIGKILL: the others go on without it),
+    #: or None (the engine's own timeouts hold).
+    when_stalled: str | None = "fail"
 
     def local_processes(self, mode, cfg, config_path: Path, logs: Path) -> list[Process]:
         """The processes of ``mode``'s run on this machine (one of them ``main``)."""
@@ -283,6 +290,28 @@ def process_failure(out: Path, message: str) -> TrainingError:
     )
 
 
+def _act_on_stalled(cfg: TrainConfig, out: Path, policy: str, dropped: set[int]) -> None:
+    """Fails the run, or drops the process, when a process of it stopped running.
+
+    Raises:
+        TrainingError: A process the run cannot do without has not run for
+            ``cfg.operation_timeout`` seconds (transient: a retry resumes).
+    """
+    for found in heartbeat.stalled(out, cfg.operation_timeout):
+        if policy == "drop":  # [elastic] the others go on without it
+            if found.pid not in dropped:
+                dropped.add(found.pid)
+                print(f"[{cfg.run.name}] {found.describe()}: dropped it (SIGKILL)", flush=True)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(found.pid, signal.SIGKILL)
+            continue
+        raise TrainingError(
+            f"[{cfg.run.name}] {found.describe()} (operation_timeout {cfg.operation_timeout} s); "
+            "the run cannot go on without it, so it was stopped (a retry resumes from the last "
+            "checkpoint)"
+        )
+
+
 def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     """Runs a training run to completion with local processes.
 
@@ -291,7 +320,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
 
     Args:
         cfg: The run's configuration.
-        timeout: Seconds before the run is stopped (None: no limit).
+        timeout: Seconds before the run is stopped (None: the config's ``deadline``).
 
     Returns:
         The run's history (``history.json``).
@@ -314,6 +343,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     scratch = tempfile.mkdtemp(prefix="distrain-")
     env["TMPDIR"] = scratch
     procs = _Processes()
+    timeout = timeout if timeout is not None else (cfg.deadline or None)
     deadline = time.monotonic() + timeout if timeout else None
     # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
     bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)
@@ -321,6 +351,9 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     forward = None
     logs = out / "logs"
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
+    shutil.rmtree(out / heartbeat.HEARTBEATS_DIR, ignore_errors=True)
+    when_stalled = cfg.run.impl.engine.when_stalled
+    dropped: set[int] = set()
     if bar is not None:
         bar.__enter__()
     try:
@@ -348,8 +381,12 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
                         f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
                     )
 
+        next_look = time.monotonic() + heartbeat.BEAT_SECONDS
         while main.poll() is None:
             check_critical()
+            if when_stalled and time.monotonic() >= next_look:
+                next_look = time.monotonic() + heartbeat.BEAT_SECONDS
+                _act_on_stalled(cfg, out, when_stalled, dropped)
             if deadline and time.monotonic() > deadline:
                 if main_spec.stacks_on_timeout:  # `distrain worker` itself
                     main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr

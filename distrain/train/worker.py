@@ -18,6 +18,7 @@ from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from distrain.failures import Failure, report
+from distrain.train import heartbeat
 from distrain.train.config import TrainConfig
 from distrain.train.horovod import bind_rank_to_cores, die_with_launcher
 from distrain.train.launch import ERRORS_DIR
@@ -79,6 +80,7 @@ def _train(cfg: TrainConfig) -> int:
     # SIGUSR1 prints every thread's Python stack to stderr: the launcher sends it to a run
     # that timed out, so a hang says where it was.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    heartbeat.start(cfg.output_dir, role())  # the launcher tells a stopped process by it
     die_with_launcher()  # [sync]
     bound = bind_rank_to_cores()  # [sync] before TensorFlow creates its thread pools
     if bound:

@@ -4,12 +4,15 @@ fewer workers than the minimum. Each run ends, in a bounded time, well or with a
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from distrain.train.config import TrainConfig
+from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.launch import run_training
 
 from .probes import assert_no_orphans, checkpoint_steps, config, sync_rank, when
@@ -76,4 +79,70 @@ def test_elastic_sync_survives_a_killed_worker(mnist_8k, tmp_path, monkeypatch):
     acc, ref = (max(e["val_accuracy"] for e in run["epochs"][-3:]) for run in (faulted, plain))
     assert abs(acc - ref) <= 0.005, (acc, ref)
     assert faulted["epochs"][-1]["val_accuracy"] >= ref - 0.02, faulted["epochs"][-3:]
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.case("sync/elastic-bounds", "train/no-orphans")
+@pytest.mark.parametrize(
+    "run, rank",
+    [
+        ("sync:3:min=2", 0),  # rank 0 (the chief, which writes checkpoints) is lost
+        ("sync:2:min=2", 1),  # fewer workers than the minimum are left
+    ],
+)
+def test_elastic_runs_that_lose_rank_0_or_fall_below_the_minimum_end_in_bounded_time(
+    mnist_examples, tmp_path, monkeypatch, run, rank
+):
+    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "10")
+    out = tmp_path / "run"
+    killed: list[float] = []
+
+    def kill_rank():
+        sync_rank(out, rank).kill()
+        killed.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, rank), kill_rank)
+    cfg = config(mnist_examples, out, run, epochs=30, start_timeout=30)
+    try:
+        history = run_training(cfg, timeout=400)
+    except TrainingError as err:
+        history, error = None, str(err)
+    ended = time.monotonic()
+    assert killed, f"rank {rank} was not killed"
+    # Bounded: the start timeout and gloo's timeout, not Horovod's 600 s elastic default.
+    assert ended - killed[0] < 150, f"{run}: ended {ended - killed[0]:.0f} s after the kill"
+    if history is not None:  # the survivors finished the run (enough of them were left)
+        assert int(run.split("min=")[1]) <= int(run.split(":")[1]) - 1
+        assert history["elastic_resets"] >= 1
+        assert [e["epoch"] for e in history["epochs"]] == list(range(1, 31))
+    else:
+        assert "training failed" in error
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+@pytest.mark.case("sync/stall", "train/no-orphans")
+def test_a_stopped_elastic_rank_is_dropped_and_the_others_finish(
+    mnist_examples, tmp_path, monkeypatch
+):
+    # The launcher sees the rank's heartbeat stop and kills it; elastic Horovod then goes on
+    # with the two left, as after any lost worker.
+    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "10")
+    out = tmp_path / "run"
+    stopped: list[int] = []
+
+    def stop_rank_2():
+        proc = sync_rank(out, 2)
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped.append(proc.pid)
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, 2), stop_rank_2)
+    cfg = config(mnist_examples, out, "sync:3:min=2", epochs=8, operation_timeout=15)
+    history = run_training(cfg, timeout=400)
+    assert stopped, "rank 2 was not stopped"
+    assert history["elastic_resets"] >= 1
+    assert [e["epoch"] for e in history["epochs"]] == list(range(1, 9))
     assert_no_orphans(out)

@@ -354,6 +354,30 @@ def test_a_killed_sync_rank_ends_the_run_with_an_error(
 
 @pytest.mark.slow
 @pytest.mark.horovod
+@pytest.mark.case("sync/stall", "train/no-orphans")
+def test_a_stopped_sync_rank_ends_the_run_within_the_bound_naming_it(mnist_examples, tmp_path):
+    # Every rank waits in allreduce on the stopped one and nothing times out by itself
+    # (Horovod's stall check only warns); the launcher sees the rank's heartbeat stop.
+    out = tmp_path / "run"
+    stopped: list[float] = []
+
+    def stop_rank_1():
+        os.kill(sync_rank(out, 1).pid, signal.SIGSTOP)
+        stopped.append(time.monotonic())
+
+    when(lambda: checkpoint_steps(out) and sync_rank(out, 1), stop_rank_1)
+    cfg = config(mnist_examples, out, "sync:2", epochs=30, operation_timeout=15)
+    with pytest.raises(TrainingError) as err:
+        run_training(cfg, timeout=300)
+    assert stopped, "rank 1 was not stopped"
+    ended_after = time.monotonic() - stopped[0]
+    assert 15 <= ended_after < 60, ended_after
+    assert "rank 1 (pid" in str(err.value) and "stopped" in str(err.value), str(err.value)
+    assert_no_orphans(out)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
 @pytest.mark.case("avg/rank-death", "train/no-orphans")
 def test_a_killed_avg_rank_ends_the_run_and_the_rerun_resumes(mnist_examples, tmp_path):
     # As sync's: the exchange's allreduce cannot complete without the rank, so the run
@@ -484,3 +508,15 @@ def test_a_stopped_parameter_server_ends_the_run_within_the_operation_timeout(
     ended_after = time.monotonic() - stopped[0]
     assert ended_after < 15 + 45, ended_after
     assert_no_orphans(out)
+
+
+@pytest.mark.case("train/deadline")
+def test_a_run_ends_at_its_default_deadline(mnist_examples, tmp_path):
+    # A run has a deadline without being given one (three days); one second here.
+    assert TrainConfig(data_dir="d", output_dir="o", run="single:1").deadline == 3 * 24 * 3600
+    cfg = config(mnist_examples, tmp_path / "run", "single:1", epochs=1000, deadline=1)
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="timed out after 1 s"):
+        run_training(cfg)
+    assert time.monotonic() - start < 30
+    assert_no_orphans(tmp_path / "run")

@@ -120,6 +120,7 @@ def _history(out: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.case("train/resume-exact")
 @pytest.mark.parametrize("run", RUNS)
 def test_killed_mid_epoch_and_resumed_ends_with_the_unbroken_runs_weights(
     mnist_examples, tmp_path, unbroken, run
@@ -147,6 +148,7 @@ def test_killed_mid_epoch_and_resumed_ends_with_the_unbroken_runs_weights(
 
 
 @pytest.mark.slow
+@pytest.mark.case("train/resume-exact")
 @pytest.mark.parametrize("run", RUNS)
 def test_killed_while_saving_a_checkpoint_resumes_from_the_one_before(
     mnist_examples, tmp_path, unbroken, run

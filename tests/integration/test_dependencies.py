@@ -9,7 +9,7 @@ from importlib.metadata import packages_distributions
 from tests.conftest import ROOT
 
 # Built from source by scripts/setup.sh (requirements/horovod.env), not a dependency pip
-# resolves; benchmarks/bench_dbpedia.py's fastText is installed by hand (README).
+# resolves; benchmarks/bench_dbpedia.py's fastText is installed by hand (docs/benchmarks.md).
 BUILT = {"horovod"}
 BY_HAND = {"fasttext"}
 

@@ -16,11 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # The package's source outside the data sets' own packages: what ships in the wheel
 # (components/ and pipelines/ as distrain.components and distrain.pipelines).
 PACKAGE_SOURCE = ("distrain", "components", "pipelines")
+# Data sets named after a word generic code uses for something else (the TFRecord files
+# every data set writes): how code would name the data set itself.
+MENTIONS = {
+    "tfrecord": r""""tfrecord"|'tfrecord'|datasets[./]tfrecord\b|\btfrecord_pipeline\b"""
+    r"|\btfrecord (data ?set|pipeline|folder)",
+}
 
 
 def _mentions(names: list[str], root: Path = ROOT) -> list[str]:
     """``file:line: text`` of every line naming a data set outside ``distrain/datasets/``."""
-    pattern = re.compile("|".join(re.escape(n) for n in names), re.IGNORECASE)
+    pattern = re.compile("|".join(MENTIONS.get(n, re.escape(n)) for n in names), re.IGNORECASE)
     found = []
     for top in PACKAGE_SOURCE:
         for path in sorted((root / top).rglob("*")):
@@ -47,6 +53,16 @@ def test_the_name_check_finds_a_mention_and_says_where(tmp_path):
     (tmp_path / "components").mkdir()
     (tmp_path / "components" / "step.py").write_text('"""Docs."""\n# trains on MINE\n')
     assert _mentions(["mine"], tmp_path) == ["components/step.py:2: # trains on MINE"]
+
+
+def test_a_data_set_named_after_the_file_format_is_found_by_how_code_names_it(tmp_path):
+    (tmp_path / "distrain").mkdir()
+    (tmp_path / "distrain" / "io.py").write_text(
+        'SUFFIX = ".tfrecord"  # TFRecord files, write_tfrecords\n'
+        'if dataset == "tfrecord":\n'
+        "    from distrain.datasets.tfrecord import spec\n"
+    )
+    assert [m.split(":")[1] for m in _mentions(["tfrecord"], tmp_path)] == ["2", "3"]
 
 
 def test_every_registered_data_set_has_its_contract_test():
@@ -109,3 +125,8 @@ def test_the_registry_lists_the_data_sets_in_its_order_whichever_was_imported_fi
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ",".join(datasets.BUILT_IN)
     assert datasets.names()[: len(datasets.BUILT_IN)] == list(datasets.BUILT_IN)
+
+
+class TestTfrecord(DataSetTestCase):
+    DATASET = "tfrecord"
+    SAMPLE_SIZE = 200  # training records, two files (one gzipped)

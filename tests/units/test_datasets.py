@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 
 
 def test_registry_lists_each_data_set_once_and_model_names_are_unique():
-    assert datasets.names() == ["mnist", "dbpedia", "gutenberg"]
+    assert datasets.names() == ["mnist", "dbpedia", "gutenberg", "tfrecord"]
     every = [m for d in datasets.names() for m in datasets.get(d).models]
     assert len(every) == len(set(every))  # find_model relies on it
     assert find_model("convae").task is RECONSTRUCTION

@@ -1,16 +1,17 @@
 """The package's imports go one way, down these layers (lowest first):
 
 0. **base** (``errors``, ``progress``, ``machine``, ``memory``, ``gate``, ``flags``, ``verdict``,
-   ``images``, ``costmodel``, ``evaluate``, ``ngram``): helpers that import no other layer.
+   ``images``, ``costmodel``, ``evaluate``, ``ngram``, ``plugins``): helpers that import no
+   other layer (``plugins`` loads other packages' entry points for the registries).
 1. **files** (``data``, ``preprocess``, ``failures``): downloads, records, the shared Beam
    transforms, the one-line failure reports.
 2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
    preprocessed directory holds. It imports its plugins by name on the first lookup, so
    every layer above may ask it and none of its plugins is below it.
 3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.predict``, ``train.tasks``,
-   ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``): what a run reads,
-   the models' builders, how a model is scored; they ask the registry for a data set's parser,
-   texts and models.
+   ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``, ``train.heartbeat``):
+   what a run reads, the models' builders, how a model is scored; they ask the registry for a
+   data set's parser, texts and models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
    contract test base): built on the learning layer, found through the registry.
 5. **settings** (``train.launch``, ``train.modes``, ``train.config``): the process launch, the
@@ -18,7 +19,8 @@
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
 7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
    experiments and their reports.
-8. **steps** (``steps``, ``submit``, ``faults``): what the pipelines' components call.
+8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
+   and the CLI's commands call.
 9. **front** (``cli``, ``__main__``).
 
 Every import counts, inside functions too (not those under ``if TYPE_CHECKING:``): an import
@@ -58,6 +60,7 @@ LAYERS = [
             "distrain.costmodel",
             "distrain.evaluate",
             "distrain.ngram",
+            "distrain.plugins",
         ],
     ),
     (
@@ -78,6 +81,7 @@ LAYERS = [
             "distrain.train.split",
             "distrain.train.staleness",
             "distrain.train.runtime",
+            "distrain.train.heartbeat",
         ],
     ),
     ("data sets", ["distrain.datasets.*"]),
@@ -87,7 +91,7 @@ LAYERS = [
         "analysis",
         ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
     ),
-    ("steps", ["distrain.steps", "distrain.submit", "distrain.faults"]),
+    ("steps", ["distrain.steps", "distrain.submit", "distrain.faults", "distrain.listing"]),
     ("front", ["distrain.cli", "distrain.__main__"]),
 ]
 

@@ -9,7 +9,9 @@ the comparison. Nothing outside this package branches
 on a mode's name: the launcher, the Kubernetes objects and the comparison ask the mode.
 
 Adding a mode: a module here with a :func:`register`-ed subclass, its name in
-:data:`BUILT_IN`, and a test (see the README, "Adding a mode").
+:data:`BUILT_IN`, and a test (docs/modes.md, "Adding a mode"). Another package adds modes
+without touching this one: a :class:`Mode` subclass as an entry point of the group
+``distrain.modes`` (:mod:`distrain.plugins`), loaded with the built-in modes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
+from distrain import plugins
 from distrain.errors import ConfigError
 from distrain.train.launch import ONE_PROCESS, Engine, Process
 
@@ -43,16 +46,32 @@ _LOADING = threading.RLock()  # re-entrant: a mode's module may ask for another 
 
 
 def register(cls: type[Mode]) -> type[Mode]:
-    """Class decorator: makes ``cls`` the mode named ``cls.name``."""
+    """Class decorator: makes ``cls`` the mode named ``cls.name``.
+
+    Raises:
+        ConfigError: Another mode already has the name.
+    """
+    held = _REGISTRY.get(cls.name)
+    if held is not None and held is not cls:
+        raise ConfigError(f"mode {cls.name!r} is already registered ({held.__module__})")
     _REGISTRY[cls.name] = cls
     return cls
 
 
-def _load() -> None:
-    """Imports the built-in modes once (a module imported on its own registers only itself).
+def _accept_plugin(name: str, obj: object, origin: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, Mode)):
+        raise plugins.PluginError(f"expected a Mode subclass, got {obj!r}")
+    if obj.name != name:
+        raise plugins.PluginError(f"its class names itself {obj.name!r}, the entry point {name!r}")
+    register(obj)
 
-    Under a lock: a thread that asks while another imports waits for every mode (the
-    benchmark suite starts runs from threads).
+
+def _load() -> None:
+    """Imports the built-in modes once, then the modes of other packages' entry points.
+
+    A module imported on its own registers only itself. Under a lock: a thread that asks
+    while another imports waits for every mode (the benchmark suite starts runs from
+    threads).
     """
     global _LOADED
     with _LOADING:
@@ -60,6 +79,7 @@ def _load() -> None:
             for module in BUILT_IN:
                 importlib.import_module(f"{__name__}.{module}")
             _LOADED = True
+            plugins.load(plugins.MODES, _accept_plugin)
 
 
 def mode_class(name: str) -> type[Mode]:
@@ -70,6 +90,11 @@ def mode_class(name: str) -> type[Mode]:
     """
     _load()
     if name not in _REGISTRY:
+        broken = plugins.broken_named(plugins.MODES, name)
+        if broken is not None:
+            raise ConfigError(
+                f"mode {name!r}: its plugin (from {broken.origin}) failed to load: {broken.error}"
+            )
         raise ConfigError(f"unknown mode {name!r}; expected one of {', '.join(mode_names())}")
     return _REGISTRY[name]
 

@@ -34,6 +34,10 @@ class ParameterServers(Engine):
     Kubernetes each is a Job with a Service (:func:`distrain.k8s.objects.ps_objects`).
     """
 
+    # [ps] a stopped worker is left behind by design (Downpour); the session operation
+    # timeout and the chief's stall limit bound a stopped server or every worker stopped.
+    when_stalled = None
+
     def local_processes(self, mode, cfg, config_path, logs) -> list[Process]:
         cluster = cluster_spec(cfg.run.workers, mode.parameter_servers)
         print(f"[{cfg.run.name}] cluster: {json.dumps(cluster)}", flush=True)

@@ -1,0 +1,109 @@
+"""Heartbeats: how the local launcher tells a process that stopped running from a slow one.
+
+Every ``distrain worker`` process beats: a daemon thread touches
+``<output>/heartbeats/<pid>.json`` every :data:`BEAT_SECONDS`. The thread runs whenever
+the process is scheduled at all, also while its main thread waits in a collective (which
+releases the GIL), so a beat that stops means the process itself stopped: SIGSTOP, a
+frozen container, a machine swapping itself to death. A rank that merely waits on a
+stopped peer keeps beating, so the launcher names the right one.
+
+What the launcher does with a process that stopped beating is its engine's choice
+(:attr:`distrain.train.launch.Engine.when_stalled`): a synchronous run cannot go on
+without any rank and fails within the bound, naming it; an elastic one drops it; in the
+parameter-server modes the others go on by design and their own timeouts hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HEARTBEATS_DIR = "heartbeats"
+BEAT_SECONDS = 2.0
+
+
+def start(output_dir: str | os.PathLike, who: str, every: float = BEAT_SECONDS) -> Path:
+    """Starts this process's heartbeat thread; returns its file."""
+    folder = Path(output_dir) / HEARTBEATS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{os.getpid()}.json"
+    path.write_text(json.dumps({"pid": os.getpid(), "who": who}))
+
+    def beat():
+        while True:
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            time.sleep(every)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    return path
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """A process whose heartbeat stopped while it still exists.
+
+    Attributes:
+        pid: Its process id.
+        who: Its role (``rank 1``, ``worker:0``).
+        silent: Seconds since its last beat.
+        state: What the kernel says of it (``stopped``, ``sleeping``, ...).
+    """
+
+    pid: int
+    who: str
+    silent: float
+    state: str
+
+    def describe(self) -> str:
+        """``rank 1 (pid 123, stopped) has not run for 31 s``."""
+        return f"{self.who} (pid {self.pid}, {self.state}) has not run for {self.silent:.0f} s"
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped"}
+_STATES.update({"t": "stopped by a tracer", "Z": "a zombie"})
+
+
+def process_state(pid: int) -> str:
+    """The kernel's word for a process's state (Linux ``/proc``), or ``unknown``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "unknown"
+    code = stat.rsplit(")", 1)[-1].split()[0]
+    return _STATES.get(code, code)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return process_state(pid) != "a zombie"
+
+
+def stalled(output_dir: str | os.PathLike, limit: float, now: float | None = None) -> list[Stalled]:
+    """The run's processes that exist but have not beaten for more than ``limit`` seconds.
+
+    A process that ended is not stalled (its exit is the launcher's other business).
+    """
+    now = time.time() if now is None else now
+    found = []
+    for path in sorted((Path(output_dir) / HEARTBEATS_DIR).glob("*.json")):
+        try:
+            silent = now - path.stat().st_mtime
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = int(info.get("pid", 0))
+        if silent > limit and pid and _alive(pid):
+            who = str(info.get("who", f"pid {pid}"))
+            found.append(Stalled(pid, who, silent, process_state(pid)))
+    return found

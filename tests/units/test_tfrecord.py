@@ -1,0 +1,189 @@
+"""The tfrecord data set: features.json, the raw-file checks, dead letters, gzip, the parser."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distrain import datasets
+from distrain.datasets.testing import BEAM_ARGS
+from distrain.datasets.tfrecord.beam import TfrecordPreprocessConfig, preprocess_tfrecord
+from distrain.datasets.tfrecord.sample import SPEC, sample_records, write_frames
+from distrain.datasets.tfrecord.spec import (
+    FeatureSpec,
+    SpecError,
+    check_example,
+    count_frames,
+    read_frames,
+)
+from distrain.preprocess.common import BadRecordsError
+from distrain.preprocess.records import (
+    TFRecordFramingError,
+    bytes_feature,
+    example,
+    float_feature,
+    int64_feature,
+)
+
+PLUGIN = datasets.get("tfrecord")
+
+
+def _record(x=(0.0,) * 8, bucket=(1,), label=(2,), **others) -> bytes:
+    """An example of the sample's spec; a feature given as None is left out."""
+    given = {"x": (float_feature, x), "bucket": (int64_feature, bucket)}
+    given["label"] = (int64_feature, label)
+    features = {k: encode(v) for k, (encode, v) in given.items() if v is not None}
+    return example({**features, **others})
+
+
+def _raw(tmp_path, records: list[bytes], gzipped: bool = False):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "features.json").write_text(json.dumps(SPEC))
+    good = sample_records(200, seed=3)
+    write_frames(raw / "train-00000-of-00002.tfrecord", good[:100])
+    name = "train-00001-of-00002.tfrecord" + (".gz" if gzipped else "")
+    write_frames(raw / name, good[100:] + records, gzipped=gzipped)
+    return raw, name
+
+
+def test_the_spec_is_read_and_its_mistakes_named(tmp_path):
+    spec = FeatureSpec.from_dict(SPEC, "f.json")
+    assert list(spec.features) == ["x", "bucket"] and spec.label == "label"
+    assert spec.features["x"].size == 8 and spec.features["bucket"].size == 1
+    bad = {"features": {"x": {"dtype": "float64", "shape": [2]}, "y": {"dtype": "int64"}}}
+    with pytest.raises(SpecError, match="f.json: feature 'x': dtype must be one of"):
+        FeatureSpec.from_dict({**bad, "label": "y"}, "f.json")
+    with pytest.raises(SpecError, match="label 'z' is not one of the features"):
+        FeatureSpec.from_dict({**SPEC, "label": "z"}, "f.json")
+    with pytest.raises(SpecError, match="label 'x' must be int64 with one value"):
+        FeatureSpec.from_dict({**SPEC, "label": "x"}, "f.json")
+    with pytest.raises(SpecError, match=r"features.json: not found"):
+        FeatureSpec.load(tmp_path)
+
+
+def test_each_record_is_checked_against_the_spec():
+    spec = FeatureSpec.from_dict(SPEC, "f.json")
+    assert check_example(_record(), spec) == (2, "")
+    assert check_example(_record(bucket=None), spec) == (-1, "feature 'bucket' missing")
+    assert check_example(_record(x=(1.0,) * 7), spec)[1] == (
+        "feature 'x': 7 values, features.json says 8 (shape [8])"
+    )
+    wrong = example(
+        {"x": int64_feature(range(8)), "bucket": int64_feature((1,)), "label": int64_feature((0,))}
+    )
+    assert check_example(wrong, spec)[1] == "feature 'x': int64_list, features.json says float32"
+    assert check_example(b"\xff\xff\xff", spec)[1].startswith("not a tf.train.Example")
+    assert check_example(_record(label=(-1,)), spec)[1].startswith("label -1 outside")
+
+
+@pytest.mark.case("tfrecord/no-spec")
+def test_a_folder_without_features_json_or_train_files_is_refused_naming_what_is_missing(tmp_path):
+    with pytest.raises(SpecError, match="no features.json and no train-\\*.tfrecord files"):
+        PLUGIN.check_raw_files(tmp_path)
+    (tmp_path / "features.json").write_text(json.dumps(SPEC))
+    with pytest.raises(SpecError, match=r"no train-\*.tfrecord files"):
+        PLUGIN.check_raw_files(tmp_path)
+    write_frames(tmp_path / "train-0.tfrecord", sample_records(3, 0))
+    PLUGIN.check_raw_files(tmp_path)
+    (tmp_path / "features.json").unlink()
+    with pytest.raises(SpecError, match="no features.json"):
+        PLUGIN.check_raw_files(tmp_path)
+
+
+@pytest.mark.case("tfrecord/framing")
+def test_a_file_that_is_not_whole_tfrecords_is_refused_naming_it(tmp_path):
+    path = tmp_path / "train-0.tfrecord"
+    write_frames(path, sample_records(3, 0))
+    assert count_frames(path) == 3
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(TFRecordFramingError, match=f"{path}: ends inside record 3"):
+        count_frames(path)
+    (tmp_path / "features.json").write_text(json.dumps(SPEC))
+    path.write_bytes(b"not a tfrecord file at all")
+    with pytest.raises(TFRecordFramingError, match="train-0.tfrecord: record 1: the length's"):
+        PLUGIN.check_raw_files(tmp_path)
+
+
+def test_gzip_files_are_read_by_suffix_or_magic_bytes(tmp_path):
+    records = sample_records(5, 1)
+    write_frames(tmp_path / "a.tfrecord.gz", records, gzipped=True)
+    (tmp_path / "b.tfrecord").write_bytes((tmp_path / "a.tfrecord.gz").read_bytes())  # magic only
+    for name in ("a.tfrecord.gz", "b.tfrecord"):
+        assert [data for data, ok in read_frames(tmp_path / name) if ok] == records
+        assert count_frames(tmp_path / name) == 5
+    cut = tmp_path / "c.tfrecord.gz"  # a truncated gzip stream: named, not an EOFError
+    cut.write_bytes((tmp_path / "a.tfrecord.gz").read_bytes()[:-30])
+    with pytest.raises(TFRecordFramingError, match=f"{cut}: cannot be read"):
+        count_frames(cut)
+
+
+@pytest.mark.case("tfrecord/missing-feature", "tfrecord/wrong-length")
+def test_bad_records_are_dead_lettered_with_file_and_record_and_gzip_is_read(tmp_path):
+    bad = [_record(x=(1.0,) * 7), _record(bucket=None)]
+    raw, name = _raw(tmp_path, bad, gzipped=True)
+    out = tmp_path / "out"
+    cfg = TfrecordPreprocessConfig(str(raw), str(out), 0.1, 0, max_bad_ratio=0.05)
+    meta = preprocess_tfrecord(cfg, list(BEAM_ARGS))
+    assert meta["input_records"] == {"train-00000-of-00002.tfrecord": 100, name: 102}
+    assert meta["rejected"]["count"] == 2
+    # No test files: validation and test are each held out of the training records.
+    assert meta["test_from_train"] and sum(meta["splits"].values()) == 200
+    assert meta["splits"]["test"] > 0 and meta["splits"]["validation"] > 0
+    assert meta["num_classes"] == 4 and meta["label"] == "label"
+    assert meta["features"] == {
+        "x": {"dtype": "float32", "shape": [8]},
+        "bucket": {"dtype": "int64", "shape": []},
+    }
+    letters = [json.loads(line) for f in (out / "dead_letter").iterdir() for line in f.open()]
+    assert letters == [
+        {
+            "file": name,
+            "record": 101,
+            "reason": "feature 'x': 7 values, features.json says 8 (shape [8])",
+        },
+        {"file": name, "record": 102, "reason": "feature 'bucket' missing"},
+    ]
+
+
+def test_above_the_bad_ratio_the_job_fails_and_leaves_its_dead_letters(tmp_path):
+    raw, _ = _raw(tmp_path, [_record(bucket=None)] * 5)
+    cfg = TfrecordPreprocessConfig(str(raw), str(tmp_path / "out"), 0.1, 0)
+    with pytest.raises(BadRecordsError, match="5 of 205 records rejected"):
+        preprocess_tfrecord(cfg, list(BEAM_ARGS))
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.failed" / "dead_letter").is_dir()
+
+
+def test_the_parser_gives_a_dict_of_the_features_by_name_and_the_label(tmp_path):
+    import tensorflow as tf
+
+    from distrain.train.inputs import make_dataset
+
+    raw = tmp_path / "raw"
+    spec = {
+        "features": {**SPEC["features"], "tag": {"dtype": "bytes", "shape": [2]}},
+        "label": "label",
+        "class_names": ["a", "b", "c", "d"],
+    }
+    raw.mkdir()
+    (raw / "features.json").write_text(json.dumps(spec))
+    records = [_record(label=(i % 4,), tag=bytes_feature((b"u", b"v"))) for i in range(40)]
+    write_frames(raw / "train-0.tfrecord", records)
+    write_frames(raw / "test-0.tfrecord", records[:8])
+    PLUGIN.preprocess(str(raw), str(tmp_path / "out"), 0.2, 0, list(BEAM_ARGS))
+    info = datasets.load_info(tmp_path / "out")
+    assert info.class_names == ["a", "b", "c", "d"] and info.splits["test"] == 8
+    features, labels = next(iter(make_dataset(info, "test", 4)))
+    assert sorted(features) == ["bucket", "tag", "x"]
+    assert features["x"].dtype == tf.float32 and features["x"].shape == (4, 8)
+    assert features["bucket"].dtype == tf.int64 and features["bucket"].shape == (4,)
+    assert features["tag"].dtype == tf.string and features["tag"].shape == (4, 2)
+    assert labels.dtype == tf.int32 and labels.numpy().tolist() == [0, 1, 2, 3]
+    with pytest.raises(datasets.DataSetError, match="tag is bytes: give a model of your own"):
+        PLUGIN.model("feature-mlp").build(info, 0)
+
+
+def test_nothing_to_download():
+    with pytest.raises(datasets.DataSetError, match="your own files"):
+        PLUGIN.check_source("download")
