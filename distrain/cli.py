@@ -24,7 +24,7 @@ import distrain
 from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
 from distrain.listing import installed
-from distrain.train.config import DEFAULT_RUNS, PIPELINE_SETTINGS, TrainConfig
+from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
 PIPELINES = tuple(datasets.names())
@@ -116,12 +116,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``distrain run``: run a whole pipeline locally with kfp.local.
-
-    A step that fails permanently (bad input or parameters) ends the run at once; a
-    transient failure is retried as the step's retry policy says. Either way the run ends
-    with the failed step's one line (:mod:`distrain.failures`).
-    """
+    """``distrain run``: a pipeline locally (kfp.local), its failures told as in ``failures``."""
     from distrain.compare import render_text_table
     from distrain.train import usermodel
     from distrain.train.config import ConfigError, parse_run_specs
@@ -553,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--runs",
         help="comma-separated run specs MODE:WORKERS[:ps=P][:aggregate=A] "
-        f"(default: {','.join(DEFAULT_RUNS)})",
+        f"(default: {','.join(datasets.DEFAULT_RUNS)})",
     )
     add_flags(
         run,

@@ -13,3 +13,7 @@ class ConfigError(ValueError):
 
 class TrainingError(RuntimeError):
     """Training could not run or did not finish."""
+
+
+class StepError(ValueError):
+    """A step's inputs are invalid; raised before any work starts."""

@@ -9,7 +9,7 @@ Errors are told apart (:func:`classify`):
 
 * **permanent** (not retried): bad input, bad parameters, a missing file. Every
   ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`, among them a
-  checkpoint of another model, :class:`~distrain.steps.StepError`,
+  checkpoint of another model, :class:`~distrain.errors.StepError`,
   :class:`~distrain.train.inputs.DataError`, a data set's format errors (a file header
   with impossible sizes among them) and its preprocessing job's,
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
@@ -47,6 +47,9 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from distrain.data.download import ChecksumError
+from distrain.gate import GateFailed
+
 DEBUG_ENV = "DISTRAIN_DEBUG"
 # Where a step writes its error (for tests and steps outside KFP; KFP steps find theirs
 # from the executor input) and the container's termination message file.
@@ -74,9 +77,6 @@ def classify(exc: BaseException) -> bool:
     import tarfile
     import urllib.error
     import zipfile
-
-    from distrain.data.download import ChecksumError
-    from distrain.gate import GateFailed
 
     said = getattr(exc, "retryable", None)
     if isinstance(said, bool):  # the failed process said so (launch.WorkerFailed)
@@ -150,8 +150,6 @@ class Failure:
     @classmethod
     def of(cls, step: str, exc: BaseException) -> Failure:
         """The failure that ``exc`` makes of ``step``."""
-        from distrain.gate import GateFailed
-
         retryable = classify(exc)
         bad_input = not retryable and not isinstance(exc, GateFailed)
         return cls(

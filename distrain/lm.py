@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distrain.datasets import texts as read_texts
+from distrain.ngram import best_ngram
+
 # Recurrent layers whose state a stateful copy carries.
 RECURRENT_LAYERS = ("LSTM", "GRU", "SimpleRNN")
 
@@ -133,8 +136,6 @@ def stream_dataset(
     """
     import tensorflow as tf
 
-    from distrain.datasets import texts as read_texts
-
     texts = read_texts(info.data_dir, split).values()
     ids = stream_ids(texts, info.metadata["vocabulary"], shard)
     x, y = stream_batches(ids, batch_size, seq_len or int(info.metadata["seq_len"]))
@@ -144,8 +145,6 @@ def stream_dataset(
 
 def stream_batches_per_epoch(info, batch_size: int, shard=(1, 0), seq_len: int = 0) -> int:
     """Training batches in one pass over this shard's streams (rows of ``seq_len``)."""
-    from distrain.datasets import texts as read_texts
-
     length = sum(len(t) for t in read_texts(info.data_dir, "train").values()) // shard[0]
     return max(1, stream_steps(length, batch_size, seq_len or int(info.metadata["seq_len"])))
 
@@ -548,8 +547,6 @@ def score_ngrams(train, valid, vocabulary: list[str], orders=range(3, 8)) -> tup
         ``(order, scores)``: the best order and its :func:`language_model_scores` with
         ``characters`` and every order's ``bits_per_char_by_order``.
     """
-    from distrain.ngram import best_ngram
-
     train = [known(t, vocabulary) for t in train]
     valid = [known(t, vocabulary) for t in valid]
     order, per_order = best_ngram(train, valid, len(vocabulary), orders)

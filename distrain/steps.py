@@ -10,8 +10,23 @@ import json
 import os
 from pathlib import Path
 
-from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS
-from distrain.train.config import RunSpec, TrainConfig
+from distrain import datasets
+from distrain.compare import CompareConfig, write_comparison
+from distrain.costmodel import profile
+from distrain.datasets import get, load_info, model_spec
+from distrain.errors import StepError
+from distrain.experiments import ExperimentConfig
+from distrain.experiments.report import build_report, write_report
+from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS, KubernetesConfig
+from distrain.k8s.objects import check_cluster_run
+from distrain.machine import describe
+from distrain.memory import PeakTreeMemory
+from distrain.plan import Plan
+from distrain.progress import Progress
+from distrain.train import usermodel
+from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
+from distrain.train.models import build_model
+from distrain.train.usermodel import relocate
 
 STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
 
@@ -33,7 +48,6 @@ def _timed(func):
         path = os.environ.get(STEP_TIMES_ENV)
         if not path:
             return func(*args, **kwargs)
-        from distrain.memory import PeakTreeMemory
 
         result = None
         start = time.perf_counter()
@@ -54,18 +68,12 @@ def _timed(func):
     return wrapper
 
 
-class StepError(ValueError):
-    """A step's inputs are invalid; raised before any work starts."""
-
-
 def _dataset(name: str):
     """The named data set's plugin (:mod:`distrain.datasets`).
 
     Raises:
         StepError: No data set of that name.
     """
-    from distrain import datasets
-
     try:
         return datasets.get(name)
     except datasets.DataSetError as err:
@@ -111,10 +119,6 @@ def check_parameters(
     Raises:
         StepError: Every problem found, joined by ``; ``.
     """
-    from distrain import datasets
-    from distrain.train import usermodel
-    from distrain.train.config import ConfigError, parse_run_specs
-
     problems = []
     known = {f.name: f.default for f in TrainConfig.settings()}
     unknown = sorted(set(settings) - set(known))
@@ -157,7 +161,6 @@ def check_parameters(
             problems.append(f"run {spec.name}: {err}")
             break  # the same settings for every run: once is enough
         if launcher in CLUSTER_LAUNCHERS:
-            from distrain.k8s.objects import check_cluster_run
             from distrain.k8s.train import needs_cluster
 
             try:
@@ -170,8 +173,6 @@ def check_parameters(
     if launcher not in LAUNCHERS:
         problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
     if plan:
-        from distrain.plan import Plan
-
         try:
             Plan.parse(plan)
         except ConfigError as err:
@@ -241,8 +242,6 @@ def fetch(
         StepError: Unknown data set, or ``source`` is neither a keyword nor a directory
             with the data set's files.
     """
-    from distrain import datasets
-
     plugin = _dataset(dataset)
     out = Path(output_dir)
     try:
@@ -283,8 +282,6 @@ def preprocess(
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
     """
-    from distrain.progress import Progress
-
     plugin = _dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
     runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
@@ -348,9 +345,6 @@ def train(
         StepError: Unknown launcher or invalid cluster settings, before any work starts.
         UserModelError: The user's model code fails (:func:`check_user_model`).
     """
-    from distrain.train import usermodel
-    from distrain.train.config import ConfigError
-
     model = settings.get("model", "")
     if model_file:  # the pipeline's artifact: the run trains from the copy in its output
         settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)
@@ -365,7 +359,6 @@ def train(
     )
     check_user_model(cfg)
     if launcher in CLUSTER_LAUNCHERS:
-        from distrain.k8s.config import KubernetesConfig
         from distrain.k8s.train import needs_cluster, train_on_cluster
 
         try:
@@ -397,9 +390,6 @@ def check_user_model(cfg: TrainConfig) -> None:
         UserModelError: The user's code failed.
         ConfigError: The run's mode cannot train the model.
     """
-    from distrain.datasets import load_info
-    from distrain.train import usermodel
-
     if not usermodel.is_reference(cfg.model):
         return
     import tf_keras
@@ -428,11 +418,6 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     Returns:
         ``{"run", "history", "evaluation"}``, the input of the comparison.
     """
-    from distrain.costmodel import profile
-    from distrain.datasets import load_info, model_spec
-    from distrain.train.models import build_model
-    from distrain.train.usermodel import relocate
-
     model_dir = Path(model_dir)
     history = json.loads((model_dir / "history.json").read_text())
     # The user's model file: where the training step put a copy, in its output.
@@ -462,8 +447,6 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
         data_dir: Preprocessed data.
         model: The model the runs train (default: the data set's default model).
     """
-    from distrain.datasets import get, load_info
-
     info = load_info(data_dir, model)
     plugin = get(info.dataset)
     task = plugin.model(model or plugin.default_model).task
@@ -487,9 +470,6 @@ def compare(
     with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
     model's recommendation at that scale (:mod:`distrain.plan`).
     """
-    from distrain.compare import CompareConfig, write_comparison
-    from distrain.machine import describe
-
     return write_comparison(
         output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe(), plan
     )
@@ -513,9 +493,6 @@ def experiment_report(config: str, reports: list[dict], output_dir: str | os.Pat
     Returns:
         The report (what ``report.json`` holds).
     """
-    from distrain.experiments import ExperimentConfig
-    from distrain.experiments.report import build_report, write_report
-
     cfg = ExperimentConfig.from_dict(json.loads(config))
     report = build_report(cfg, reports)
     write_report(output_dir, report)

@@ -11,6 +11,7 @@ not; 2 bad arguments (nothing was submitted); 3 the wait timed out (the run goes
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from distrain import __version__
+from distrain import __version__, datasets
+from distrain.gate import GateError, parse_gate
+from distrain.train.config import ConfigError, parse_run_specs
 
 FINAL_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING"}
 
@@ -78,8 +81,6 @@ def parse_params(items: list[str]) -> dict:
 
 
 def _check(cfg: SubmitConfig, pipeline_fn) -> None:
-    from distrain.gate import GateError, parse_gate
-
     try:
         parse_gate(cfg.gate)
     except GateError as err:
@@ -93,8 +94,6 @@ def _check(cfg: SubmitConfig, pipeline_fn) -> None:
     if "gate" in cfg.params:
         raise SubmitError("give the gate as --gate, not as a parameter")
     if "runs" in cfg.params:
-        from distrain.train.config import ConfigError, parse_run_specs
-
         runs = cfg.params["runs"]
         try:
             parse_run_specs(",".join(runs) if isinstance(runs, list) else str(runs))
@@ -147,7 +146,6 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     say = lambda msg: print(f"distrain submit: {msg}", file=out, flush=True)  # noqa: E731
-    from distrain import datasets
 
     if cfg.pipeline not in datasets.names():
         raise SubmitError(f"unknown pipeline {cfg.pipeline!r}")
@@ -156,8 +154,6 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     _check(cfg, pipeline_fn)
 
     if client is None:
-        import os
-
         import kfp
 
         client = kfp.Client(

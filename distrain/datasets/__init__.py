@@ -8,7 +8,7 @@ models and parsers). Nothing outside ``distrain/datasets/`` names a data set: ge
 asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
 Adding a data set: a package here whose plugin is decorated with :func:`register`,
-imported at the end of this file, and its test: a subclass of
+named in :data:`BUILT_IN`, and its test: a subclass of
 :class:`distrain.datasets.testing.DataSetTestCase` naming it. Another package adds data
 sets and models without touching this one, through the entry-point groups
 ``distrain.datasets`` (a :class:`DataSet` subclass) and ``distrain.models`` (a
@@ -17,18 +17,51 @@ sets and models without touching this one, through the entry-point groups
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from distrain import plugins
-from distrain.train import usermodel
-from distrain.train.config import DEFAULT_RUNS
-from distrain.train.inputs import DataError, FeatureSpec
-from distrain.train.tasks import TASKS, Task
+from distrain.datasets.info import DataError, DatasetInfo, FeatureSpec
+
+if TYPE_CHECKING:
+    from distrain.train.tasks import Task
+
+# The runs a pipeline compares unless told otherwise (``--runs``, a pipeline's ``runs``).
+DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
+
+# The built-in data sets' packages, in the order the CLI and the README list them. The
+# registry imports them by name on the first lookup (:func:`_load`): a plugin imports the
+# registry, never the other way, so generic training code may ask the registry.
+BUILT_IN = ("mnist", "dbpedia", "gutenberg", "tfrecord")
+
+# A model in the user's code: ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``, then an
+# optional ``@TASK`` (:mod:`distrain.train.usermodel` builds it).
+USER_MODEL = re.compile(
+    r"^(?P<where>(?:.+\.py)|(?:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*))"
+    r":(?P<function>[A-Za-z_]\w*)(?:@(?P<task>[\w-]+))?$"
+)
+
+
+def is_user_model(name: str) -> bool:
+    """Whether ``name`` names a function in the user's code rather than a built-in model."""
+    return bool(USER_MODEL.match(str(name)))
+
+
+def user_model(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
+    """The spec of a model in the user's code.
+
+    The user's code is resolved above this layer (:func:`distrain.train.usermodel.spec`:
+    it needs the tasks, which need the registry), loaded by name on first use as the
+    data sets' packages are, so the registry imports no training code.
+    """
+    return importlib.import_module("distrain.train.usermodel").spec(name, own)
 
 
 class DataSetError(ValueError):
@@ -209,12 +242,12 @@ class DataSet:
     def model(self, name: str) -> ModelSpec:
         """The named model.
 
-        ``name`` may name a function in the user's code (:mod:`distrain.train.usermodel`).
+        ``name`` may name a function in the user's code (:func:`is_user_model`).
 
         Raises:
             DataSetError: The data set has no such model.
         """
-        if usermodel.is_reference(name):
+        if is_user_model(name):
             return user_model(name, self.models)
         if name not in self.models:
             broken = plugins.broken_named(plugins.MODELS, name)
@@ -230,26 +263,28 @@ class DataSet:
         return self.models[name]
 
 
-def user_model(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
-    """The spec of a model in the user's code (:mod:`distrain.train.usermodel`).
-
-    It reads the records as the data set's first own model of its task does (``own``:
-    the data set's models). A split mode checks the built model before any process
-    starts (:meth:`distrain.train.modes.Mode.check_model`).
-    """
-    ref = usermodel.ModelReference.parse(name)
-    task = TASKS[ref.task]
-    view = next((m.view for m in own.values() if m.task is task), "")
-
-    def build(info, seed):
-        return usermodel.build(ref, info, seed)
-
-    return ModelSpec(build, task, view=view, summary=f"the user's {ref}")
-
-
 _REGISTRY: dict[str, DataSet] = {}
+_LOADED = False
 _PLUGINS_LOADED = False
 _LOADING = threading.RLock()  # re-entrant: a plugin's import may ask the registry
+
+
+def _load() -> None:
+    """Imports the built-in data sets once, in order (each registers itself), then the plugins.
+
+    Under a lock: a thread that asks while another imports waits for every data set.
+    """
+    global _LOADED
+    with _LOADING:
+        if not _LOADED:
+            for package in BUILT_IN:
+                importlib.import_module(f"{__name__}.{package}")
+            # In BUILT_IN's order, whichever plugin a process imported first (a Beam job's).
+            order = [n for n in BUILT_IN if n in _REGISTRY] + [n for n in _REGISTRY]
+            for name in dict.fromkeys(order):
+                _REGISTRY[name] = _REGISTRY.pop(name)
+            _LOADED = True
+        _load_plugins()
 
 
 def register(cls: type[DataSet]) -> type[DataSet]:
@@ -297,7 +332,7 @@ def _accept_model(name: str, obj: object, origin: str) -> None:
 
 def names() -> list[str]:
     """The registered data sets' names: the built-in ones, then the plugins'."""
-    _load_plugins()
+    _load()
     return list(_REGISTRY)
 
 
@@ -307,7 +342,7 @@ def get(name: str) -> DataSet:
     Raises:
         DataSetError: No data set of that name (or its plugin failed to load: why).
     """
-    _load_plugins()
+    _load()
     if name not in _REGISTRY:
         broken = plugins.broken_named(plugins.DATASETS, name)
         if broken is not None:
@@ -342,7 +377,7 @@ def find_model(name: str) -> ModelSpec:
     Raises:
         DataSetError: No data set has such a model.
     """
-    if usermodel.is_reference(name):
+    if is_user_model(name):
         return user_model(name, {})
     for dataset in map(get, names()):
         if name in dataset.models:
@@ -355,8 +390,6 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
 
     ``model``: a model of the data set (default: its default model).
     """
-    from distrain.train.inputs import DatasetInfo
-
     info = DatasetInfo.load(data_dir)
     dataset = get(info.dataset)
     spec = dataset.model(model or dataset.default_model)
@@ -364,7 +397,7 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
     try:
         features = dataset.feature_spec(info)
     except DataError:
-        if usermodel.is_reference(model):
+        if is_user_model(model):
             raise  # the user's model needs it; the data set's own models do not
         features = None
     return replace(info, feature_spec=features)
@@ -372,25 +405,13 @@ def load_info(data_dir: str | os.PathLike, model: str = ""):
 
 def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
     """The running text of ``split`` of the data set preprocessed in ``data_dir``."""
-    from distrain.train.inputs import DatasetInfo
-
     return get(DatasetInfo.load(data_dir).dataset).texts(data_dir, split)
 
 
 def default_model(data_dir: str | os.PathLike) -> str:
     """The default model of the data set preprocessed in ``data_dir``."""
-    from distrain.train.inputs import DatasetInfo
-
     return get(DatasetInfo.load(data_dir).dataset).default_model
 
-
-# The data sets, in the order the CLI and the README list them.
-# isort: off
-from distrain.datasets import mnist  # noqa: E402
-from distrain.datasets import dbpedia  # noqa: E402
-from distrain.datasets import gutenberg  # noqa: E402
-from distrain.datasets import tfrecord  # noqa: E402
-# isort: on
 
 __all__ = [
     "DataSet",

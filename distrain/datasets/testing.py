@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain import datasets
+from distrain.train.inputs import make_dataset
 
 # The local Beam runner, named: in Beam 2.77 the DirectRunner first tries to download the
 # Prism runner binary (distrain.preprocess.common.job_pipeline).
@@ -50,8 +51,6 @@ class DataSetTestCase:
         assert all(case.startswith(f"{plugin.name}/") for case, _ in plugin.fault_cases)
 
     def test_sample_preprocessed_and_parsed_as_its_metadata_counts(self, tmp_path: Path):
-        from distrain.train.inputs import make_dataset
-
         plugin = self.plugin
         raw, out = tmp_path / "raw", tmp_path / "examples"
         raw.mkdir()

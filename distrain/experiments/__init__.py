@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain import datasets
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
 
 SCALES = ("tiny", "small", "full")
@@ -166,8 +167,6 @@ class ExperimentConfig:
             ConfigError: An unknown experiment, scale, data set or model, a bad run spec, a
                 point on a data set without a source, or two points that are the same run.
         """
-        from distrain import datasets
-
         get(self.experiment)  # an unknown experiment is refused
         if self.scale not in SCALES:
             raise ConfigError(f"scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
@@ -217,14 +216,10 @@ class Experiment:
     @property
     def datasets(self) -> tuple[str, ...]:
         """The names of the data sets it runs on (those that declare it)."""
-        from distrain import datasets
-
         return tuple(d.name for d in datasets.serving(self.name))
 
     def dataset(self):
         """The one data set it runs on (:class:`distrain.datasets.DataSet`)."""
-        from distrain import datasets
-
         return datasets.serving(self.name)[0]
 
     def config(self, scale: str = "small", seed: int = 0) -> ExperimentConfig:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from distrain import datasets
+from distrain.compare import COLUMNS
 from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
 from distrain.experiments.report import Result, Table, fmt, png, pyplot
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.train.tasks import TASKS, quality_of
 from distrain.verdict import accuracy_difference, with_interval
 
 
@@ -25,6 +27,20 @@ def models() -> dict[str, str]:
         for d in datasets.serving("parallelism")
         for model in d.experiments["parallelism"]["models"]
     }
+
+
+def quality(dataset: str, evaluation: dict) -> tuple[str, bool]:
+    """``(key, lower_is_better)`` of a run's quality in this study.
+
+    Its task's declared metric (:func:`distrain.train.tasks.quality_of`), unless the data
+    set's declaration of the study names another (``"quality"``, e.g. a translation
+    model's character accuracy, not its task's bits per character); that key's direction
+    is the direction of the task that declares it.
+    """
+    key = datasets.get(dataset).experiments["parallelism"].get("quality")
+    if key is None:
+        return quality_of(evaluation)
+    return key, next(t.lower_is_better for t in TASKS.values() if t.quality == key)
 
 
 def training(dataset: str) -> tuple[int, float]:
@@ -43,12 +59,8 @@ RUNS = {
 }
 ALONE = RUNS["single:1"]
 SPLITS = (RUNS["tensor:2"], RUNS["pipeline:2:micro=4"], RUNS["hybrid:1:2"])
-# A run's quality, by what its task scores: (key, name, higher is better).
-QUALITY = (
-    ("accuracy", "accuracy", True),
-    ("bits_per_char", "bits/char", False),
-    ("reconstruction_mse", "recon MSE", False),
-)
+# What the report calls a quality key: the comparison table's header of it.
+QUALITY_NAMES = {key: header for key, header, _ in COLUMNS}
 
 # At the small scale, hybrid:1:2 (a tensor group inside data parallelism of one group,
 # tensor:2's arithmetic with hybrid's process sets) trains these models only.
@@ -171,7 +183,8 @@ def _epoch_seconds(history: dict) -> float | None:
 
 def row_of(r: Result) -> dict:
     """One run's numbers."""
-    quality = next(((k, n, up) for k, n, up in QUALITY if r.evaluation.get(k) is not None), None)
+    key, lower_is_better = quality(r.point.dataset, r.evaluation)
+    value = r.evaluation.get(key)
     parameters = r.history.get("parameters_per_rank") or []
     memory = r.history.get("peak_memory_per_rank") or []
     return {
@@ -180,11 +193,11 @@ def row_of(r: Result) -> dict:
         "run": r.point.run,
         "epoch_seconds": _epoch_seconds(r.history),
         "loss": r.final("loss"),
-        "quality": float(r.evaluation[quality[0]]) if quality else None,
-        "quality_key": quality[0] if quality else None,
+        "quality": float(value) if value is not None else None,
+        "quality_key": key if value is not None else None,
         "test_examples": r.evaluation.get("num_examples"),
-        "quality_name": quality[1] if quality else None,
-        "higher_is_better": quality[2] if quality else True,
+        "quality_name": QUALITY_NAMES[key] if value is not None else None,
+        "higher_is_better": not lower_is_better if value is not None else True,
         "parameters": int(max(parameters)) if parameters else None,
         "memory_mb": max(memory) / 2**20 if memory else None,
     }

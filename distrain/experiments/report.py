@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from distrain.compare import time_to_target
+from distrain.errors import StepError
 from distrain.experiments import ExperimentConfig, Point, get
-from distrain.steps import StepError
 
 
 @dataclass
@@ -97,8 +98,6 @@ def match_results(config: ExperimentConfig, reports: list[dict]) -> list[Result]
 
 def time_to(result: Result, target: float) -> float | None:
     """Wall-clock seconds until validation accuracy first reached ``target`` (interpolated)."""
-    from distrain.compare import time_to_target
-
     return time_to_target(result.history.get("epochs", []), target)
 
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from distrain.images import image
 from distrain.train.config import ConfigError
 
 LAUNCHERS = ("local", "kubernetes", "trainjob")
@@ -274,8 +275,6 @@ class KubernetesConfig:
 
     def resolved_image(self) -> str:
         """The trainer image to run."""
-        from distrain.images import image
-
         return self.image or image("trainer-gpu" if self.worker_gpus() else "trainer")
 
     def cpu_threads(self) -> int:

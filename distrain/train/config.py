@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
+from distrain.train.models import model_names
+from distrain.train.modes import mode_class, mode_for, mode_names
 from distrain.train.usermodel import is_reference
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
-# The runs a pipeline compares unless told otherwise: every mode once.
-DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
 # The settings a pipeline takes as parameters (its parameter check too; the train component
 # takes every setting); the others keep TrainConfig's defaults there.
 PIPELINE_SETTINGS = (
@@ -51,8 +51,6 @@ class RunSpec:
     options: tuple = ()
 
     def __post_init__(self) -> None:
-        from distrain.train.modes import mode_class
-
         cls = mode_class(self.mode)
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(
@@ -73,8 +71,6 @@ class RunSpec:
     @property
     def impl(self):
         """The :class:`distrain.train.modes.Mode` that runs this spec."""
-        from distrain.train.modes import mode_for
-
         return mode_for(self)
 
     @property
@@ -106,7 +102,6 @@ class RunSpec:
         if not parts or not parts[0]:
             raise ConfigError(f"empty run spec {text!r}")
         mode = parts[0]
-        from distrain.train.modes import mode_class, mode_names
 
         # A mode's positional options: bare values after the worker count (hybrid:D:M).
         positional = list(mode_class(mode).positional) if mode in mode_names() else []
@@ -162,8 +157,6 @@ def parse_run_specs(text: str | list[str]) -> list[RunSpec]:
 
 def _model_names() -> tuple:
     """The registered models' names (the choices of :attr:`TrainConfig.model`)."""
-    from distrain.train.models import model_names
-
     return tuple(model_names())
 
 

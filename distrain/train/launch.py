@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from distrain.errors import ConfigError, TrainingError
 from distrain.progress import Progress
 from distrain.train import heartbeat
+from distrain.train.inputs import DatasetInfo
 
 if TYPE_CHECKING:
     from distrain.train.config import TrainConfig
@@ -327,8 +328,6 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     Raises:
         TrainingError: A process failed or the run timed out; the message says which.
     """
-    from distrain.train.inputs import DatasetInfo
-
     DatasetInfo.load(cfg.data_dir)  # a missing or bad data directory fails before any start
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)

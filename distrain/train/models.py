@@ -6,6 +6,7 @@ more than one model uses live here.
 
 from __future__ import annotations
 
+from distrain import datasets
 from distrain.train.inputs import DatasetInfo
 
 
@@ -51,22 +52,16 @@ def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int,
 
 
 def _spec(info: DatasetInfo, name: str):
-    from distrain import datasets
-
     return datasets.model_spec(info.dataset, name)
 
 
 def models_for(dataset: str) -> list[str]:
     """The names of the models for ``dataset`` (its default first)."""
-    from distrain import datasets
-
     return list(datasets.get(dataset).models)
 
 
 def model_names() -> list[str]:
     """Every model's name, over all data sets, in the data sets' order."""
-    from distrain import datasets
-
     return list(dict.fromkeys(m for d in datasets.names() for m in datasets.get(d).models))
 
 

@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from distrain.datasets import texts as read_texts
+from distrain.lm import StreamScorer, is_recurrent, recurrent_copy, row_spread
 from distrain.train.inputs import DatasetInfo, make_dataset
 
 
@@ -84,8 +86,6 @@ def generate_text(
     runs over the last ``context`` characters for each one. The calls are traced graphs,
     about 25x faster than eager on a CPU.
     """
-    from distrain.lm import is_recurrent, recurrent_copy
-
     rng = np.random.default_rng(seed)
     index = {c: i for i, c in enumerate(vocabulary)}
     ids = [index.get(c, 0) for c in prompt] or [1]
@@ -122,9 +122,6 @@ def evaluate_language_model(
     state along the text. Returns nats/char, bits/char, perplexity and next-character
     accuracy, and a sample generated from the start of the split's first book.
     """
-    from distrain.datasets import texts as read_texts
-    from distrain.lm import StreamScorer, row_spread
-
     info = DatasetInfo.load(data_dir)
     model = load_model(model_path)
     texts = read_texts(data_dir, split)

@@ -14,8 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from distrain import lm
+from distrain.datasets import load_info, model_spec
+from distrain.datasets import texts as read_texts
+from distrain.lm import StreamScorer, random_resets, stream_batches_per_epoch, stream_dataset
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.inputs import make_dataset, shard_size
+from distrain.train.tasks import CLASSIFICATION
 
 VAL_BATCH = 512
 
@@ -88,8 +93,6 @@ def batch_gradients(model, variables, x, y, task=None, clip_norm: float = 0.0):
     """
     import tensorflow as tf
 
-    from distrain.train.tasks import CLASSIFICATION
-
     task = task or CLASSIFICATION
     outputs = model(x, training=True)
     losses = task.losses(y, outputs)
@@ -132,8 +135,6 @@ class Replica:
         import tensorflow as tf
         import tf_keras as keras
 
-        from distrain import lm
-        from distrain.datasets import load_info, model_spec
         from distrain.train.optim import Adam
 
         self.cfg, self.tf, self.keras = cfg, tf, keras
@@ -239,8 +240,6 @@ class Replica:
         """
         g = self.group
         if self.streams:
-            from distrain.lm import stream_batches_per_epoch
-
             shard = (g.size, g.rank)
             return stream_batches_per_epoch(self.info, self.cfg.batch_size, shard, self.lm.bptt)
         return max(1, self.info.splits["train"] // g.size // self.cfg.batch_size)
@@ -261,8 +260,6 @@ class Replica:
         order (:func:`distrain.lm.stream_dataset`).
         """
         if self.streams:
-            from distrain.lm import stream_dataset
-
             g = self.group
             return stream_dataset(
                 self.info,
@@ -303,8 +300,6 @@ class Replica:
     def train_step(self, reduce=None):
         """The traced step: gradients, one update, the version; returns (loss sum, correct)."""
         tf = self.tf
-
-        from distrain.lm import random_resets
 
         per_epoch = self.batches_per_epoch() if self.streams else 0
         # Each process its own rows' resets ([sync] a rank's rows are its own streams).
@@ -364,9 +359,6 @@ class Replica:
 
     def evaluate_text(self) -> tuple[float, float]:
         """A language model's validation nats and accuracy per character (every rank's rows)."""
-        from distrain.datasets import texts as read_texts
-        from distrain.lm import StreamScorer
-
         if "_scorer" not in self.__dict__:
             self._texts = list(read_texts(self.cfg.data_dir, "validation").values())
             streams = self.lm.evaluation_streams if self.lm else 32

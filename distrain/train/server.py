@@ -10,6 +10,10 @@ import argparse
 import sys
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from distrain.failures import Failure, report
+from distrain.train.ps.roles import Role, start_server
+from distrain.train.worker import record_error
+from distrain.train.worker import role as process_role
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,17 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="", help="the run's output folder (its errors/)")
     args = parser.parse_args(argv)
     try:
-        from distrain.train.ps.roles import Role, start_server
-
         role = Role.from_environment()
         server = start_server(role, args.threads)
         print(f"{role.job}:{role.index} serving at {server.target}", flush=True)
         server.join()
     except Exception as exc:  # noqa: BLE001 (recorded for the launcher, then one line)
-        from distrain.failures import Failure, report
-        from distrain.train.worker import record_error
-        from distrain.train.worker import role as process_role
-
         if args.output:
             record_error(args.output, exc)
         failure = Failure.of(f"server {process_role()}", exc)

@@ -16,6 +16,17 @@ import os
 
 import numpy as np
 
+from distrain.datasets import texts as read_texts
+from distrain.evaluate import classification_metrics, majority_baseline, metrics_markdown
+from distrain.lm import language_model_scores, score_ngrams
+from distrain.train.predict import (
+    evaluate_language_model,
+    load_model,
+    predict_split,
+    split_labels,
+    targets_and_outputs,
+)
+
 
 class Task:
     """The base of every task.
@@ -98,9 +109,6 @@ class Classification(Task):
         return _argmax_hits(y, outputs)
 
     def evaluate(self, model_path, info, split):
-        from distrain.evaluate import classification_metrics
-        from distrain.train.predict import predict_split
-
         y_true, y_pred = predict_split(model_path, info, split)
         names = info.class_names or [str(i) for i in range(info.num_classes)]
         evaluation = classification_metrics(y_true, y_pred, names)
@@ -108,9 +116,6 @@ class Classification(Task):
         return evaluation
 
     def baseline(self, info):
-        from distrain.evaluate import majority_baseline
-        from distrain.train.predict import split_labels
-
         hist = info.metadata["class_histogram"]["train"]
         names = info.class_names or [str(i) for i in range(info.num_classes)]
         evaluation = majority_baseline(hist, split_labels(info, self.split), names)
@@ -118,8 +123,6 @@ class Classification(Task):
         return {"name": "majority", "model": "majority class"}, evaluation
 
     def markdown(self, evaluation, title):
-        from distrain.evaluate import metrics_markdown
-
         return metrics_markdown(evaluation, title)
 
 
@@ -143,14 +146,10 @@ class NextCharacter(Task):
         return _argmax_hits(y, outputs)
 
     def evaluate(self, model_path, info, split):
-        from distrain.train.predict import evaluate_language_model
-
         return evaluate_language_model(model_path, info.data_dir, split)
 
     def baseline(self, info):
         """The best Kneser-Ney character n-gram of orders 3-7, scored as the models are."""
-        from distrain.datasets import texts as read_texts
-
         return _ngram_baseline(info, read_texts(info.data_dir, self.split).values(), self.split)
 
     def markdown(self, evaluation, title):
@@ -189,9 +188,6 @@ class Translation(NextCharacter):
         return int(info.metadata["target_len"])
 
     def evaluate(self, model_path, info, split):
-        from distrain.lm import language_model_scores
-        from distrain.train.predict import load_model, targets_and_outputs
-
         nats = hits = count = 0.0
         for y, logits in targets_and_outputs(load_model(model_path), info, split):
             nats += float(np.sum(self.losses(y, logits)))
@@ -210,8 +206,6 @@ class Translation(NextCharacter):
         line break before it is context only), as the decoder sees it; a model below it
         has learnt something from the source line.
         """
-        from distrain.train.predict import split_labels
-
         vocabulary = info.metadata["vocabulary"]
         targets = [
             "\n" + "".join(vocabulary[i] if i else "\x00" for i in row)  # 0: unknown
@@ -229,9 +223,6 @@ class Translation(NextCharacter):
 
 def _ngram_baseline(info, texts, split: str, name_note: str = "", model_note: str = ""):
     """The best Kneser-Ney n-gram, fitted on the training text, scored on ``texts``."""
-    from distrain.datasets import texts as read_texts
-    from distrain.lm import score_ngrams
-
     train = read_texts(info.data_dir, "train").values()
     order, evaluation = score_ngrams(train, texts, info.metadata["vocabulary"])
     evaluation["split"] = split
@@ -266,8 +257,6 @@ class Reconstruction(Task):
         return tf.cast(tf.equal(outputs > 0.0, y > 0.5), tf.float32)
 
     def evaluate(self, model_path, info, split):
-        from distrain.train.predict import load_model, targets_and_outputs
-
         squared = bce = hits = count = 0.0
         for y, logits in targets_and_outputs(load_model(model_path), info, split):
             squared += float(np.sum((1.0 / (1.0 + np.exp(-logits)) - y) ** 2))
@@ -280,8 +269,6 @@ class Reconstruction(Task):
 
     def baseline(self, info):
         """The training images' mean image, whatever the input: what knowing no pixel gives."""
-        from distrain.train.predict import split_labels
-
         mean = np.mean(split_labels(info, "train"), axis=0)
         images = split_labels(info, self.split)
         eps = 1e-7

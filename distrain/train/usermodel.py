@@ -25,29 +25,41 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import shutil
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
-_REFERENCE = re.compile(
-    r"^(?P<where>(?:.+\.py)|(?:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*))"
-    r":(?P<function>[A-Za-z_]\w*)(?:@(?P<task>[\w-]+))?$"
-)
+_REFERENCE = USER_MODEL
 
 
 class UserModelError(ValueError):
     """The user's model code failed to import, to build, or built the wrong thing."""
 
 
-def is_reference(name: str) -> bool:
-    """Whether ``name`` names a function in the user's code rather than a built-in model."""
-    return bool(_REFERENCE.match(str(name)))
+is_reference = is_user_model
+
+
+def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
+    """The spec of a model in the user's code (:func:`distrain.datasets.user_model`).
+
+    It reads the records as the data set's first own model of its task does (``own``:
+    the data set's models). A split mode checks the built model before any process
+    starts (:meth:`distrain.train.modes.Mode.check_model`).
+    """
+    ref = ModelReference.parse(name)
+    task = TASKS[ref.task]
+    view = next((m.view for m in own.values() if m.task is task), "")
+
+    def build_it(info, seed):
+        return build(ref, info, seed)
+
+    return ModelSpec(build_it, task, view=view, summary=f"the user's {ref}")
 
 
 @dataclass(frozen=True)

@@ -355,6 +355,31 @@ def test_parallelism_shows_a_split_a_model_cannot_take_as_refused():
     assert ["nbow", "pipeline-parallel", "pipeline:2:micro=4", "refused"] == rows[-2][:4]
 
 
+def test_parallelism_scores_each_model_by_its_declared_quality():
+    """A task's declared metric, or the one the data set's study declaration names."""
+    from distrain.experiments.parallelism import row_of
+    from distrain.experiments.report import Result
+
+    points = {p.model: p for p in experiments.get("parallelism").config("small").points}
+    scores = {"accuracy": 0.6, "bits_per_char": 2.5, "num_examples": 100}
+    # seq2seq's task declares bits/char; Gutenberg's study names character accuracy.
+    seq2seq = row_of(Result(points["seq2seq"], {}, {**scores, "task": "sequence_to_sequence"}))
+    assert (seq2seq["quality_key"], seq2seq["quality"]) == ("accuracy", 0.6)
+    assert seq2seq["quality_name"] == "accuracy" and seq2seq["higher_is_better"]
+    mlp = row_of(Result(points["mlp"], {}, {"accuracy": 0.9, "task": "classification"}))
+    assert (mlp["quality_key"], mlp["quality_name"], mlp["higher_is_better"]) == (
+        "accuracy",
+        "accuracy",
+        True,
+    )
+    # A classifier's evaluation with bits/char in it too is still scored by accuracy...
+    both = row_of(Result(points["nbow"], {}, {**scores, "task": "classification"}))
+    assert both["quality_key"] == "accuracy"
+    # ... and a run without its quality has none (not another key that happens to be there).
+    none = row_of(Result(points["nbow"], {}, {"bits_per_char": 2.5, "task": "classification"}))
+    assert none["quality"] is None and none["quality_key"] is None
+
+
 def scaling_reports(cfg, epoch_seconds, cores=2, latency=1e-3, bandwidth=1e9):
     """``epoch_seconds[(width, run)]``: each run's steady epoch; one worker takes 10 steps
     an epoch (sync:N, 10 / N); each run's probe is exactly the link given."""

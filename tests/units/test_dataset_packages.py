@@ -109,6 +109,24 @@ class TestGutenberg(DataSetTestCase):
     SAMPLE_SIZE = 30_000  # characters over three books
 
 
+def test_the_registry_lists_the_data_sets_in_its_order_whichever_was_imported_first():
+    """The registry imports its plugins by name; a process that imported one first (a Beam
+    job: ``python -m distrain.datasets.NAME.beam``) still lists them in BUILT_IN's order."""
+    import subprocess
+    import sys
+
+    last = datasets.BUILT_IN[-1]
+    code = (
+        f"import distrain.datasets.{last}.beam\n"
+        "from distrain import datasets\n"
+        "print(','.join(datasets.names()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ",".join(datasets.BUILT_IN)
+    assert datasets.names()[: len(datasets.BUILT_IN)] == list(datasets.BUILT_IN)
+
+
 class TestTfrecord(DataSetTestCase):
     DATASET = "tfrecord"
     SAMPLE_SIZE = 200  # training records, two files (one gzipped)

@@ -6,9 +6,11 @@ import shutil
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.dbpedia.download import download_dbpedia
 from distrain.datasets.dbpedia.models import fasttext, logreg, nbow
 from distrain.datasets.dbpedia.pipeline import DEFAULTS
-from distrain.train.inputs import Feature, FeatureSpec
+from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
+from distrain.datasets.info import Feature, FeatureSpec
 from distrain.train.tasks import CLASSIFICATION
 
 FILES = ("classes.txt", "train.csv", "test.csv")
@@ -65,12 +67,6 @@ class Dbpedia(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.datasets.dbpedia.sample import (
-            CLASSES,
-            DbpediaSampleConfig,
-            write_dbpedia_sample,
-        )
-
         per_class = max(1, (size or self.sample_size) // len(CLASSES))
         cfg = DbpediaSampleConfig(
             train_per_class=per_class, test_per_class=max(1, per_class // 5), seed=seed
@@ -78,8 +74,6 @@ class Dbpedia(DataSet):
         write_dbpedia_sample(out, cfg)
 
     def download(self, out, source):
-        from distrain.datasets.dbpedia.download import download_dbpedia
-
         extracted = download_dbpedia(out / "archive")
         for name in FILES:
             shutil.copyfile(extracted / name, out / name)

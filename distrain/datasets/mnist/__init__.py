@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, ModelSpec, register
+from distrain.datasets.info import Feature, FeatureSpec
+from distrain.datasets.mnist.download import download_mnist
+from distrain.datasets.mnist.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
 from distrain.datasets.mnist.models import (
     FC_WIDTHS,
     SOFTMAX_L2,
@@ -20,7 +23,7 @@ from distrain.datasets.mnist.models import (
     vgg11,
 )
 from distrain.datasets.mnist.pipeline import DEFAULTS
-from distrain.train.inputs import Feature, FeatureSpec
+from distrain.datasets.mnist.sample import MnistSampleConfig, write_mnist_sample
 from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
 
 
@@ -81,27 +84,19 @@ class Mnist(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.datasets.mnist.sample import MnistSampleConfig, write_mnist_sample
-
         size = size or self.sample_size
         write_mnist_sample(
             out, MnistSampleConfig(train_size=size, test_size=max(1, size // 5), seed=seed)
         )
 
     def download(self, out, source):
-        from distrain.datasets.mnist.download import download_mnist
-
         download_mnist(out)
 
     def raw_files(self, src):
-        from distrain.datasets.mnist.idx import MNIST_FILES, mnist_paths
-
         return [p for split in MNIST_FILES for p in mnist_paths(Path(src), split)]
 
     def check_raw_files(self, src):
         """The four IDX files, their headers and lengths (a truncated gzip is caught)."""
-        from distrain.datasets.mnist.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
-
         for split in MNIST_FILES:
             inspect_mnist_split(*mnist_paths(Path(src), split))
 

@@ -14,7 +14,15 @@ from pathlib import Path
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
 from distrain.datasets.tfrecord.models import mlp
 from distrain.datasets.tfrecord.pipeline import DEFAULTS
-from distrain.datasets.tfrecord.spec import SOURCES, SPEC_FILE, source_files
+from distrain.datasets.tfrecord.sample import write_tfrecord_sample
+from distrain.datasets.tfrecord.spec import (
+    SOURCES,
+    SPEC_FILE,
+    FeatureSpec,
+    SpecError,
+    check_first_frame,
+    source_files,
+)
 from distrain.train.tasks import CLASSIFICATION
 
 # tf.io's dtype of each features.json dtype.
@@ -47,8 +55,6 @@ class Tfrecord(DataSet):
     }
 
     def write_sample(self, out, size, seed):
-        from distrain.datasets.tfrecord.sample import write_tfrecord_sample
-
         size = size or self.sample_size
         write_tfrecord_sample(out, size, max(1, size // 5), seed)
 
@@ -66,8 +72,6 @@ class Tfrecord(DataSet):
 
     def check_raw_files(self, src):
         """features.json readable and valid, training files present, each starting as TFRecords."""
-        from distrain.datasets.tfrecord.spec import FeatureSpec, SpecError, check_first_frame
-
         missing = [SPEC_FILE] if not (Path(src) / SPEC_FILE).is_file() else []
         if not source_files(src, "train"):
             missing.append("train-*.tfrecord files")

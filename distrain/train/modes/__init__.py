@@ -128,6 +128,9 @@ class Mode:
 
     #: The name in run specs (``MODE:WORKERS[:key=value...]``).
     name: ClassVar[str] = ""
+    #: A run spec of this mode, small and valid (the contract tests run it; docs may show
+    #: it). Empty: ``NAME:N``, N its fixed worker count or 2.
+    example: ClassVar[str] = ""
     #: Run-spec options: key -> meaning. :meth:`check` gives their defaults and types.
     options: ClassVar[dict[str, str]] = {}
     #: The spec's fixed worker count, if it has one (single: 1).

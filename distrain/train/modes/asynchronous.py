@@ -51,6 +51,7 @@ class Async(ParameterServerMode):
     """N workers push their gradients to P parameter servers, never waiting for each other."""
 
     name = "async"
+    example = "async:2"
 
     def rule(self) -> PushRule:
         return AsyncRule()

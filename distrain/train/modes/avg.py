@@ -166,6 +166,7 @@ class Average(Mode):
     """Periodic model averaging over Horovod: local steps, an allreduce of weights every K."""
 
     name = "avg"
+    example = "avg:2:period=8"
     engine = HOROVOD  # [avg] Horovod's ranks; their allreduce averages the weights
     carries_state = False  # [avg] its held-out slices are records, not streams
     options = {

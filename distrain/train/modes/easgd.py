@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from distrain.train.config import ConfigError
+from distrain.train.models import build_model
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
@@ -51,7 +52,6 @@ class EASGDRule(PushRule):
         if g.role.job != "worker":
             return g.model, g.variables
         tf = g.tf
-        from distrain.train.models import build_model
         from distrain.train.optim import Adam
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
@@ -188,6 +188,7 @@ class EASGD(ParameterServerMode):
     """Asynchronous elastic averaging: workers' copies exchange with a centre every tau steps."""
 
     name = "easgd"
+    example = "easgd:2:tau=4"
     options = {
         **ParameterServerMode.options,
         "tau": "steps between a worker's exchanges, or adaptive (required)",

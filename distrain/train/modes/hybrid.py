@@ -26,6 +26,7 @@ class Hybrid(Mode):
     """Data parallelism over model-parallel groups: ``hybrid:D:M`` runs D x M ranks."""
 
     name = "hybrid"
+    example = "hybrid:2:2"
     engine = HOROVOD  # [hybrid] D x M Horovod ranks
     carries_state = False  # [hybrid] as tensor's: a split recurrent layer has no stateful copy
     options = {"model": "ranks per model-parallel group (M, at least 2; hybrid:D:M)"}

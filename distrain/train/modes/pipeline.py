@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
+from distrain.datasets import find_model
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
@@ -245,6 +246,7 @@ class Pipeline(Mode):
     """Consecutive layers on N ranks as stages; micro-batches flow through them (GPipe)."""
 
     name = "pipeline"
+    example = "pipeline:2"
     engine = HOROVOD  # [pipeline] Horovod's ranks, one per stage
     options = {"micro": "micro-batches per batch (default 4)"}
     carries_state = False  # [pipeline] a stage holds no whole recurrent layer's state
@@ -274,8 +276,6 @@ class Pipeline(Mode):
         check_chain(cfg, model)
 
     def check_config(self, cfg) -> None:
-        from distrain.datasets import find_model
-
         micro = self.spec.option("micro")
         if cfg.batch_size % micro:
             raise ConfigError(
@@ -292,7 +292,7 @@ class Pipeline(Mode):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
+        from distrain.train.split import ModelGroup  # its layers subclass tf_keras's
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers

@@ -109,6 +109,7 @@ class Single(Mode):
     """One worker process: the baseline of speedup and efficiency."""
 
     name = "single"
+    example = "single:1"
     engine = ONE_PROCESS  # one `distrain worker`, in the step's own pod on Kubernetes
     fixed_workers = 1
     carries_state = True

@@ -141,6 +141,7 @@ class SSP(ParameterServerMode):
     """Stale-synchronous parallel on the parameter servers: async within a staleness bound."""
 
     name = "ssp"
+    example = "ssp:2:staleness=2"
     options = {
         **ParameterServerMode.options,
         "staleness": "clocks a worker may run ahead of the slowest (0: bulk-synchronous)",

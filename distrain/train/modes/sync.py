@@ -55,6 +55,7 @@ class Sync(Mode):
     """Horovod allreduce: N ranks, one update per step from the mean of N gradients."""
 
     name = "sync"
+    example = "sync:2"
     engine = HOROVOD  # [sync] ranks under mpirun (horovodrun with gloo), an MPIJob on Kubernetes
     options = {"min": "elastic Horovod: training goes on while at least this many workers live"}
     carries_state = True

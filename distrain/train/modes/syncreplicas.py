@@ -130,6 +130,7 @@ class SyncReplicas(ParameterServerMode):
     """
 
     name = "syncreplicas"
+    example = "syncreplicas:2"
     options = {**ParameterServerMode.options, "aggregate": "gradients per update (default: all)"}
 
     @classmethod

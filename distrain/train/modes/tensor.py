@@ -8,6 +8,7 @@ from distrain.costmodel import tensor_step
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
+from distrain.train.models import build_model
 from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import Group, Replica
@@ -78,8 +79,6 @@ class SplitReplica(Replica):
         return whole_weights(self.model, self.model_group)
 
     def save_model(self) -> None:
-        from distrain.train.models import build_model
-
         weights = self.whole_weights()  # [tensor] every rank of the group takes part
         if self.rank == 0:
             whole = build_model(self.info, self.cfg.model, self.cfg.seed)
@@ -142,6 +141,7 @@ class Tensor(Mode):
     """Column-split dense and recurrent layers over N ranks, every rank on the same batches."""
 
     name = "tensor"
+    example = "tensor:2"
     engine = HOROVOD  # [tensor] Horovod's ranks: the split's collectives are theirs
     # [tensor] a split recurrent layer has no stateful copy: a stream language model
     # trains on windows from a zero state here (the evaluate step still scores the text).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from distrain.datasets import model_spec
 from distrain.train.config import TrainConfig
 from distrain.train.ps.roles import Role
 from distrain.train.ps.transport import arrived, by_server, moved_as_one
@@ -35,7 +36,6 @@ class PSGraph:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule):
         import tensorflow as tf
 
-        from distrain.datasets import model_spec
         from distrain.train.optim import Adam
 
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule

@@ -12,6 +12,7 @@ import os
 import sys
 import traceback
 
+from distrain.datasets import load_info
 from distrain.errors import ConfigError
 from distrain.failures import Failure
 from distrain.k8s.objects import ps_objects
@@ -132,8 +133,6 @@ class ParameterServerMode(Mode):
         os._exit(code)
 
     def _train_role(self, cfg, role: Role) -> None:
-        from distrain.datasets import load_info
-
         info = load_info(cfg.data_dir, cfg.model)
         if role.job == "worker":
             Worker(cfg, info, role, self.rule()).run()

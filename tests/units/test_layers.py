@@ -1,0 +1,373 @@
+"""The package's imports go one way, down these layers (lowest first):
+
+0. **base** (``errors``, ``progress``, ``machine``, ``memory``, ``gate``, ``flags``, ``verdict``,
+   ``images``, ``costmodel``, ``evaluate``, ``ngram``, ``plugins``): helpers that import no
+   other layer (``plugins`` loads other packages' entry points for the registries).
+1. **files** (``data``, ``preprocess``, ``failures``): downloads, records, the shared Beam
+   transforms, the one-line failure reports.
+2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
+   preprocessed directory holds. It imports its plugins by name on the first lookup, so
+   every layer above may ask it and none of its plugins is below it.
+3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.predict``, ``train.tasks``,
+   ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``, ``train.heartbeat``,
+   ``train.usermodel``): what a run reads, the models' builders (the user's too), how a model
+   is scored; they ask the registry for a
+   data set's parser, texts and models.
+4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
+   contract test base): built on the learning layer, found through the registry.
+5. **settings** (``train.launch``, ``train.modes``, ``train.config``): the process launch, the
+   modes' registry and the typed training config.
+6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
+7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
+   experiments and their reports.
+8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
+   and the CLI's commands call.
+9. **front** (``cli``, ``__main__``).
+
+Every import counts, inside functions too (not those under ``if TYPE_CHECKING:``): an import
+may go to its own layer or below, never up, and the whole graph has no cycle. A module that
+no layer names fails the test (add it to :data:`LAYERS`). A package's ``__init__`` is not
+counted as imported by its submodules (Python runs it first; it may import them).
+
+Function-level imports stay only where they keep a heavy library (:data:`LAZY`: TensorFlow,
+tf_keras, Beam, Horovod, KFP, ...) out of a process that does not need it: of such a library
+itself, or of a module of the package that loads one when imported. The others are counted
+(:data:`OTHER_LOCAL_IMPORTS` is the most allowed), so the count cannot grow unseen.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import subprocess
+import sys
+from functools import cache
+
+from tests.conftest import ROOT
+
+LAYERS = [
+    (
+        "base",
+        [
+            "distrain",
+            "distrain.errors",
+            "distrain.progress",
+            "distrain.machine",
+            "distrain.memory",
+            "distrain.gate",
+            "distrain.flags",
+            "distrain.verdict",
+            "distrain.images",
+            "distrain.costmodel",
+            "distrain.evaluate",
+            "distrain.ngram",
+            "distrain.plugins",
+        ],
+    ),
+    (
+        "files",
+        ["distrain.data", "distrain.data.*", "distrain.preprocess*", "distrain.failures"],
+    ),
+    ("registry", ["distrain.datasets", "distrain.datasets.info"]),
+    (
+        "learning",
+        [
+            "distrain.lm",
+            "distrain.train",
+            "distrain.train.inputs",
+            "distrain.train.models",
+            "distrain.train.predict",
+            "distrain.train.tasks",
+            "distrain.train.optim",
+            "distrain.train.split",
+            "distrain.train.staleness",
+            "distrain.train.runtime",
+            "distrain.train.heartbeat",
+            "distrain.train.usermodel",
+        ],
+    ),
+    ("data sets", ["distrain.datasets.*"]),
+    ("settings", ["distrain.train.launch", "distrain.train.modes", "distrain.train.config"]),
+    ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
+    (
+        "analysis",
+        ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
+    ),
+    ("steps", ["distrain.steps", "distrain.submit", "distrain.faults", "distrain.listing"]),
+    ("front", ["distrain.cli", "distrain.__main__"]),
+]
+
+# Libraries slow or heavy to import: a function may import them (or a module of the package
+# that imports them when loaded) so that a process that does not need them never loads them.
+LAZY = {
+    "apache_beam",
+    "dask",
+    "distributed",
+    "google",
+    "horovod",
+    "jsonschema",
+    "kfp",
+    "kubernetes",
+    "kubernetes_validate",
+    "matplotlib",
+    "tensorflow",
+    "tf_keras",
+}
+# Modules the installed package maps from ``pipelines/`` and ``components/``: they load KFP.
+BUILT_FROM_KFP = ("distrain.pipelines", "distrain.components")
+# Function-level imports of anything else (the standard library, a light module of the
+# package, a light library): the most there may be. Lower it when you move one to the top.
+OTHER_LOCAL_IMPORTS = 55
+
+
+def _modules() -> dict[str, object]:
+    paths = sorted((ROOT / "distrain").rglob("*.py"))
+    return {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in paths
+    }
+
+
+@cache
+def _imports() -> dict[str, list[tuple[int, list[str], bool]]]:
+    """Each module's imports: ``(line, names it may bind, whether inside a function)``."""
+    found = {}
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for statement in node.body
+            for inner in ast.walk(statement)
+        }
+        top_level = {
+            id(inner)
+            for statement in tree.body
+            if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            for inner in ast.walk(statement)
+        }
+        # Class bodies run at import too: their imports (not their methods') are top-level.
+        for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+            for statement in cls.body:
+                if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                    top_level.update(id(inner) for inner in ast.walk(statement))
+        rows = []
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            rows.append((node.lineno, names, id(node) not in top_level))
+        found[module] = rows
+    return found
+
+
+def _graph(local: bool = True) -> dict[str, dict[str, int]]:
+    """Module -> the package's modules it imports (-> a line that does), top-level only or all."""
+    modules = _modules()
+    graph = {}
+    for module, rows in _imports().items():
+        deps = {}
+        for line, names, in_function in rows:
+            if in_function and not local:
+                continue
+            for name in names:
+                if name in modules and name != module:
+                    deps.setdefault(name, line)
+        graph[module] = deps
+    return graph
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module``'s layer: its most specific pattern's."""
+    best = None
+    for index, (_, patterns) in enumerate(LAYERS):
+        for pattern in patterns:
+            if fnmatch.fnmatchcase(module, pattern):
+                weight = len(pattern.rstrip("*")) + (pattern == module)
+                if best is None or weight > best[0]:
+                    best = (weight, index)
+    return None if best is None else best[1]
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m in _modules() if layer_of(m) is None]
+    assert not missing, f"modules in no layer of LAYERS: {missing}"
+
+
+def test_imports_go_down_the_layers():
+    """A module imports its own layer or lower ones, never a higher one."""
+    path_of = _modules()
+    upward = []
+    for module, deps in _graph().items():
+        for dep, line in sorted(deps.items()):
+            if layer_of(dep) > layer_of(module):
+                upward.append(
+                    f"{path_of[module].relative_to(ROOT)}:{line}: {module} "
+                    f"({LAYERS[layer_of(module)][0]}) imports {dep} ({LAYERS[layer_of(dep)][0]})"
+                )
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
+def test_no_import_cycle_in_the_package():
+    """Every import counts, inside functions too (not those only for type checking)."""
+    graph = _graph()
+    done: set[str] = set()
+
+    def visit(module, trail):
+        if module in trail:
+            raise AssertionError(" -> ".join([*trail[trail.index(module) :], module]))
+        if module in done:
+            return
+        for dep in sorted(graph.get(module, ())):
+            visit(dep, [*trail, module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
+
+
+@cache
+def _import_time_loads(module: str) -> bool:
+    """Whether ``module``'s own code loads a :data:`LAZY` library when the module is imported.
+
+    By a top-level import, or by calling at import time (a statement, a class's bases,
+    decorators or body) one of its functions that imports one (``class L(_keras().Layer)``).
+    """
+    tree = ast.parse(_modules()[module].read_text())
+    lazy_functions = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(
+            isinstance(n, ast.Import | ast.ImportFrom) and _lazy_names(n) for n in ast.walk(node)
+        )
+    }
+    runs_now = []
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            runs_now += statement.decorator_list
+        elif isinstance(statement, ast.ClassDef):
+            runs_now += [*statement.bases, *statement.keywords, *statement.decorator_list]
+            runs_now += [s for s in statement.body if not isinstance(s, ast.FunctionDef)]
+        else:
+            runs_now.append(statement)
+    for node in (n for part in runs_now for n in ast.walk(part)):
+        if isinstance(node, ast.Import | ast.ImportFrom) and _lazy_names(node):
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in lazy_functions:
+            return True
+    return False
+
+
+def _lazy_names(node: ast.Import | ast.ImportFrom) -> bool:
+    names = (
+        [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+    )
+    return any(n.split(".")[0] in LAZY for n in names)
+
+
+def _loads_lazy(module: str) -> bool:
+    """Whether importing ``module`` of the package loads a :data:`LAZY` library."""
+    top = _graph(local=False)
+    seen, todo = set(), [module]  # a walk, not a recursion: it ends on a cycle too
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        if _import_time_loads(name):
+            return True
+        seen.add(name)
+        todo += top[name]
+    return False
+
+
+def other_local_imports() -> list[str]:
+    """The function-level imports that keep no heavy library out of a process."""
+    modules = _modules()
+    found = []
+    for module, rows in _imports().items():
+        for line, names, in_function in rows:
+            if not in_function:
+                continue
+            ours = [n for n in names if n in modules]
+            if ours and any(_loads_lazy(n) for n in ours):
+                continue
+            if not ours and names[0].split(".")[0] in LAZY:
+                continue
+            if names[0].startswith(BUILT_FROM_KFP):
+                continue
+            found.append(f"{modules[module].relative_to(ROOT)}:{line}: {names[0]}")
+    return found
+
+
+def test_function_level_imports_keep_heavy_libraries_out_and_cannot_grow_unseen():
+    lazy = sum(inside for rows in _imports().values() for _, _, inside in rows)
+    other = other_local_imports()
+    print(f"function-level imports: {lazy}, of which {len(other)} load no heavy library")
+    assert len(other) <= OTHER_LOCAL_IMPORTS, (
+        f"{len(other)} function-level imports load no heavy library (at most "
+        f"{OTHER_LOCAL_IMPORTS}); move them to the module's top:\n" + "\n".join(other)
+    )
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle(monkeypatch):
+    """The layer check sees a low module importing a high one; the cycle check a loop."""
+    graph = {m: dict(d) for m, d in _graph().items()}
+    graph["distrain.errors"]["distrain.cli"] = 1
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda local=True: graph)
+    try:
+        test_imports_go_down_the_layers()
+    except AssertionError as err:
+        assert "distrain.errors (base) imports distrain.cli (front)" in str(err)
+    else:
+        raise AssertionError("the upward import went unseen")
+    try:
+        test_no_import_cycle_in_the_package()
+    except AssertionError as err:
+        assert "distrain.errors" in str(err)
+    else:
+        raise AssertionError("the cycle went unseen")
+
+
+MAX_LINES = 700
+
+
+def test_no_python_file_is_over_700_lines():
+    """A module one can read whole: split a longer one by concern (as ``distrain/compare/``)."""
+    folders = ["distrain", "components", "pipelines", "benchmarks", "tests", "scripts"]
+    paths = [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
+    assert len(paths) > 100  # the folders are there
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in paths
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_the_cli_and_the_registries_load_no_heavy_library():
+    """``distrain --help``, the modes and the data sets: no TensorFlow, tf_keras nor Beam."""
+    code = (
+        "import sys\n"
+        "import distrain.cli, distrain.steps, distrain.compare, distrain.experiments.report\n"
+        "from distrain import datasets\n"
+        "from distrain.train import modes\n"
+        "from distrain.train.config import TrainConfig\n"
+        "for name in modes.mode_names():\n"
+        "    modes.mode_class(name)\n"
+        "TrainConfig(data_dir='d', output_dir='o', run='pipeline:2', model='mlp')\n"
+        "[datasets.get(name).models for name in datasets.names()]\n"
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'apache_beam', 'horovod')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
