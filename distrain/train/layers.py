@@ -31,19 +31,12 @@ class MeanEmbedding(keras.layers.Embedding):
     def call(self, inputs):
         import tensorflow as tf
 
-        ids = tf.cast(inputs, tf.int32)
-        present = tf.not_equal(ids, 0)
-        tokens = tf.boolean_mask(ids, present)  # the non-zero ids, row by row
-        rows = tf.cast(tf.where(present)[:, 0], tf.int32)  # the row of each
-        distinct, which = tf.unique(tokens)
-        # A gather of the variable's distinct rows (its gradient: one row per distinct id).
-        # Not tf.nn.embedding_lookup_sparse: Grappler rewrites its gather and segment mean
-        # into one op on the whole table, read (copied, 28 MB on DBPedia) at every step.
-        vectors = tf.gather(self.embeddings, distinct)
-        batch = tf.shape(ids)[0]
-        summed = tf.math.unsorted_segment_sum(tf.gather(vectors, which), rows, batch)
-        counts = tf.reduce_sum(tf.cast(present, summed.dtype), axis=1, keepdims=True)
-        return summed / tf.maximum(counts, 1.0)
+        ids = tf.sparse.from_dense(tf.cast(inputs, tf.int64))  # the non-zero ids
+        mean = tf.nn.embedding_lookup_sparse(self.embeddings, ids, None, combiner="mean")
+        # Rows past the last with a token are missing from the lookup's result.
+        rows = tf.shape(inputs, out_type=tf.int64)[0]
+        missing = rows - tf.shape(mean, out_type=tf.int64)[0]
+        return tf.pad(mean, [[0, missing], [0, 0]])
 
     def compute_mask(self, inputs, mask=None):
         return None
