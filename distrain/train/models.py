@@ -29,19 +29,18 @@ def perceptron(info: DatasetInfo, seed: int, hidden: tuple[int, ...], name: str)
 
 
 def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int, ...], name: str):
-    """Averaged token embeddings (padding left out), ReLU layers of ``hidden`` units, logits."""
-    from distrain.train.layers import MeanEmbedding
-
+    """Averaged (masked) token embeddings, ReLU layers of ``hidden`` units, then the logits."""
     keras = keras_module()
     init = keras.initializers.GlorotUniform
     layers = [
         keras.layers.Input(shape=(None,), dtype="int32"),
-        # The mean over each row's tokens, the padding left out (not masked).
-        MeanEmbedding(
+        keras.layers.Embedding(
             info.metadata["vocab_size"],
             dim,
+            mask_zero=True,
             embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
         ),
+        keras.layers.GlobalAveragePooling1D(),
     ]
     for i, units in enumerate(hidden):
         layers.append(keras.layers.Dense(units, "relu", kernel_initializer=init(seed + 1 + i)))
