@@ -5,15 +5,8 @@ from __future__ import annotations
 from distrain.train.models import bag_of_embeddings, keras_module
 
 
-def fasttext(info, seed: int, dim: int = 10):
-    """fastText-style classifier: embeddings of unigrams and bigrams, averaged, then softmax.
-
-    Ten dimensions, as fastText's own text classification (Joulin et al., 2016, and the
-    suite's fastText at full size) uses. At 64 the embedding's lookup, gradient and lazy
-    Adam update were about half of a step's CPU time (issue 41: 31.6 ms a step of 512
-    generated DBPedia rows against 14.8 at 10), with the same validation accuracy on the
-    generated 140,000 rows (docs/modes.md).
-    """
+def fasttext(info, seed: int, dim: int = 64):
+    """fastText-style classifier: embeddings of unigrams and bigrams, averaged, then softmax."""
     return bag_of_embeddings(info, seed, dim, (), "dbpedia_fasttext")
 
 
