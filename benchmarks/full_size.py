@@ -112,6 +112,15 @@ def run_fasttext(raw: Path, work: Path) -> dict:
     }
 
 
+def model_dim() -> int:
+    """The embedding dimension of the pipeline's default DBPedia model (measured with it)."""
+    import inspect
+
+    from distrain.datasets.dbpedia.models import fasttext
+
+    return int(inspect.signature(fasttext).parameters["dim"].default)
+
+
 def time_to(history: dict, target: float) -> float | None:
     """Seconds into the run when the validation accuracy first reached ``target``
     (interpolated within the epoch that crossed it), or None."""
@@ -181,6 +190,7 @@ def bench_full_size(
     ours_epoch = min(e for e, _, _ in largest["epoch"])
     return {
         "rows": rows,
+        "dim": model_dim(),
         "fasttext": ft,
         "ours": {
             "epoch_seconds": ours_epoch,
@@ -301,7 +311,7 @@ def render_full_size(section: dict) -> list[str]:
         "Generated rows in the `dbpedia_csv` format; each measure a process of its own, its "
         "whole process tree's peak resident memory sampled every 50 ms. One epoch: "
         "`single:1` at the pipeline's defaults (batch 512, the fastText-style model, "
-        "dimension 64). Ranges are over the repeats."
+        f"dimension {section.get('dim', 64)}). Ranges are over the repeats."
         + (f" Measured {section['measured']}." if section.get("measured") else "")
         + (f" {section['note']}" if section.get("note") else ""),
         "",
