@@ -414,3 +414,47 @@ def test_check_accounting():
         check_accounting("f.csv", 10, 7, 2)
     with pytest.raises(RecordAccountingError, match="counted twice"):
         check_accounting("f.csv", 10, 8, 3)
+
+
+class _CountedReads(io.BytesIO):
+    """A file whose largest single read is remembered."""
+
+    largest = 0
+
+    def read(self, size=-1):
+        out = super().read(size)
+        self.largest = max(self.largest, len(out))
+        return out
+
+
+@pytest.mark.parametrize("window", [1, 16, 64])
+@pytest.mark.parametrize("rows_per_range, range_bytes", [(1, 0), (3, 0), (0, 1), (0, 40)])
+@pytest.mark.parametrize(
+    "data",
+    [
+        EDGE * 5,
+        EDGE.replace(b"\n", b"\r\n") * 3,
+        (b'1,"a","b"\n2,"open,"x"\n3,"c","d"\nnot a row\n4,"e","f"\n5,"g","h"\n') * 4,
+        b"\xef\xbb\xbf" + b'1,"a","multi\nline\nfield"\r3,"e","f"\n' * 10 + b'4,"no","break"',
+    ],
+    ids=["edge", "crlf", "runaway", "bom"],
+)
+def test_the_planner_reads_a_window_at_a_time_and_cuts_as_the_whole_file(
+    data, rows_per_range, range_bytes, window
+):
+    # Issue 41: the planner read each CSV whole (720 MB at 16x of 140,000 rows). Windows
+    # of a few bytes (records bounded to 3 lines, 60 bytes: windows of 240) must cut
+    # exactly where one window over the whole file cuts, and never read more at once.
+    from distrain.datasets.dbpedia.rows import physical_lines, plan_csv_ranges
+
+    bounds = {"max_lines": 3, "max_bytes": 60}
+    f = _CountedReads(data)
+    ranges, lines = plan_csv_ranges(
+        f, rows_per_range, range_bytes=range_bytes, window_bytes=window, **bounds
+    )
+    whole = csv_row_ranges(
+        data, rows_per_range, range_bytes=range_bytes, window_bytes=len(data) + 1, **bounds
+    )
+    assert ranges == whole
+    assert lines == physical_lines(data)
+    assert f.largest <= 4 * bounds["max_bytes"] < len(data)

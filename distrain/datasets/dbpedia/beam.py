@@ -57,6 +57,7 @@ from distrain.preprocess.records import example, int64_feature, write_text
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
+COUNT_BATCH = 4096  # rows per element of the counting pass (its memory, not the output's)
 
 
 @dataclass(frozen=True)
@@ -284,24 +285,20 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
             )
             | "PlanByTag" >> ByTag("ranges", "stats")
         )
+        # Two passes over the ranges, as an analyze-then-transform job does: the first
+        # counts n-grams (combined, never collected) and finds the rejects, the second
+        # parses each range again and encodes it with the vocabulary. Rows never wait for
+        # the vocabulary: a runner holds what waits for a side input, all of it.
+        ranges = planned["ranges"] | "Spread" >> beam.Reshuffle()
+        parse = dict(max_lines=config.max_record_lines, max_bytes=config.max_record_bytes)
         parsed = (
-            planned["ranges"]
-            | "Spread" >> beam.Reshuffle()
-            | "ParseCsv"
-            >> beam.ParDo(
-                ParseCsvRange(
-                    len(classes),
-                    max_lines=config.max_record_lines,
-                    max_bytes=config.max_record_bytes,
-                )
-            )
+            ranges
+            | "ParseCsv" >> beam.ParDo(ParseCsvRange(len(classes), COUNT_BATCH, **parse))
             | "ParseByTag" >> ByTag("rows", "dead_letter", "stats")
         )
-        rows = parsed["rows"] | "AssignSplit" >> beam.FlatMap(
-            _split_batch, config.seed, config.validation_fraction
-        )
         vocabulary = (
-            rows
+            parsed["rows"]
+            | "AssignSplit" >> beam.FlatMap(_split_batch, config.seed, config.validation_fraction)
             | "TrainOnly" >> beam.Filter(lambda item: item[0] == "train")
             | "Rows" >> beam.Map(lambda item: item[1])
             | "CountNgrams" >> CombineAll(_CountNgrams(with_bigrams))
@@ -310,6 +307,12 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
             # One string, not a list: a side input is decoded (and sized) per bundle, and
             # a string of 150k words costs one copy where a list costs 150k objects.
             | "VocabText" >> beam.Map(lambda words: "\n".join(words) + "\n")
+        )
+        rows = (
+            ranges
+            | "ParseAgain" >> beam.ParDo(ParseCsvRange(len(classes), rows_only=True, **parse))
+            | "RowsAgain" >> beam.Map(lambda pair: pair[1])
+            | "SplitAgain" >> beam.FlatMap(_split_batch, config.seed, config.validation_fraction)
         )
         encoded = rows | "ToExamples" >> EncodeText(
             vocabulary, len(classes), config.max_tokens, with_bigrams

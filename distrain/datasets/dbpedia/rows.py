@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import codecs
 import csv
+import io
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -263,49 +264,82 @@ def csv_row_ranges(
     max_lines: int = MAX_RECORD_LINES,
     max_bytes: int = MAX_RECORD_BYTES,
     range_bytes: int = 0,
+    window_bytes: int = 1 << 23,
 ) -> list[tuple[int, int, int, int]]:
-    """Cuts a CSV file into ranges of whole records, so that they can be parsed apart.
+    """Cuts CSV bytes into ranges of whole records (:func:`plan_csv_ranges` over them)."""
+    return plan_csv_ranges(
+        io.BytesIO(data), rows_per_range, max_lines, max_bytes, range_bytes, window_bytes
+    )[0]
+
+
+def plan_csv_ranges(
+    f: BinaryIO,
+    rows_per_range: int,
+    max_lines: int = MAX_RECORD_LINES,
+    max_bytes: int = MAX_RECORD_BYTES,
+    range_bytes: int = 0,
+    window_bytes: int = 1 << 23,
+) -> tuple[list[tuple[int, int, int, int]], int]:
+    """Cuts a CSV file into ranges of whole records, reading it a window at a time.
 
     Record boundaries come from :func:`csv_records` (quoted fields may hold commas,
-    quotes and line breaks; a quote left open ends at the next line starting a row).
+    quotes and line breaks; a quote left open ends at the next line starting a row). The
+    file is never in memory whole: each window of about ``window_bytes`` starts at a
+    record start, and only its records that end at least ``max_bytes`` before its end
+    are taken (they are the records the whole file has there: a record is decided by its
+    own bytes, at most ``max_bytes`` past its start when it has several lines, and a
+    runaway by the lines up to the next row start, all inside the window); the next
+    window starts after them. A window that takes no record is doubled.
 
     Args:
-        data: The file's bytes.
+        f: The file, opened for binary reading (seekable).
         rows_per_range: Records per range (the last range may have fewer); 0: by size.
         max_lines: Most lines of one record.
         max_bytes: Most bytes of one record of more than one line.
         range_bytes: With ``rows_per_range`` 0, bytes per range: each range ends with
             the first record that takes it to this size (the last may be smaller).
+        window_bytes: Bytes read at once (grown to fit a longer record).
 
     Returns:
-        ``(byte_start, byte_end, first_line, records)`` per range, in file order,
-        covering ``data`` exactly; ``first_line`` is the 1-based line number where it
-        starts.
+        ``(ranges, lines)``: ``(byte_start, byte_end, first_line, records)`` per range,
+        in file order, covering the file exactly (``first_line``: the 1-based line where
+        it starts), and the file's physical lines (:func:`physical_lines`).
     """
     if rows_per_range < 0 or (rows_per_range == 0 and range_bytes < 1):
         raise ValueError("rows_per_range must be positive, or range_bytes with rows_per_range 0")
-    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    ends, lines, _ = csv_records(data[bom:], max_lines=max_lines, max_bytes=max_bytes)
-    ends = ends + bom
-    n = len(ends)
-    if not n:
-        return [(0, len(data), 1, 0)]
-    if rows_per_range:
-        firsts = list(range(0, n, rows_per_range))
-    else:
-        firsts = [0]
-        while True:
-            start = int(ends[firsts[-1] - 1]) if firsts[-1] else 0
-            last = int(np.searchsorted(ends, start + range_bytes, side="left"))
-            if last + 1 >= n:
-                break
-            firsts.append(last + 1)
-    ranges = []
-    for first, following in zip(firsts, [*firsts[1:], n], strict=True):
-        last = following - 1
-        start = int(ends[first - 1]) if first else 0
-        ranges.append((start, int(ends[last]), int(lines[first]) + 1, last - first + 1))
-    return ranges
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(0)
+    pos = len(codecs.BOM_UTF8) if f.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
+    total_lines = 0  # physical lines before ``pos`` (a record start)
+    ranges: list[tuple[int, int, int, int]] = []
+    start, first_line, count = 0, 1, 0  # the range being filled
+    window = max(window_bytes, 4 * max_bytes)
+    while pos < size:
+        f.seek(pos)
+        data = f.read(window)
+        at_end = pos + len(data) >= size
+        found = csv_records(data, max_lines=max_lines, max_bytes=max_bytes)
+        ends, lines = found.ends, found.lines
+        if not at_end:
+            taken = int(np.searchsorted(ends, len(data) - max_bytes - 1, side="right"))
+            if taken == 0:
+                window *= 2
+                continue
+            ends, lines = ends[:taken], lines[:taken]
+        for end, line in zip((ends + pos).tolist(), lines.tolist(), strict=True):
+            if not count:
+                first_line = total_lines + line + 1
+            count += 1
+            if count == rows_per_range or (not rows_per_range and end >= start + range_bytes):
+                ranges.append((start, end, first_line, count))
+                start, count = end, 0
+        consumed = int(ends[-1])
+        total_lines += physical_lines(data[:consumed])
+        pos += consumed
+    if count or not ranges:
+        ranges.append((start, size, first_line, count))
+    return ranges, total_lines
 
 
 class PlanCsvRanges(beam.DoFn):
@@ -333,15 +367,13 @@ class PlanCsvRanges(beam.DoFn):
     def process(self, source: str):
         path = os.path.join(self.input_dir, f"{source}.csv")
         with open(path, "rb") as f:
-            data = f.read()
-        records = 0
-        ranges = csv_row_ranges(
-            data, self.rows_per_range, self.max_lines, self.max_bytes, self.range_bytes
-        )
-        for start, end, first_line, count in ranges:
-            records += count
+            ranges, lines = plan_csv_ranges(
+                f, self.rows_per_range, self.max_lines, self.max_bytes, self.range_bytes
+            )
+        for start, end, first_line, _ in ranges:
             yield "ranges", (source, path, start, end, first_line)
-        yield "stats", {"input": {source: records}, "input_lines": {source: physical_lines(data)}}
+        records = sum(count for *_, count in ranges)
+        yield "stats", {"input": {source: records}, "input_lines": {source: lines}}
 
 
 class ParseCsvRange(beam.DoFn):
@@ -352,7 +384,8 @@ class ParseCsvRange(beam.DoFn):
     record (``lines``: the lines of the file it takes, each one counted as rejected), and
     ``stats``: the lines of the good rows, per source. ``batch_size``: rows per batch; 0
     (default): the range's rows are one batch, so that each range becomes one file per
-    split.
+    split. ``rows_only``: yield only ``rows`` (a second pass over ranges whose rejects and
+    counts the first pass already reported).
     """
 
     def __init__(
@@ -361,9 +394,10 @@ class ParseCsvRange(beam.DoFn):
         batch_size: int = 0,
         max_lines: int = MAX_RECORD_LINES,
         max_bytes: int = MAX_RECORD_BYTES,
+        rows_only: bool = False,
     ):
         self.num_classes = num_classes
-        self.batch_size = batch_size
+        self.batch_size, self.rows_only = batch_size, rows_only
         self.max_lines, self.max_bytes = max_lines, max_bytes
 
     def process(self, item):
@@ -377,6 +411,8 @@ class ParseCsvRange(beam.DoFn):
         )
         for kind, line, a, b, lines in records:
             if kind == "bad":
+                if self.rows_only:
+                    continue
                 yield (
                     "dead_letter",
                     {"file": path, "line": line, "lines": lines, "raw": a, "reason": b},
@@ -389,4 +425,5 @@ class ParseCsvRange(beam.DoFn):
                 batch = []
         if batch:
             yield "rows", (source, batch)
-        yield "stats", {"good_lines": {source: good_lines}}
+        if not self.rows_only:
+            yield "stats", {"good_lines": {source: good_lines}}
