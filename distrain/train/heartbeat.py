@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 HEARTBEATS_DIR = "heartbeats"
 BEAT_SECONDS = 2.0
 
@@ -65,28 +67,16 @@ class Stalled:
         return f"{self.who} (pid {self.pid}, {self.state}) has not run for {self.silent:.0f} s"
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped"}
-_STATES.update({"t": "stopped by a tracer", "Z": "a zombie"})
-
-
 def process_state(pid: int) -> str:
-    """The kernel's word for a process's state (Linux ``/proc``), or ``unknown``."""
+    """The kernel's word for a process's state (``stopped``, ``sleeping``, ...), or ``gone``."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "unknown"
-    code = stat.rsplit(")", 1)[-1].split()[0]
-    return _STATES.get(code, code)
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return process_state(pid) != "a zombie"
+    return process_state(pid) not in ("gone", psutil.STATUS_ZOMBIE)
 
 
 def stalled(output_dir: str | os.PathLike, limit: float, now: float | None = None) -> list[Stalled]:
