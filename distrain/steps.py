@@ -13,7 +13,7 @@ from pathlib import Path
 from distrain import datasets
 from distrain.compare import CompareConfig, write_comparison
 from distrain.costmodel import profile
-from distrain.datasets import get, load_info, model_spec
+from distrain.datasets import get, is_user_model, load_info, model_spec
 from distrain.errors import StepError
 from distrain.experiments import ExperimentConfig
 from distrain.experiments.report import build_report, write_report
@@ -145,7 +145,7 @@ def check_parameters(
     if plugin is not None:
         try:
             plugin.model(model)
-            if usermodel.is_reference(model):
+            if is_user_model(model):
                 usermodel.check_source(model, model_file)  # the training step builds it
         except (datasets.DataSetError, usermodel.UserModelError) as err:
             problems.append(str(err))
@@ -348,7 +348,7 @@ def train(
     model = settings.get("model", "")
     if model_file:  # the pipeline's artifact: the run trains from the copy in its output
         settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)
-    elif usermodel.is_reference(model) and usermodel.ModelReference.parse(model).is_file:
+    elif is_user_model(model) and usermodel.ModelReference.parse(model).is_file:
         # A copy travels with the trained model: the evaluation step rebuilds it from there.
         usermodel.stage(model, Path(output_dir, USER_MODEL_DIR))
 
@@ -390,7 +390,7 @@ def check_user_model(cfg: TrainConfig) -> None:
         UserModelError: The user's code failed.
         ConfigError: The run's mode cannot train the model.
     """
-    if not usermodel.is_reference(cfg.model):
+    if not is_user_model(cfg.model):
         return
     import tf_keras
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from distrain.datasets import is_user_model
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, KubeApi, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects, run_name
@@ -44,7 +45,7 @@ def shipped_model(model: str, run_dir: Path) -> str:
     ``package.module:FUNCTION`` one is in the image and a built-in model in distrain:
     their reference is unchanged.
     """
-    if not usermodel.is_reference(model):
+    if not is_user_model(model):
         return model
     ref = usermodel.ModelReference.parse(model)
     if not ref.is_file:

@@ -18,7 +18,8 @@ import json
 import re
 from importlib import resources
 
-from distrain.train.usermodel import ModelReference, is_reference
+from distrain.datasets import is_user_model
+from distrain.train.usermodel import ModelReference
 
 KUBERNETES_VERSION = "1.33"
 TRAINER_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -203,7 +204,7 @@ def validate_model_shipping(objects: list[dict], model: str) -> None:
     Raises:
         ManifestError: A container without the file's volume, or with another image.
     """
-    if not is_reference(model):
+    if not is_user_model(model):
         return
     ref = ModelReference.parse(model)
     images, readers = set(), 0

@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.datasets import is_user_model
 from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
 from distrain.train.models import model_names
 from distrain.train.modes import mode_class, mode_for, mode_names
-from distrain.train.usermodel import is_reference
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
@@ -336,7 +336,7 @@ class TrainConfig:
             choices = f.metadata.get("choices")
             if choices is not None:
                 allowed = choices() if callable(choices) else choices
-                if value not in allowed and not (f.name == "model" and is_reference(value)):
+                if value not in allowed and not (f.name == "model" and is_user_model(value)):
                     raise ConfigError(
                         f"unknown {f.name} {value!r}; expected one of {', '.join(allowed)}"
                     )

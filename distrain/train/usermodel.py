@@ -42,9 +42,6 @@ class UserModelError(ValueError):
     """The user's model code failed to import, to build, or built the wrong thing."""
 
 
-is_reference = is_user_model
-
-
 def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
     """The spec of a model in the user's code (:func:`distrain.datasets.user_model`).
 
@@ -304,7 +301,7 @@ def resolve(model: str) -> str:
     Raises:
         UserModelError: As :func:`load_function`.
     """
-    if not is_reference(model):
+    if not is_user_model(model):
         return model
     check(model)
     ref = ModelReference.parse(model)
@@ -318,7 +315,7 @@ def relocate(text: str, directory: str | os.PathLike) -> str:
     another pod, than where the run read the file; its copy travels in that output
     (:func:`stage`). Any other reference is returned as it is.
     """
-    if not is_reference(text):
+    if not is_user_model(text):
         return text
     ref = ModelReference.parse(text)
     copy = Path(directory) / Path(ref.where).name

@@ -35,12 +35,12 @@ def test_references_name_a_file_or_a_module_a_function_and_a_task(text, where, f
     assert (ref.where, ref.function, ref.task) == (where, function, task)
     assert ref.is_file == where.endswith(".py")
     assert str(ref) == text.replace("@classification", "")
-    assert usermodel.is_reference(text)
+    assert datasets.is_user_model(text)
 
 
 @pytest.mark.parametrize("name", ["mlp", "fc-x2", "cnn-seed", "vgg11"])
 def test_built_in_model_names_are_not_references(name):
-    assert not usermodel.is_reference(name)
+    assert not datasets.is_user_model(name)
     assert datasets.find_model(name).summary  # still found as before
 
 
