@@ -13,12 +13,16 @@ from apache_beam.testing.util import assert_that, equal_to
 from distrain.datasets.dbpedia.beam import (
     DbpediaPreprocessConfig,
     EncodeText,
+    _split_batch,
     build_vocabulary,
     encode,
     preprocess_dbpedia,
+    text_example,
 )
 from distrain.datasets.dbpedia.rows import (
     DbpediaFormatError,
+    ParseCsvRange,
+    PlanCsvRanges,
     csv_row_ranges,
     parse_csv,
     read_classes,
@@ -199,6 +203,45 @@ def test_encode_text_transform():
             equal_to([{"histogram": {"train": [1, 0, 0]}}, {"histogram": {"test": [0, 0, 1]}}]),
             label="Histogram",
         )
+
+
+def test_encoding_ranges_gives_what_encoding_their_parsed_rows_gives(tmp_path):
+    """The job's second pass parses, splits and encodes a range in one call (so that rows
+    never wait for the vocabulary in the runner's memory); it must write what parsing the
+    ranges, splitting their rows and encoding them one by one gives."""
+    raw = _layout(
+        tmp_path / "raw",
+        b"".join(b'%d,"T%d","alpha beta w%d"\n' % (i % 3 + 1, i, i % 7) for i in range(50))
+        + b'99,"bad","class out of range"\n',
+    )
+    vocab = ["<pad>", "<oov>", "alpha", "beta", "w1", "alpha beta"]
+    index = {w: i for i, w in enumerate(vocab)}
+    ranges = [r for tag, r in PlanCsvRanges(str(raw), 8).process("train") if tag == "ranges"]
+    assert len(ranges) > 3
+    parse = ParseCsvRange(len(CLASSES), rows_only=True)
+    split = [s for r in ranges for _, b in parse.process(r) for s in _split_batch(b, 7, 0.25)]
+    want = {
+        name: [
+            ((name, batch[0][0]), text_example(encode(text, index, 10, True), label))
+            for name_, batch in split
+            if name_ == name
+            for _, label, text in batch
+        ]
+        for name in ("train", "validation")
+    }
+    assert want["train"] and want["validation"]
+    with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
+        vocab_text = p | "V" >> beam.Create(["\n".join(vocab) + "\n"])
+        out = (
+            p
+            | beam.Create(ranges)
+            | EncodeText(vocab_text, 14, 10, True, parse=parse, seed=7, validation_fraction=0.25)
+        )
+        for name in ("train", "validation"):
+            got = out[name] | f"Each{name}" >> beam.FlatMap(
+                lambda batch: [(batch[0], r) for r in batch[1]]
+            )
+            assert_that(got, equal_to(want[name]), label=f"Same{name}")
 
 
 def _layout(path, train: bytes, test: bytes = b'1,"t","some text"\n'):

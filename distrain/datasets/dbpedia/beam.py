@@ -198,47 +198,77 @@ def text_example(ids: list[int], label: int) -> bytes:
     return example({"tokens": int64_feature(ids), "label": int64_feature((label,))})
 
 
+class _Encoder:
+    """Encodes batches of rows with the vocabulary (built on first use, once per worker)."""
+
+    def __init__(self, num_classes: int, max_tokens: int, with_bigrams: bool):
+        self.num_classes, self.max_tokens, self.with_bigrams = num_classes, max_tokens, with_bigrams
+        self._index = None
+
+    def __call__(self, split: str, batch, vocabulary: str):
+        """``(split, ((split, first_line), [record, ...]))``, then ``("histogram", {...})``."""
+        if self._index is None:
+            self._index = {w: i for i, w in enumerate(vocabulary.removesuffix("\n").split("\n"))}
+        records, histogram = [], [0] * self.num_classes
+        for _, label, text in batch:
+            ids = encode(text, self._index, self.max_tokens, self.with_bigrams)
+            records.append(text_example(ids, label))
+            histogram[label] += 1
+        yield split, ((split, batch[0][0]), records)
+        yield "histogram", {"histogram": {split: histogram}}
+
+
+class _EncodeDoFn(beam.DoFn):
+    """:class:`EncodeText`'s DoFn: encodes a batch of rows, or parses a range first."""
+
+    def __init__(self, encoder: _Encoder, parse, seed: int, validation_fraction: float):
+        self.encoder, self.parse = encoder, parse
+        self.seed, self.validation_fraction = seed, validation_fraction
+
+    def process(self, item, vocabulary):
+        if self.parse is None:
+            yield from self.encoder(*item, vocabulary)
+            return
+        for _, source_rows in self.parse.process(item):
+            for split, batch in _split_batch(source_rows, self.seed, self.validation_fraction):
+                yield from self.encoder(split, batch, vocabulary)
+
+
 class EncodeText(beam.PTransform):
     """Rows split by name to serialised ``tf.train.Example`` per split, given a vocabulary.
 
-    Input: batches ``(split, [(line, label, text), ...])``; side input: the vocabulary as
-    one string, an entry per line (the content of ``vocab.txt``).
+    Input: batches ``(split, [(line, label, text), ...])``, or, with ``parse``, ranges of
+    the CSV files (:class:`~distrain.datasets.dbpedia.rows.PlanCsvRanges`), each parsed
+    (``parse``: a :class:`~distrain.datasets.dbpedia.rows.ParseCsvRange` with
+    ``rows_only``), split (``seed``, ``validation_fraction``) and encoded in one DoFn call,
+    so that no row leaves the call: the local runner holds a stage's whole input in memory,
+    and the stage that waits for the vocabulary then holds only the ranges, not the rows.
+    Side input: the vocabulary as one string, an entry per line (``vocab.txt``).
     Output: a dict of PCollections per split of batches ``((split, first_line), [record,
     ...])`` (one Beam element per batch, not per row), plus ``histogram`` (class counts per
     split, one dict per batch).
     """
 
-    def __init__(self, vocabulary, num_classes: int, max_tokens: int, with_bigrams: bool):
+    def __init__(
+        self,
+        vocabulary,
+        num_classes: int,
+        max_tokens: int,
+        with_bigrams: bool,
+        parse: ParseCsvRange | None = None,
+        seed: int = 0,
+        validation_fraction: float = 0.0,
+    ):
         super().__init__()
         self.vocabulary = vocabulary
-        self.num_classes = num_classes
-        self.max_tokens = max_tokens
-        self.with_bigrams = with_bigrams
+        self.encoder = _Encoder(num_classes, max_tokens, with_bigrams)
+        self.parse, self.seed, self.validation_fraction = parse, seed, validation_fraction
 
-    def expand(self, rows):
-        max_tokens, with_bigrams, k = self.max_tokens, self.with_bigrams, self.num_classes
-
-        class _Encode(beam.DoFn):
-            def setup(self):
-                self._index = None
-
-            def process(self, item, vocabulary):
-                if self._index is None:
-                    self._index = {
-                        w: i for i, w in enumerate(vocabulary.removesuffix("\n").split("\n"))
-                    }
-                split, batch = item
-                records, histogram = [], [0] * k
-                for _, label, text in batch:
-                    ids = encode(text, self._index, max_tokens, with_bigrams)
-                    records.append(text_example(ids, label))
-                    histogram[label] += 1
-                yield split, ((split, batch[0][0]), records)
-                yield "histogram", {"histogram": {split: histogram}}
-
+    def expand(self, items):
+        encode = _EncodeDoFn(self.encoder, self.parse, self.seed, self.validation_fraction)
         return (
-            rows
-            | "Encode" >> beam.ParDo(_Encode(), beam.pvalue.AsSingleton(self.vocabulary))
+            items
+            | "Encode" >> beam.ParDo(encode, beam.pvalue.AsSingleton(self.vocabulary))
             | "ByTag" >> ByTag(*SPLITS, "histogram")
         )
 
@@ -308,14 +338,16 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
             # a string of 150k words costs one copy where a list costs 150k objects.
             | "VocabText" >> beam.Map(lambda words: "\n".join(words) + "\n")
         )
-        rows = (
-            ranges
-            | "ParseAgain" >> beam.ParDo(ParseCsvRange(len(classes), rows_only=True, **parse))
-            | "RowsAgain" >> beam.Map(lambda pair: pair[1])
-            | "SplitAgain" >> beam.FlatMap(_split_batch, config.seed, config.validation_fraction)
-        )
-        encoded = rows | "ToExamples" >> EncodeText(
-            vocabulary, len(classes), config.max_tokens, with_bigrams
+        # The second pass parses, splits and encodes a range in one call: what waits for
+        # the vocabulary is the ranges, not their rows (4x the input in memory before).
+        encoded = ranges | "ToExamples" >> EncodeText(
+            vocabulary,
+            len(classes),
+            config.max_tokens,
+            with_bigrams,
+            parse=ParseCsvRange(len(classes), rows_only=True, **parse),
+            seed=config.seed,
+            validation_fraction=config.validation_fraction,
         )
         written = [
             encoded[split]
