@@ -410,6 +410,53 @@ class WriteTFRecordBatches(beam.PTransform):
         )
 
 
+class WriteOutputs(beam.PTransform):
+    """A job's last step: writes its outputs into ``out`` and lists every file written.
+
+    Input: a dict of PCollections by name, each written as its name says:
+
+    * a name in ``tfrecords`` (a split, or a path such as ``pairs/train``): batches
+      ``(order_key, [record, ...])``, to ``out/NAME/part-*.tfrecord``
+      (:class:`WriteTFRecordBatches`, ``num_shards`` as there);
+    * ``dead_letter``: dicts, to ``out/dead_letter/part-00000-of-00001.jsonl``, in the
+      order of ``dead_letter_key`` (:class:`WriteJsonLines`);
+    * ``stats``: dicts of counts, added up (:class:`SumStatsFn`) into ``out/stats.json``
+      (:func:`read_outputs` reads it back);
+    * any other name: an output the job wrote itself (a vocabulary, texts), as the names
+      of the files it wrote (or ``(file name, record count)``).
+
+    Every file goes into the manifest (:class:`AllWritten`). Output: one element per file.
+    """
+
+    def __init__(self, out, tfrecords: Iterable[str], num_shards: int = 0, dead_letter_key=None):
+        super().__init__()
+        self.out, self.tfrecords = str(out), tuple(tfrecords)
+        self.num_shards, self.dead_letter_key = num_shards, dead_letter_key
+
+    def expand(self, outputs):
+        needed = (*self.tfrecords, "dead_letter", "stats")
+        missing = [name for name in needed if name not in outputs]
+        if missing:
+            raise ValueError(f"WriteOutputs: no output named {', '.join(missing)}")
+        written = []
+        for name, pcoll in outputs.items():
+            label = "Write" + "".join(part.title() for part in name.replace("/", "_").split("_"))
+            if name in self.tfrecords:
+                prefix = os.path.join(self.out, name, "part")
+                pcoll = pcoll | label >> WriteTFRecordBatches(prefix, self.num_shards)
+            elif name == "dead_letter":
+                prefix = os.path.join(self.out, "dead_letter", "part")
+                pcoll = pcoll | label >> WriteJsonLines(prefix, key=self.dead_letter_key)
+            elif name == "stats":
+                pcoll = (
+                    pcoll
+                    | "SumStats" >> CombineAll(SumStatsFn())
+                    | label >> WriteJsonLines(os.path.join(self.out, "stats"), ".json", True)
+                )
+            written.append(pcoll)
+        return tuple(written) | "AllWritten" >> AllWritten(os.path.join(self.out, MANIFEST))
+
+
 def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
     """Command-line entry of a preprocessing job.
 
@@ -560,6 +607,17 @@ def read_manifest(stage: str | os.PathLike) -> list[dict]:
             )
         seen[relative] = {**item, "file": relative}
     return [seen[k] for k in sorted(seen)]
+
+
+def read_outputs(stage: str | os.PathLike) -> tuple[list[dict], dict]:
+    """What :class:`WriteOutputs` wrote: the files it lists and the job's counts.
+
+    Removes the two from ``stage`` (:func:`read_manifest`; ``stats.json``).
+    """
+    files = read_manifest(stage)
+    stats = read_single_json(os.path.join(stage, "stats.json"))
+    Path(stage, "stats.json").unlink()
+    return files, stats
 
 
 def list_shards(files: list[dict], folder: str, counts: dict[str, int]) -> dict[str, list[dict]]:

@@ -27,19 +27,16 @@ from pathlib import Path
 import apache_beam as beam
 
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
-    SumStatsFn,
     WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
     job_pipeline,
     list_shards,
-    read_manifest,
+    read_outputs,
     read_single_json,
     run_job,
     staged_output,
@@ -384,52 +381,33 @@ def _run_pipeline(
             config.source_len,
             config.target_len,
         )
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written += [
-            result[f"pairs_{split}"]
-            | f"WritePairs{split.title()}"
-            >> WriteTFRecordBatches(str(out / "pairs" / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            read["books"]
+        outputs = {
+            **{split: result[split] for split in SPLITS},
+            **{f"pairs/{split}": result[f"pairs_{split}"] for split in SPLITS},
+            "dead_letter": read["dead_letter"],
+            "stats": (read["stats"], result["stats"]) | "AllStats" >> beam.Flatten(),
+            # Written by the job itself: the texts of the books and the vocabulary.
+            "text": read["books"]
             | "TextRecords"
             >> beam.FlatMap(
                 lambda b: [{"book": b[0], "split": s, "text": t} for s, t in b[1].items()]
             )
             | "WriteText"
-            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"]))
-        )
-        written.append(
-            read["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(str(out / "dead_letter" / "part"), key=lambda d: d["file"])
-        )
-        written.append(
-            result["vocabulary"]
+            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"])),
+            "vocabulary": result["vocabulary"]
             | "VocabJson" >> beam.Map(lambda v: {"vocabulary": v})
-            | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True)
+            | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True),
+        }
+        tfrecords = [*SPLITS, *(f"pairs/{split}" for split in SPLITS)]
+        _ = outputs | "WriteOutputs" >> WriteOutputs(
+            out, tfrecords, config.num_shards, lambda d: d["file"]
         )
-        written.append(
-            (read["stats"], result["stats"])
-            | "AllStats" >> beam.Flatten()
-            | "SumStats" >> CombineAll(SumStatsFn())
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def _metadata(config, books: list[str], sizes: dict[str, int], out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
+    files, stats = read_outputs(out)
     stats.update(read_single_json(str(out / "vocabulary.json")))
-    (out / "stats.json").unlink()
     (out / "vocabulary.json").unlink()
     accepted = int(stats.get("books", {}).get("accepted", 0))
     rejected = int(stats.get("books", {}).get("rejected", 0))

@@ -31,20 +31,16 @@ from distrain.datasets.mnist.idx import (
     unpack_idx,
 )
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
     SumStatsFn,
-    WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
     job_pipeline,
     list_shards,
-    read_manifest,
-    read_single_json,
+    read_outputs,
     run_job,
     staged_output,
     validation_mask,
@@ -231,24 +227,9 @@ def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_arg
             | "ReadRows" >> beam.ParDo(ReadIdxRows())
         )
         result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            result["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(
-                str(out / "dead_letter" / "part"), key=lambda d: (d["split"], d["index"])
-            )
+        _ = result | "WriteOutputs" >> WriteOutputs(
+            out, SPLITS, config.num_shards, lambda d: (d["split"], d["index"])
         )
-        written.append(
-            result["stats"]
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -283,9 +264,7 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
 
 def _metadata(config: MnistPreprocessConfig, inputs: dict, shape, out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
-    (out / "stats.json").unlink()
+    files, stats = read_outputs(out)
     histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
     counts = {s: int(sum(h)) for s, h in histogram.items()}
     # The input count is the IDX header's, not what the job got to read.

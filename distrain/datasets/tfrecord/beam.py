@@ -33,20 +33,16 @@ from distrain.datasets.tfrecord.spec import (
     source_files,
 )
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
     SumStatsFn,
-    WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
     job_pipeline,
     list_shards,
-    read_manifest,
-    read_single_json,
+    read_outputs,
     run_job,
     staged_output,
     validation_mask,
@@ -220,24 +216,9 @@ def _run_pipeline(cfg: TfrecordPreprocessConfig, spec, inputs, out: Path, beam_a
         result = batches | "Check" >> CheckExamples(
             spec, cfg.seed, cfg.validation_fraction, not inputs["test"]
         )
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), cfg.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            result["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(
-                str(out / "dead_letter" / "part"), key=lambda d: (d["file"], d["record"])
-            )
+        _ = result | "WriteOutputs" >> WriteOutputs(
+            out, SPLITS, cfg.num_shards, lambda d: (d["file"], d["record"])
         )
-        written.append(
-            result["stats"]
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def preprocess_tfrecord(cfg: TfrecordPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -265,9 +246,7 @@ def preprocess_tfrecord(cfg: TfrecordPreprocessConfig, beam_args: list[str] | No
 
 def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
-    (out / "stats.json").unlink()
+    files, stats = read_outputs(out)
     by_file = stats.get("by_file", {})
     for _, items in inputs.items():
         for path, count in items:
