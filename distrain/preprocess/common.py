@@ -425,7 +425,7 @@ class WriteOutputs(beam.PTransform):
     * any other name: an output the job wrote itself (a vocabulary, texts), as the names
       of the files it wrote (or ``(file name, record count)``).
 
-    Every file goes into the manifest (:class:`AllWritten`). Output: one element per file.
+    Every file goes into the manifest (:class:`AllWritten`), one element each.
     """
 
     def __init__(self, out, tfrecords: Iterable[str], num_shards: int = 0, dead_letter_key=None):
@@ -488,6 +488,25 @@ def check_fraction(name: str, value: float, *, low_open: bool = False, high_open
     if not (low_ok and high_ok):
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
         raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+def check_sharding(num_shards: int, range_mb: float, rows: int = 0, rows_name: str = "") -> None:
+    """ValueError unless ``num_shards`` and ``rows`` (``rows_name``) >= 0, ``range_mb`` > 0.
+
+    ``num_shards`` N: N files per split; 0: a file per range, of ``rows`` records or (0) of
+    about ``range_mb`` MB of output.
+    """
+    bad = [
+        f"{name} must be {rule}, got {value}"
+        for name, value, rule, ok in (
+            ("num_shards", num_shards, ">= 0 (0: a file per range)", num_shards >= 0),
+            (rows_name or "rows", rows, ">= 0 (0: ranges by size)", rows >= 0),
+            ("range_mb", range_mb, "positive", range_mb > 0),
+        )
+        if not ok
+    ]
+    if bad:
+        raise ValueError("; ".join(bad))
 
 
 def check_bad_ratio(
@@ -610,10 +629,7 @@ def read_manifest(stage: str | os.PathLike) -> list[dict]:
 
 
 def read_outputs(stage: str | os.PathLike) -> tuple[list[dict], dict]:
-    """What :class:`WriteOutputs` wrote: the files it lists and the job's counts.
-
-    Removes the two from ``stage`` (:func:`read_manifest`; ``stats.json``).
-    """
+    """The files :class:`WriteOutputs` listed and the job's counts; both leave ``stage``."""
     files = read_manifest(stage)
     stats = read_single_json(os.path.join(stage, "stats.json"))
     Path(stage, "stats.json").unlink()
