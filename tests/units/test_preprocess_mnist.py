@@ -221,10 +221,13 @@ def test_command_line_entry(tmp_path, capsys):
             "1",
             "--validation-fraction",
             "0.2",
+            "--range-mb",
+            "0.5",
             *OPTIONS,
         ]
     )
     assert meta["config"]["num_shards"] == 1 and meta["config"]["validation_fraction"] == 0.2
+    assert meta["config"]["range_mb"] == 0.5
     assert '"splits"' in capsys.readouterr().out
     assert len(list((tmp_path / "out" / "train").glob("*.tfrecord"))) == 1
 
@@ -270,6 +273,18 @@ def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
     assert read_tfrecords(str(tmp_path / f"part-{train}.tfrecord")) == [b"c", b"d"]
     assert read_tfrecords(str(tmp_path / f"part-{book}.tfrecord")) == [b"e"]
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_write_outputs_names_a_missing_output_before_the_job_runs(tmp_path):
+    from distrain.preprocess.common import WriteOutputs
+
+    with pytest.raises(ValueError, match="WriteOutputs: no output named validation, stats"):
+        with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+            batches = p | "Batches" >> beam.Create([((0, 0), [b"r"])])
+            dead = p | "Dead" >> beam.Create([])
+            outputs = {"train": batches, "dead_letter": dead}
+            _ = outputs | WriteOutputs(tmp_path, ("train", "validation"))
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.case("mnist/accounting")
