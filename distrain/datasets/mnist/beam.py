@@ -101,7 +101,7 @@ class UnpackIdxSplit(beam.DoFn):
     not the images: each worker reads its ranges with a seek.
     """
 
-    def __init__(self, input_dir: str, work_dir: str, batch_size: int, range_bytes: int = 0):
+    def __init__(self, input_dir: str, work_dir: str, batch_size: int, range_bytes: int):
         self.input_dir = input_dir
         self.work_dir = work_dir
         self.batch_size, self.range_bytes = batch_size, range_bytes

@@ -100,7 +100,7 @@ class ReadRecordBatches(beam.DoFn):
     ``range_bytes`` framed.
     """
 
-    def __init__(self, batch_size: int, range_bytes: int = 0):
+    def __init__(self, batch_size: int, range_bytes: int):
         self.batch_size, self.range_bytes = batch_size, range_bytes
 
     def process(self, item):
