@@ -87,3 +87,26 @@ def _first(tensors):
     if isinstance(tensors, dict):
         return next(iter(tensors.values()))
     return tensors[0] if isinstance(tensors, tuple | list) else tensors
+
+
+def read_back(out: str | Path, shards: dict[str, list[dict]]) -> dict[str, list[int]]:
+    """Each split's files as a job's metadata lists them (``shards``), read by TensorFlow.
+
+    Checks that every listed file holds the records and bytes listed (counted with
+    ``tf.data.TFRecordDataset``), and that a split's folder holds no other TFRecord file.
+
+    Returns:
+        Each split's file sizes in bytes, in the listed order.
+    """
+    import tensorflow as tf
+
+    sizes = {}
+    for split, files in shards.items():
+        paths = [Path(out, f["file"]) for f in files]
+        for path, listed in zip(paths, files, strict=True):
+            records = sum(1 for _ in tf.data.TFRecordDataset(str(path)))
+            assert (records, path.stat().st_size) == (listed["records"], listed["bytes"]), path
+        on_disk = {p for folder in {p.parent for p in paths} for p in folder.glob("*.tfrecord")}
+        assert on_disk == set(paths), (split, sorted(on_disk - set(paths)))
+        sizes[split] = [f["bytes"] for f in files]
+    return sizes

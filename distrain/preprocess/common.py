@@ -410,6 +410,53 @@ class WriteTFRecordBatches(beam.PTransform):
         )
 
 
+class WriteOutputs(beam.PTransform):
+    """A job's last step: writes its outputs into ``out`` and lists every file written.
+
+    Input: a dict of PCollections by name, each written as its name says:
+
+    * a name in ``tfrecords`` (a split, or a path such as ``pairs/train``): batches
+      ``(order_key, [record, ...])``, to ``out/NAME/part-*.tfrecord``
+      (:class:`WriteTFRecordBatches`, ``num_shards`` as there);
+    * ``dead_letter``: dicts, to ``out/dead_letter/part-00000-of-00001.jsonl``, in the
+      order of ``dead_letter_key`` (:class:`WriteJsonLines`);
+    * ``stats``: dicts of counts, added up (:class:`SumStatsFn`) into ``out/stats.json``
+      (:func:`read_outputs` reads it back);
+    * any other name: an output the job wrote itself (a vocabulary, texts), as the names
+      of the files it wrote (or ``(file name, record count)``).
+
+    Every file goes into the manifest (:class:`AllWritten`), one element each.
+    """
+
+    def __init__(self, out, tfrecords: Iterable[str], num_shards: int = 0, dead_letter_key=None):
+        super().__init__()
+        self.out, self.tfrecords = str(out), tuple(tfrecords)
+        self.num_shards, self.dead_letter_key = num_shards, dead_letter_key
+
+    def expand(self, outputs):
+        needed = (*self.tfrecords, "dead_letter", "stats")
+        missing = [name for name in needed if name not in outputs]
+        if missing:
+            raise ValueError(f"WriteOutputs: no output named {', '.join(missing)}")
+        written = []
+        for name, pcoll in outputs.items():
+            label = "Write" + "".join(part.title() for part in name.replace("/", "_").split("_"))
+            if name in self.tfrecords:
+                prefix = os.path.join(self.out, name, "part")
+                pcoll = pcoll | label >> WriteTFRecordBatches(prefix, self.num_shards)
+            elif name == "dead_letter":
+                prefix = os.path.join(self.out, "dead_letter", "part")
+                pcoll = pcoll | label >> WriteJsonLines(prefix, key=self.dead_letter_key)
+            elif name == "stats":
+                pcoll = (
+                    pcoll
+                    | "SumStats" >> CombineAll(SumStatsFn())
+                    | label >> WriteJsonLines(os.path.join(self.out, "stats"), ".json", True)
+                )
+            written.append(pcoll)
+        return tuple(written) | "AllWritten" >> AllWritten(os.path.join(self.out, MANIFEST))
+
+
 def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
     """Command-line entry of a preprocessing job.
 
@@ -441,6 +488,25 @@ def check_fraction(name: str, value: float, *, low_open: bool = False, high_open
     if not (low_ok and high_ok):
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
         raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+def check_sharding(num_shards: int, range_mb: float, rows: int = 0, rows_name: str = "") -> None:
+    """ValueError unless ``num_shards`` and ``rows`` (``rows_name``) >= 0, ``range_mb`` > 0.
+
+    ``num_shards`` N: N files per split; 0: a file per range, of ``rows`` records or (0) of
+    about ``range_mb`` MB of output.
+    """
+    bad = [
+        f"{name} must be {rule}, got {value}"
+        for name, value, rule, ok in (
+            ("num_shards", num_shards, ">= 0 (0: a file per range)", num_shards >= 0),
+            (rows_name or "rows", rows, ">= 0 (0: ranges by size)", rows >= 0),
+            ("range_mb", range_mb, "positive", range_mb > 0),
+        )
+        if not ok
+    ]
+    if bad:
+        raise ValueError("; ".join(bad))
 
 
 def check_bad_ratio(
@@ -560,6 +626,14 @@ def read_manifest(stage: str | os.PathLike) -> list[dict]:
             )
         seen[relative] = {**item, "file": relative}
     return [seen[k] for k in sorted(seen)]
+
+
+def read_outputs(stage: str | os.PathLike) -> tuple[list[dict], dict]:
+    """The files :class:`WriteOutputs` listed and the job's counts; both leave ``stage``."""
+    files = read_manifest(stage)
+    stats = read_single_json(os.path.join(stage, "stats.json"))
+    Path(stage, "stats.json").unlink()
+    return files, stats
 
 
 def list_shards(files: list[dict], folder: str, counts: dict[str, int]) -> dict[str, list[dict]]:

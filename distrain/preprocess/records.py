@@ -123,6 +123,14 @@ def tfrecord_frame(record: bytes) -> bytes:
     )
 
 
+FRAME_BYTES = 16  # a TFRecord frame around its data: length, its checksum, data's checksum
+
+
+def records_per_file(file_bytes: int, record: bytes) -> int:
+    """How many records of ``record``'s size fill a TFRecord file of ``file_bytes`` (>= 1)."""
+    return max(1, file_bytes // (len(record) + FRAME_BYTES))
+
+
 def _write_atomically(path: str, chunks: Iterable[bytes]) -> None:
     """Writes the chunks to a temporary file, renamed to ``path`` once complete.
 

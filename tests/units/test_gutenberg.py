@@ -232,11 +232,12 @@ def test_read_book_transform_decodes_utf16_and_rejects_binary(tmp_path):
     with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
         out = (
             p
-            | beam.Create([str(utf16), str(binary)])
+            | beam.Create([[str(utf16), str(binary)]])  # one group of two books
             | beam.ParDo(ReadBook(0.1))
             | ByTag("books", "dead_letter", "stats")
         )
-        assert_that(out["books"] | beam.Map(lambda b: b[0]), equal_to(["pg7.txt"]), label="Books")
+        names = out["books"] | beam.Map(lambda group: [book for book, _ in group])
+        assert_that(names, equal_to([["pg7.txt"]]), label="Books")
         assert_that(
             out["dead_letter"] | beam.Map(lambda d: d["reason"]),
             equal_to(["binary file (NUL bytes)"]),
@@ -272,3 +273,42 @@ def test_job_accepts_a_utf16_book(tmp_path):
     meta = preprocess_gutenberg(cfg, OPTIONS)
     assert meta["books"] == {"accepted": 2, "rejected": 0, "encodings": {"utf-8": 1, "utf-16": 1}}
     assert read_texts(tmp_path / "out", "train")["pg8.txt"].startswith("A book saved as UTF-16")
+
+
+def test_the_default_job_writes_a_file_per_group_of_books_of_range_mb(tmp_path):
+    # Files of tens of MB by default, not one per book and split (issue 41).
+    from distrain.datasets.gutenberg.beam import group_books, window_example
+    from distrain.datasets.testing import read_back
+    from distrain.preprocess.records import FRAME_BYTES
+
+    raw = tmp_path / "raw"
+    write_gutenberg_sample(raw, GutenbergSampleConfig(books=5, chars_per_book=3000, seed=4))
+    sizes = {str(p): p.stat().st_size for p in raw.glob("*.txt")}
+    framed = len(window_example([1] * 21)) + FRAME_BYTES
+    # About 1.5 books of windows (a window every 10 characters) a group: 2, 2 and 1 books.
+    range_mb = 1.5 * max(sizes.values()) / 10 * framed / 2**20
+    cfg = GutenbergPreprocessConfig(
+        str(raw), str(tmp_path / "out"), seq_len=20, stride=10, range_mb=range_mb
+    )
+    groups = group_books(sizes, cfg)
+    assert [len(group) for group in groups] == [2, 2, 1]
+    assert sum(groups, []) == sorted(sizes)
+    meta = preprocess_gutenberg(cfg, OPTIONS)
+    files = read_back(tmp_path / "out", meta["shards"])
+    pairs = read_back(tmp_path / "out", meta["views"]["pairs"]["shards"])
+    assert {split: len(f) for split, f in {**files, **pairs}.items()} == {
+        "train": 3,
+        "validation": 3,
+    }
+    range_bytes = int(range_mb * 2**20)
+    assert all(range_bytes / 2 < size < 1.5 * range_bytes for size in files["train"][:2])
+    for view in (meta, meta["views"]["pairs"]):
+        shards = view["shards"]
+        assert {s: sum(f["records"] for f in shards[s]) for s in shards} == view["splits"]
+    exact = GutenbergPreprocessConfig(
+        str(raw), str(tmp_path / "n"), seq_len=20, stride=10, num_shards=2, range_mb=range_mb
+    )
+    meta = preprocess_gutenberg(exact, OPTIONS)
+    for shards in (meta["shards"], meta["views"]["pairs"]["shards"]):
+        sizes = read_back(tmp_path / "n", shards)
+        assert {split: len(s) for split, s in sizes.items()} == {"train": 2, "validation": 2}

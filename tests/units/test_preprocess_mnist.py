@@ -115,6 +115,28 @@ def test_whole_job_writes_shards_and_metadata(tmp_path):
     assert len(records) == meta["splits"]["train"]
 
 
+def test_the_default_job_writes_a_file_per_range_of_range_mb(tmp_path):
+    # Files of tens of MB by default, not one per 1,024 images (59 files of under 1 MB
+    # for MNIST's 60,000): object stores read few large files far faster (issue 41).
+    from distrain.datasets.mnist.beam import mnist_example
+    from distrain.datasets.testing import read_back
+    from distrain.preprocess.records import FRAME_BYTES
+
+    _write_raw(tmp_path / "raw")  # 300 training images, 100 test images
+    framed = len(mnist_example(bytes(28 * 28), 0)) + FRAME_BYTES
+    range_mb = 120 * framed / 2**20  # 120 images a range: 120, 120 and 60 of train.
+    cfg = MnistPreprocessConfig(str(tmp_path / "raw"), str(tmp_path / "out"), range_mb=range_mb)
+    meta = preprocess_mnist(cfg, OPTIONS)
+    sizes = read_back(tmp_path / "out", meta["shards"])
+    assert len(sizes["train"]) == len(sizes["validation"]) == 3
+    assert sizes["test"] == [100 * framed]
+    assert sum(sizes["train"]) + sum(sizes["validation"]) == 300 * framed
+    assert sorted(sizes["train"])[-2] >= 100 * framed and max(sizes["train"]) <= 120 * framed
+    assert {split: sum(f["records"] for f in files) for split, files in meta["shards"].items()} == (
+        meta["splits"]
+    )
+
+
 def test_two_workers_read_row_ranges_to_the_same_output_as_one(tmp_path):
     _write_raw(tmp_path / "raw", bad_labels=(70,))
     outputs = {}
@@ -177,6 +199,12 @@ def test_config_validation():
         MnistPreprocessConfig("a", "b", validation_fraction=1.0)
     with pytest.raises(ValueError, match="max_bad_ratio"):
         MnistPreprocessConfig("a", "b", max_bad_ratio=2)
+    with pytest.raises(ValueError, match="range_mb must be positive, got 0"):
+        MnistPreprocessConfig("a", "b", range_mb=0)
+    with pytest.raises(ValueError, match="num_shards must be >= 0 .*, got -1"):
+        MnistPreprocessConfig("a", "b", num_shards=-1)
+    with pytest.raises(ValueError, match="batch_size must be >= 0"):
+        MnistPreprocessConfig("a", "b", batch_size=-5)
 
 
 def test_command_line_entry(tmp_path, capsys):
@@ -193,10 +221,13 @@ def test_command_line_entry(tmp_path, capsys):
             "1",
             "--validation-fraction",
             "0.2",
+            "--range-mb",
+            "0.5",
             *OPTIONS,
         ]
     )
     assert meta["config"]["num_shards"] == 1 and meta["config"]["validation_fraction"] == 0.2
+    assert meta["config"]["range_mb"] == 0.5
     assert '"splits"' in capsys.readouterr().out
     assert len(list((tmp_path / "out" / "train").glob("*.tfrecord"))) == 1
 
@@ -242,6 +273,18 @@ def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
     assert read_tfrecords(str(tmp_path / f"part-{train}.tfrecord")) == [b"c", b"d"]
     assert read_tfrecords(str(tmp_path / f"part-{book}.tfrecord")) == [b"e"]
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_write_outputs_names_a_missing_output_before_the_job_runs(tmp_path):
+    from distrain.preprocess.common import WriteOutputs
+
+    with pytest.raises(ValueError, match="WriteOutputs: no output named validation, stats"):
+        with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
+            batches = p | "Batches" >> beam.Create([((0, 0), [b"r"])])
+            dead = p | "Dead" >> beam.Create([])
+            outputs = {"train": batches, "dead_letter": dead}
+            _ = outputs | WriteOutputs(tmp_path, ("train", "validation"))
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.case("mnist/accounting")

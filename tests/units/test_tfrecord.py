@@ -187,3 +187,26 @@ def test_the_parser_gives_a_dict_of_the_features_by_name_and_the_label(tmp_path)
 def test_nothing_to_download():
     with pytest.raises(datasets.DataSetError, match="your own files"):
         PLUGIN.check_source("download")
+
+
+def test_the_default_job_writes_a_file_per_range_of_range_mb_and_num_shards_n_files(tmp_path):
+    # Files of tens of MB by default, not one per 1,024 records (issue 41).
+    from distrain.datasets.testing import read_back
+    from distrain.preprocess.records import FRAME_BYTES
+
+    raw, _ = _raw(tmp_path, [])  # two training files of 100 records, of 78 bytes each
+    framed = 78 + FRAME_BYTES
+    range_mb = 30 * framed / 2**20  # batches of 30, 30, 30 and 10 records per file
+    cfg = TfrecordPreprocessConfig(str(raw), str(tmp_path / "out"), range_mb=range_mb)
+    meta = preprocess_tfrecord(cfg, list(BEAM_ARGS))
+    sizes = read_back(tmp_path / "out", meta["shards"])
+    assert len(sizes["train"]) == 8 and max(sizes["train"]) <= 30 * framed
+    assert 1 < len(sizes["validation"]) <= 8 and 1 < len(sizes["test"]) <= 8
+    assert sum(sum(s) for s in sizes.values()) == 200 * framed
+    counts = {split: sum(f["records"] for f in files) for split, files in meta["shards"].items()}
+    assert counts == meta["splits"]
+    exact = TfrecordPreprocessConfig(str(raw), str(tmp_path / "n"), num_shards=2, range_mb=range_mb)
+    meta = preprocess_tfrecord(exact, list(BEAM_ARGS))
+    sizes = read_back(tmp_path / "n", meta["shards"])
+    assert {split: len(s) for split, s in sizes.items()} == {"train": 2, "validation": 2, "test": 2}
+    assert sum(sum(s) for s in sizes.values()) == 200 * framed

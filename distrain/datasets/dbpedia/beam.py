@@ -34,20 +34,15 @@ from distrain.datasets.dbpedia.rows import (
     tokenize,
 )
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
-    SumStatsFn,
-    WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
     job_pipeline,
     list_shards,
-    read_manifest,
-    read_single_json,
+    read_outputs,
     run_job,
     staged_output,
     validation_mask,
@@ -349,20 +344,6 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
             seed=config.seed,
             validation_fraction=config.validation_fraction,
         )
-        written = [
-            encoded[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written.append(vocabulary | "WriteVocab" >> beam.Map(write_text, str(out / "vocab.txt")))
-        written.append(
-            parsed["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(
-                str(out / "dead_letter" / "part"), key=lambda d: (d["file"], d["line"])
-            )
-        )
         reasons = parsed["dead_letter"] | "Reasons" >> beam.Map(
             lambda d: {
                 "rejected": {d["reason"].split(" (")[0].split(":")[0]: d["lines"]},
@@ -371,13 +352,16 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
                 },
             }
         )
-        written.append(
-            (planned["stats"], parsed["stats"], encoded["histogram"], reasons)
-            | "AllStats" >> beam.Flatten()
-            | "SumStats" >> CombineAll(SumStatsFn())
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
+        outputs = {
+            **{split: encoded[split] for split in SPLITS},
+            "dead_letter": parsed["dead_letter"],
+            "stats": (planned["stats"], parsed["stats"], encoded["histogram"], reasons)
+            | "AllStats" >> beam.Flatten(),
+            "vocabulary": vocabulary | "WriteVocab" >> beam.Map(write_text, str(out / "vocab.txt")),
+        }
+        _ = outputs | "WriteOutputs" >> WriteOutputs(
+            out, SPLITS, config.num_shards, lambda d: (d["file"], d["line"])
         )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def _metadata(config: DbpediaPreprocessConfig, classes: list[str], out: Path) -> dict:
@@ -387,9 +371,7 @@ def _metadata(config: DbpediaPreprocessConfig, classes: list[str], out: Path) ->
     parser) is in a good row or rejected. A bad record of several lines (a quote left
     open) counts each of its lines, and so does the bad-record ratio.
     """
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
-    (out / "stats.json").unlink()
+    files, stats = read_outputs(out)
     k = len(classes)
     histogram = {s: stats.get("histogram", {}).get(s, [0] * k) for s in SPLITS}
     counts = {s: int(sum(h)) for s, h in histogram.items()}

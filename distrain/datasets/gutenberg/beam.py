@@ -27,25 +27,23 @@ from pathlib import Path
 import apache_beam as beam
 
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
-    SumStatsFn,
     WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
+    check_sharding,
     job_pipeline,
     list_shards,
-    read_manifest,
+    read_outputs,
     read_single_json,
     run_job,
     staged_output,
     write_metadata,
 )
-from distrain.preprocess.records import example, int64_feature
+from distrain.preprocess.records import example, int64_feature, records_per_file
 
 SPLITS = ("train", "validation")
 OOV = 0
@@ -76,8 +74,13 @@ class GutenbergPreprocessConfig:
         stride: Characters between window starts.
         validation_fraction: Share at the end of each book held out for validation.
         min_char_count: Least occurrences in the training text for a vocabulary entry.
-        num_shards: TFRecord files per split; 0 (default): one file per batch, written
-            where the batch is made, with no shuffle of the records.
+        num_shards: TFRecord files per split; 0 (default): one file per group of books
+            and split (windows, and pairs apart), written where the group is encoded,
+            with no shuffle of the records.
+        range_mb: Megabytes of window records per group of books: books are taken in
+            name order, each whole, until their windows come to about this much (the
+            estimate takes one byte per character id). A group's memory is bounded by
+            this; object stores read few large files far faster than many small ones.
         max_bad_ratio: Largest share of rejected books before the job fails.
         source_len: Line pairs (the ``pairs`` view, for encoder-decoders): characters
             kept of the first line's end.
@@ -92,6 +95,7 @@ class GutenbergPreprocessConfig:
     validation_fraction: float = 0.1
     min_char_count: int = 1
     num_shards: int = 0
+    range_mb: float = 32.0
     max_bad_ratio: float = 0.5
     source_len: int = 48
     target_len: int = 32
@@ -104,6 +108,27 @@ class GutenbergPreprocessConfig:
             "validation_fraction", self.validation_fraction, low_open=True, high_open=True
         )
         check_fraction("max_bad_ratio", self.max_bad_ratio)
+        check_sharding(self.num_shards, self.range_mb)
+
+
+def group_books(sizes: dict[str, int], config: GutenbergPreprocessConfig) -> list[list[str]]:
+    """Books in name order cut into groups whose windows come to about ``range_mb``.
+
+    A window of ``seq_len + 1`` one-byte ids starts every ``stride`` characters, so a
+    book of ``n`` bytes makes about ``n / stride`` records of that size. A group is
+    closed once it reaches ``range_mb``; a book is never cut.
+    """
+    record = window_example([1] * (config.seq_len + 1))
+    per_group = records_per_file(int(config.range_mb * 2**20), record) * config.stride
+    groups: list[list[str]] = [[]]
+    held = 0
+    for book in sorted(sizes):
+        if held >= per_group:
+            groups.append([])
+            held = 0
+        groups[-1].append(book)
+        held += sizes[book]
+    return groups
 
 
 _UNICODE_BOMS = (
@@ -221,16 +246,28 @@ def build_char_vocabulary(counts: Counter, min_count: int) -> list[str]:
 
 
 class ReadBook(beam.DoFn):
-    """Reads one book into ``(tag, value)`` pairs (separated by :class:`ByTag`).
+    """Reads a group of books (a list of paths) into ``(tag, value)`` pairs.
 
-    Tags: ``books`` (``(book, {split: text})``), ``dead_letter`` (the file and the reason
+    Tags (separated by :class:`ByTag`): ``books`` (one list ``[(book, {split: text}),
+    ...]`` of the group's accepted books, if any), ``dead_letter`` (a file and the reason
     it was rejected) and ``stats``.
     """
 
     def __init__(self, validation_fraction: float):
         self.validation_fraction = validation_fraction
 
-    def process(self, path: str):
+    def process(self, paths: list[str]):
+        accepted = []
+        for path in paths:
+            for tag, value in self._read(path):
+                if tag == "books":
+                    accepted.append(value)
+                else:
+                    yield tag, value
+        if accepted:
+            yield "books", accepted
+
+    def _read(self, path: str):
         with open(path, "rb") as f:
             data = f.read()
         name = os.path.basename(path)
@@ -271,9 +308,11 @@ class _CountChars(beam.CombineFn):
 class BooksToWindows(beam.PTransform):
     """Split books to serialised windows per split, with the vocabulary from training text.
 
-    Input: ``(book, {"train": text, "validation": text})``. Output: dict with ``train`` and
-    ``validation`` (per book, a batch ``((book, split), [record, ...])`` of serialised
-    ``tf.train.Example`` of ``chars``), ``vocabulary`` (a singleton list) and ``stats``.
+    Input: groups of books ``[(book, {"train": text, "validation": text}), ...]``. Output:
+    dict with ``train`` and ``validation`` (per group, a batch ``((first book, split),
+    [record, ...])`` of serialised ``tf.train.Example`` of ``chars``, book after book),
+    ``pairs_train`` and ``pairs_validation`` (the same of line pairs), ``vocabulary`` (a
+    singleton list) and ``stats``.
     """
 
     def __init__(
@@ -293,7 +332,7 @@ class BooksToWindows(beam.PTransform):
         source_len, target_len = self.source_len, self.target_len
         vocabulary = (
             books
-            | "TrainText" >> beam.Map(lambda book: book[1]["train"])
+            | "TrainText" >> beam.FlatMap(lambda group: [parts["train"] for _, parts in group])
             | "CountChars" >> CombineAll(_CountChars())
             | "Vocabulary" >> beam.Map(build_char_vocabulary, self.min_char_count)
         )
@@ -302,29 +341,36 @@ class BooksToWindows(beam.PTransform):
             def setup(self):
                 self._index = None
 
-            def process(self, book, vocab):
+            def process(self, group, vocab):
                 if self._index is None:
                     self._index = {c: i for i, c in enumerate(vocab)}
-                _, parts = book
+                records = {split: [] for split in SPLITS}
+                pairs = {split: [] for split in SPLITS}
+                for _, parts in group:
+                    yield from self._encode(parts, records, pairs)
+                # One element per (group, split), not per window: a file of the group.
+                for split in SPLITS:
+                    yield split, ((group[0][0], split), records[split])
+                    yield f"pairs_{split}", ((group[0][0], split), pairs[split])
+
+            def _encode(self, parts, records, pairs):
                 for split, text in parts.items():
                     ids = [self._index.get(c, OOV) for c in text]
                     made = windows(ids, seq_len, stride)
-                    records = [window_example(w) for w in made]
-                    # One element per (book, split), not per window.
-                    yield split, ((book[0], split), records)
-                    pairs = [
+                    records[split] += [window_example(w) for w in made]
+                    before = len(pairs[split])
+                    pairs[split] += [
                         pair_example(
                             [self._index.get(c, OOV) for c in a],
                             [self._index.get(c, OOV) for c in b],
                         )
                         for a, b in line_pairs(text, source_len, target_len)
                     ]
-                    yield f"pairs_{split}", ((book[0], split), pairs)
                     yield (
                         "stats",
                         {
                             "windows": {split: len(made)},
-                            "pairs": {split: len(pairs)},
+                            "pairs": {split: len(pairs[split]) - before},
                             "characters": {split: len(text)},
                             "oov_characters": {split: ids.count(OOV)},
                         },
@@ -360,20 +406,20 @@ def preprocess_gutenberg(
     # The input as the file system lists it, before any book is read: names and sizes.
     sizes = {book: os.path.getsize(book) for book in books}
     with staged_output(config.output_dir, config.overwrite) as out:
-        _run_pipeline(config, books, out, beam_args)
+        _run_pipeline(config, sizes, out, beam_args)
         metadata = _metadata(config, books, sizes, out)
         write_metadata(out, metadata)
     return metadata
 
 
 def _run_pipeline(
-    config: GutenbergPreprocessConfig, books: list[str], out: Path, beam_args
+    config: GutenbergPreprocessConfig, sizes: dict[str, int], out: Path, beam_args
 ) -> None:
-    """The Beam job itself, writing into ``out``."""
+    """The Beam job itself over the books (path: size), writing into ``out``."""
     with job_pipeline(beam_args) as pipeline:
         read = (
             pipeline
-            | "Books" >> beam.Create(books)
+            | "Books" >> beam.Create(group_books(sizes, config))
             | "ReadBooks" >> beam.ParDo(ReadBook(config.validation_fraction))
             | "ByTag" >> ByTag("books", "dead_letter", "stats")
         )
@@ -384,52 +430,37 @@ def _run_pipeline(
             config.source_len,
             config.target_len,
         )
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written += [
-            result[f"pairs_{split}"]
-            | f"WritePairs{split.title()}"
-            >> WriteTFRecordBatches(str(out / "pairs" / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            read["books"]
+        outputs = {
+            **{split: result[split] for split in SPLITS},
+            **{f"pairs/{split}": result[f"pairs_{split}"] for split in SPLITS},
+            "dead_letter": read["dead_letter"],
+            "stats": (read["stats"], result["stats"]) | "AllStats" >> beam.Flatten(),
+            # Written by the job itself: the texts of the books and the vocabulary.
+            "text": read["books"]
             | "TextRecords"
             >> beam.FlatMap(
-                lambda b: [{"book": b[0], "split": s, "text": t} for s, t in b[1].items()]
+                lambda group: [
+                    {"book": book, "split": s, "text": t}
+                    for book, parts in group
+                    for s, t in parts.items()
+                ]
             )
             | "WriteText"
-            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"]))
-        )
-        written.append(
-            read["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(str(out / "dead_letter" / "part"), key=lambda d: d["file"])
-        )
-        written.append(
-            result["vocabulary"]
+            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"])),
+            "vocabulary": result["vocabulary"]
             | "VocabJson" >> beam.Map(lambda v: {"vocabulary": v})
-            | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True)
+            | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True),
+        }
+        tfrecords = [*SPLITS, *(f"pairs/{split}" for split in SPLITS)]
+        _ = outputs | "WriteOutputs" >> WriteOutputs(
+            out, tfrecords, config.num_shards, lambda d: d["file"]
         )
-        written.append(
-            (read["stats"], result["stats"])
-            | "AllStats" >> beam.Flatten()
-            | "SumStats" >> CombineAll(SumStatsFn())
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def _metadata(config, books: list[str], sizes: dict[str, int], out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
+    files, stats = read_outputs(out)
     stats.update(read_single_json(str(out / "vocabulary.json")))
-    (out / "stats.json").unlink()
     (out / "vocabulary.json").unlink()
     accepted = int(stats.get("books", {}).get("accepted", 0))
     rejected = int(stats.get("books", {}).get("rejected", 0))

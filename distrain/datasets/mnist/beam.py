@@ -31,26 +31,23 @@ from distrain.datasets.mnist.idx import (
     unpack_idx,
 )
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
     SumStatsFn,
-    WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
+    check_sharding,
     job_pipeline,
     list_shards,
-    read_manifest,
-    read_single_json,
+    read_outputs,
     run_job,
     staged_output,
     validation_mask,
     write_metadata,
 )
-from distrain.preprocess.records import bytes_feature, example, int64_feature
+from distrain.preprocess.records import bytes_feature, example, int64_feature, records_per_file
 
 NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")
@@ -65,9 +62,15 @@ class MnistPreprocessConfig:
         output_dir: Where TFRecords, dead letters and metadata go.
         validation_fraction: Share of the training file held out for validation.
         seed: Seed of the train/validation assignment.
-        num_shards: TFRecord files per split; 0 (default): one file per batch, written
-            where the batch is made, with no shuffle of the records.
-        batch_size: Records per batch inside the DoFns.
+        num_shards: TFRecord files per split; 0 (default): one file per range of images
+            and split, written where the range is encoded, with no shuffle of the records
+            (files of about ``range_mb`` times the split's share).
+        batch_size: Images per range (the unit of work: read, encoded and written as one
+            element); 0 (default): ranges of about ``range_mb`` megabytes of records.
+        range_mb: Megabytes of TFRecords per range when ``batch_size`` is 0 (the images
+            per range follow from a record's size: 838 bytes framed for 28x28 pixels). A
+            range's memory is bounded by this; object stores read few large files far
+            faster than many small ones.
         max_bad_ratio: Largest share of rejected records before the job fails.
         overwrite: Replace an output folder that holds files (else it is refused).
     """
@@ -77,15 +80,15 @@ class MnistPreprocessConfig:
     validation_fraction: float = 0.1
     seed: int = 0
     num_shards: int = 0
-    batch_size: int = 1024
+    batch_size: int = 0
+    range_mb: float = 32.0
     max_bad_ratio: float = 0.0
     overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if self.num_shards < 0 or self.batch_size < 1:
-            raise ValueError("num_shards must be >= 0 and batch_size positive")
+        check_sharding(self.num_shards, self.range_mb, self.batch_size, "batch_size")
 
 
 class UnpackIdxSplit(beam.DoFn):
@@ -94,24 +97,27 @@ class UnpackIdxSplit(beam.DoFn):
     Gzip can only be read from the start, so a gzipped file is unpacked once into
     ``work_dir`` (:func:`~distrain.datasets.mnist.idx.unpack_idx`). What crosses the shuffle after
     this step is ranges ``(split, images_path, labels_path, start, stop)`` of
-    ``batch_size`` rows, a few bytes each, not the images: each worker reads its ranges
-    with a seek.
+    ``batch_size`` rows (0: as many as make ``range_bytes`` of records), a few bytes each,
+    not the images: each worker reads its ranges with a seek.
     """
 
-    def __init__(self, input_dir: str, work_dir: str, batch_size: int):
+    def __init__(self, input_dir: str, work_dir: str, batch_size: int, range_bytes: int):
         self.input_dir = input_dir
         self.work_dir = work_dir
-        self.batch_size = batch_size
+        self.batch_size, self.range_bytes = batch_size, range_bytes
 
     def process(self, split: str):
         images_path, labels_path = mnist_paths(self.input_dir, split)
         images = unpack_idx(images_path, self.work_dir)
         labels = unpack_idx(labels_path, self.work_dir)
-        count = idx_shape(images, IMAGES_MAGIC)[0]
+        count, *pixels = idx_shape(images, IMAGES_MAGIC)
         if idx_shape(labels, LABELS_MAGIC)[0] != count:
             raise IdxFormatError(f"{images_path} and {labels_path}: image and label counts differ")
-        for start in range(0, count, self.batch_size):
-            yield split, str(images), str(labels), start, min(start + self.batch_size, count)
+        size = self.batch_size or records_per_file(
+            self.range_bytes, mnist_example(bytes(int(np.prod(pixels))), 0)
+        )
+        for start in range(0, count, size):
+            yield split, str(images), str(labels), start, min(start + size, count)
 
 
 class ReadIdxRows(beam.DoFn):
@@ -226,29 +232,19 @@ def _run_pipeline(config: MnistPreprocessConfig, out: Path, work: Path, beam_arg
         batches = (
             pipeline
             | "Sources" >> beam.Create(list(MNIST_FILES))
-            | "Unpack" >> beam.ParDo(UnpackIdxSplit(config.input_dir, str(work), config.batch_size))
+            | "Unpack"
+            >> beam.ParDo(
+                UnpackIdxSplit(
+                    config.input_dir, str(work), config.batch_size, int(config.range_mb * 2**20)
+                )
+            )
             | "Spread" >> beam.Reshuffle()
             | "ReadRows" >> beam.ParDo(ReadIdxRows())
         )
         result = batches | "ToExamples" >> MnistToExamples(config.seed, config.validation_fraction)
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), config.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            result["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(
-                str(out / "dead_letter" / "part"), key=lambda d: (d["split"], d["index"])
-            )
+        _ = result | "WriteOutputs" >> WriteOutputs(
+            out, SPLITS, config.num_shards, lambda d: (d["split"], d["index"])
         )
-        written.append(
-            result["stats"]
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -283,9 +279,7 @@ def preprocess_mnist(config: MnistPreprocessConfig, beam_args: list[str] | None 
 
 def _metadata(config: MnistPreprocessConfig, inputs: dict, shape, out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
-    (out / "stats.json").unlink()
+    files, stats = read_outputs(out)
     histogram = {s: stats.get("histogram", {}).get(s, [0] * NUM_CLASSES) for s in SPLITS}
     counts = {s: int(sum(h)) for s, h in histogram.items()}
     # The input count is the IDX header's, not what the job got to read.

@@ -33,25 +33,23 @@ from distrain.datasets.tfrecord.spec import (
     source_files,
 )
 from distrain.preprocess.common import (
-    MANIFEST,
-    AllWritten,
     ByTag,
     CombineAll,
     SumStatsFn,
-    WriteJsonLines,
-    WriteTFRecordBatches,
+    WriteOutputs,
     check_accounting,
     check_bad_ratio,
     check_fraction,
+    check_sharding,
     job_pipeline,
     list_shards,
-    read_manifest,
-    read_single_json,
+    read_outputs,
     run_job,
     staged_output,
     validation_mask,
     write_metadata,
 )
+from distrain.preprocess.records import FRAME_BYTES
 
 NAME = "tfrecord"
 SPLITS = ("train", "validation", "test")
@@ -67,8 +65,14 @@ class TfrecordPreprocessConfig:
         validation_fraction: Share of the training records held out for validation (and,
             without test files, the same share again for test).
         seed: Seed of the split assignment.
-        num_shards: TFRecord files per split; 0 (default): one file per batch.
-        batch_size: Records per batch inside the DoFns.
+        num_shards: TFRecord files per split; 0 (default): one file per batch and split,
+            written where the batch is checked (files of about ``range_mb`` times the
+            split's share).
+        batch_size: Records per batch (the unit of work: checked and written as one
+            element); 0 (default): batches of about ``range_mb`` megabytes of records.
+        range_mb: Megabytes of records (framed, as they are written) per batch when
+            ``batch_size`` is 0. A batch's memory is bounded by this; object stores read
+            few large files far faster than many small ones.
         max_bad_ratio: Largest share of rejected records before the job fails (1 %).
         overwrite: Replace an output folder that holds files (else it is refused).
     """
@@ -78,31 +82,36 @@ class TfrecordPreprocessConfig:
     validation_fraction: float = 0.1
     seed: int = 0
     num_shards: int = 0
-    batch_size: int = 1024
+    batch_size: int = 0
+    range_mb: float = 32.0
     max_bad_ratio: float = 0.01  # as DBPedia's: the user's data may hold a few bad records
     overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
-        if self.num_shards < 0 or self.batch_size < 1:
-            raise ValueError("num_shards must be >= 0 and batch_size positive")
+        check_sharding(self.num_shards, self.range_mb, self.batch_size, "batch_size")
 
 
 class ReadRecordBatches(beam.DoFn):
-    """Reads one raw file: ``(source, file, first record number, [(data, crc ok)])`` batches."""
+    """Reads one raw file: ``(source, file, first record number, [(data, crc ok)])`` batches.
 
-    def __init__(self, batch_size: int):
-        self.batch_size = batch_size
+    A batch holds ``batch_size`` records, or (``batch_size`` 0) as many as first reach
+    ``range_bytes`` framed.
+    """
+
+    def __init__(self, batch_size: int, range_bytes: int):
+        self.batch_size, self.range_bytes = batch_size, range_bytes
 
     def process(self, item):
         source, path = item
-        batch, start = [], 1
+        batch, start, size = [], 1, 0
         for frame in read_frames(path):
             batch.append(frame)
-            if len(batch) == self.batch_size:
+            size += len(frame[0]) + FRAME_BYTES
+            if len(batch) == self.batch_size or (not self.batch_size and size >= self.range_bytes):
                 yield source, path, start, batch
-                start, batch = start + len(batch), []
+                start, batch, size = start + len(batch), [], 0
         if batch:
             yield source, path, start, batch
 
@@ -214,30 +223,15 @@ def _run_pipeline(cfg: TfrecordPreprocessConfig, spec, inputs, out: Path, beam_a
         batches = (
             pipeline
             | "Files" >> beam.Create(files)
-            | "Read" >> beam.ParDo(ReadRecordBatches(cfg.batch_size))
+            | "Read" >> beam.ParDo(ReadRecordBatches(cfg.batch_size, int(cfg.range_mb * 2**20)))
             | "Spread" >> beam.Reshuffle()
         )
         result = batches | "Check" >> CheckExamples(
             spec, cfg.seed, cfg.validation_fraction, not inputs["test"]
         )
-        written = [
-            result[split]
-            | f"Write{split.title()}"
-            >> WriteTFRecordBatches(str(out / split / "part"), cfg.num_shards)
-            for split in SPLITS
-        ]
-        written.append(
-            result["dead_letter"]
-            | "WriteDeadLetter"
-            >> WriteJsonLines(
-                str(out / "dead_letter" / "part"), key=lambda d: (d["file"], d["record"])
-            )
+        _ = result | "WriteOutputs" >> WriteOutputs(
+            out, SPLITS, cfg.num_shards, lambda d: (d["file"], d["record"])
         )
-        written.append(
-            result["stats"]
-            | "WriteStats" >> WriteJsonLines(str(out / "stats"), ".json", exact_name=True)
-        )
-        _ = tuple(written) | "AllWritten" >> AllWritten(str(out / MANIFEST))
 
 
 def preprocess_tfrecord(cfg: TfrecordPreprocessConfig, beam_args: list[str] | None = None) -> dict:
@@ -265,9 +259,7 @@ def preprocess_tfrecord(cfg: TfrecordPreprocessConfig, beam_args: list[str] | No
 
 def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, out: Path) -> dict:
     """The metadata of a finished job, once its counts agree; raises if they do not."""
-    files = read_manifest(out)
-    stats = read_single_json(str(out / "stats.json"))
-    (out / "stats.json").unlink()
+    files, stats = read_outputs(out)
     by_file = stats.get("by_file", {})
     for _, items in inputs.items():
         for path, count in items:
