@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+from collections import Counter
 
 import apache_beam as beam
 import pytest
@@ -24,6 +25,7 @@ from distrain.datasets.dbpedia.rows import (
     ParseCsvRange,
     PlanCsvRanges,
     csv_row_ranges,
+    ngrams,
     parse_csv,
     read_classes,
     tokenize,
@@ -277,6 +279,34 @@ def test_job_counts_dead_letters_and_builds_vocabulary_from_training_only(tmp_pa
     assert all(d["file"].endswith("test.csv") for d in dead)
     records = read_tfrecords(str(tmp_path / "out" / "train" / "part-*.tfrecord"))
     assert len(records) == meta["splits"]["train"]
+
+
+def test_the_counted_vocabulary_is_the_whole_count_of_the_training_rows(tmp_path):
+    """The job counts n-grams by bucket and keeps each bucket's top before the overall top;
+    that must give the vocabulary of one count over every training row, ties included."""
+    raw = tmp_path / "raw"
+    write_dbpedia_sample(raw, DbpediaSampleConfig(train_per_class=40, test_per_class=2, seed=5))
+    cfg = DbpediaPreprocessConfig(
+        str(raw),
+        str(tmp_path / "out"),
+        min_count=2,
+        max_unigrams=60,
+        max_bigrams=90,
+        rows_per_range=100,
+    )
+    preprocess_dbpedia(cfg, OPTIONS)
+    data = (raw / "train.csv").read_bytes()
+    rows = [(line, a, b) for kind, line, a, b, _ in parse_csv("t", data, 14) if kind != "bad"]
+    uni, bi = Counter(), Counter()
+    for _, batch in _split_batch(("train", rows), cfg.seed, cfg.validation_fraction):
+        if _ == "train":
+            for _, _, text in batch:
+                u, b = ngrams(tokenize(text))
+                uni.update(u)
+                bi.update(b)
+    want = build_vocabulary((uni, bi), 2, 60, 90)
+    assert len(want) == 2 + 60 + 90  # the limits cut
+    assert (tmp_path / "out" / "vocab.txt").read_text().splitlines() == want
 
 
 @pytest.mark.case("dbpedia/dead-letter")

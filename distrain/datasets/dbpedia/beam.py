@@ -16,6 +16,7 @@ bigrams; 0 is padding, 1 out-of-vocabulary) and ``label`` (0-based), ``vocab.txt
 from __future__ import annotations
 
 import os
+import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from distrain.preprocess.records import example, int64_feature, write_text
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
 COUNT_BATCH = 4096  # rows per element of the counting pass (its memory, not the output's)
+VOCAB_BUCKETS = 32  # n-grams counted per bucket: a merge holds 1/32 of each range's counts
 
 
 @dataclass(frozen=True)
@@ -141,44 +143,105 @@ def _split_batch(batch, seed: int, fraction: float):
             yield split, part
 
 
-class _CountNgrams(beam.CombineFn):
-    """Counts unigrams and bigrams over batches of training rows."""
+def ngram_bucket(gram: str, buckets: int) -> int:
+    """The counting bucket of an n-gram: a stable hash, the same in every worker process."""
+    return zlib.crc32(gram.encode("utf-8", "surrogatepass")) % buckets
 
-    def __init__(self, with_bigrams: bool):
-        self.with_bigrams = with_bigrams
+
+class _CountByBucket(beam.DoFn):
+    """A batch of training rows to its n-gram counts, ``(bucket, (unigrams, bigrams))``.
+
+    The counts are keyed by bucket so that a bucket's merge holds its share of every
+    range's counts, not all of them: the local runner gives a merge all its inputs at
+    once, one accumulator per bundle, and a bundle a range.
+    """
+
+    def __init__(self, with_bigrams: bool, buckets: int):
+        self.with_bigrams, self.buckets = with_bigrams, buckets
+
+    def process(self, rows):
+        counts = Counter(), Counter()
+        for _, _, text in rows:
+            unigrams, bigrams = ngrams(tokenize(text), self.with_bigrams)
+            counts[0].update(unigrams)
+            counts[1].update(bigrams)
+        parts = [(Counter(), Counter()) for _ in range(self.buckets)]
+        for kind, counter in enumerate(counts):
+            for gram, count in counter.items():
+                parts[ngram_bucket(gram, self.buckets)][kind][gram] = count
+        for bucket, part in enumerate(parts):
+            if part[0] or part[1]:
+                yield bucket, part
+
+
+class _MergeCounts(beam.CombineFn):
+    """Sums ``(unigrams, bigrams)`` counters."""
 
     def create_accumulator(self):
         return Counter(), Counter()
 
-    def add_input(self, acc, rows):
-        uni, bi = acc
-        for _, _, text in rows:
-            u, b = ngrams(tokenize(text), self.with_bigrams)
-            uni.update(u)
-            bi.update(b)
+    def add_input(self, acc, counts):
+        acc[0].update(counts[0])
+        acc[1].update(counts[1])
         return acc
 
     def merge_accumulators(self, accumulators):
-        uni, bi = Counter(), Counter()
-        for u, b in accumulators:
-            uni.update(u)
-            bi.update(b)
-        return uni, bi
+        merged = self.create_accumulator()
+        for acc in accumulators:
+            self.add_input(merged, acc)
+        return merged
+
+    def extract_output(self, acc):
+        return acc
+
+
+def top_ngrams(counts, min_count: int, k: int) -> list[tuple[str, int]]:
+    """The ``k`` most frequent of ``(n-gram, count)`` pairs seen ``min_count`` times or more.
+
+    Ties go by the n-gram, so that the top of a union is the top of its parts' tops.
+    """
+    kept = [(w, c) for w, c in counts if c >= min_count]
+    kept.sort(key=lambda wc: (-wc[1], wc[0]))
+    return kept[:k]
+
+
+class _MergeTops(beam.CombineFn):
+    """The buckets' top unigrams and bigrams to the overall top of each.
+
+    Exact: a bucket's top holds every n-gram of the overall top that falls in it.
+    """
+
+    def __init__(self, max_unigrams: int, max_bigrams: int):
+        self.limits = (max_unigrams, max_bigrams)
+
+    def create_accumulator(self):
+        return [], []
+
+    def add_input(self, acc, tops):
+        return tuple(
+            top_ngrams([*mine, *theirs], 1, k)
+            for mine, theirs, k in zip(acc, tops, self.limits, strict=True)
+        )
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for acc in accumulators:
+            merged = self.add_input(merged, acc)
+        return merged
 
     def extract_output(self, acc):
         return acc
 
 
 def build_vocabulary(counts, min_count: int, max_unigrams: int, max_bigrams: int) -> list[str]:
-    """Vocabulary list: ``<pad>``, ``<oov>``, then unigrams and bigrams by frequency."""
-    uni, bi = counts
+    """Vocabulary list: ``<pad>``, ``<oov>``, then unigrams and bigrams by frequency.
 
-    def top(counter, k):
-        kept = [(w, c) for w, c in counter.items() if c >= min_count]
-        kept.sort(key=lambda wc: (-wc[1], wc[0]))
-        return [w for w, _ in kept[:k]]
-
-    return ["<pad>", "<oov>", *top(uni, max_unigrams), *top(bi, max_bigrams)]
+    ``counts``: the unigram and bigram counts, each a mapping or ``(n-gram, count)`` pairs.
+    """
+    uni, bi = (c.items() if hasattr(c, "items") else c for c in counts)
+    words = [w for w, _ in top_ngrams(uni, min_count, max_unigrams)]
+    words += [w for w, _ in top_ngrams(bi, min_count, max_bigrams)]
+    return ["<pad>", "<oov>", *words]
 
 
 def encode(text: str, index: dict[str, int], max_tokens: int, with_bigrams: bool) -> list[int]:
@@ -326,9 +389,20 @@ def _run_pipeline(config: DbpediaPreprocessConfig, classes: list[str], out: Path
             | "AssignSplit" >> beam.FlatMap(_split_batch, config.seed, config.validation_fraction)
             | "TrainOnly" >> beam.Filter(lambda item: item[0] == "train")
             | "Rows" >> beam.Map(lambda item: item[1])
-            | "CountNgrams" >> CombineAll(_CountNgrams(with_bigrams))
-            | "Vocabulary"
-            >> beam.Map(build_vocabulary, config.min_count, config.max_unigrams, config.max_bigrams)
+            | "CountByBucket" >> beam.ParDo(_CountByBucket(with_bigrams, VOCAB_BUCKETS))
+            | "MergeCounts" >> beam.CombinePerKey(_MergeCounts())
+            | "TopOfBucket"
+            >> beam.Map(
+                lambda kv, n, k1, k2: (
+                    top_ngrams(kv[1][0].items(), n, k1),
+                    top_ngrams(kv[1][1].items(), n, k2),
+                ),
+                config.min_count,
+                config.max_unigrams,
+                config.max_bigrams,
+            )
+            | "TopOverall" >> CombineAll(_MergeTops(config.max_unigrams, config.max_bigrams))
+            | "Vocabulary" >> beam.Map(build_vocabulary, 1, config.max_unigrams, config.max_bigrams)
             # One string, not a list: a side input is decoded (and sized) per bundle, and
             # a string of 150k words costs one copy where a list costs 150k objects.
             | "VocabText" >> beam.Map(lambda words: "\n".join(words) + "\n")
