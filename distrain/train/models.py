@@ -30,18 +30,23 @@ def perceptron(info: DatasetInfo, seed: int, hidden: tuple[int, ...], name: str)
 
 
 def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int, ...], name: str):
-    """Averaged (masked) token embeddings, ReLU layers of ``hidden`` units, then the logits."""
+    """Averaged token embeddings (padding left out), ReLU layers of ``hidden`` units, logits.
+
+    The average is one :class:`~distrain.train.layers.MeanEmbedding` layer: what an
+    ``Embedding`` and a masked ``GlobalAveragePooling1D`` compute, with a gradient of one
+    row per distinct id of the batch.
+    """
+    from distrain.train.layers import MeanEmbedding
+
     keras = keras_module()
     init = keras.initializers.GlorotUniform
     layers = [
         keras.layers.Input(shape=(None,), dtype="int32"),
-        keras.layers.Embedding(
+        MeanEmbedding(
             info.metadata["vocab_size"],
             dim,
-            mask_zero=True,
             embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05, seed),
         ),
-        keras.layers.GlobalAveragePooling1D(),
     ]
     for i, units in enumerate(hidden):
         layers.append(keras.layers.Dense(units, "relu", kernel_initializer=init(seed + 1 + i)))

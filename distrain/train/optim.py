@@ -23,9 +23,19 @@ import tensorflow as tf
 
 
 def _dense_rows(grad: tf.IndexedSlices) -> tf.IndexedSlices:
-    """Sums the rows of repeated indices, as a dense gradient would have them."""
+    """Sums the rows of repeated indices, as a dense gradient would have them.
+
+    Indices that are already distinct (a lookup of each distinct id once, as
+    :class:`distrain.train.layers.MeanEmbedding` does) keep their rows as they are: the
+    sum would copy every row to the same place.
+    """
     unique, positions = tf.unique(grad.indices)
-    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique)[0])
+    count = tf.shape(unique)[0]
+    values = tf.cond(
+        tf.equal(count, tf.shape(grad.indices)[0]),
+        lambda: grad.values,  # distinct: ``unique`` is ``indices``, in the same order
+        lambda: tf.math.unsorted_segment_sum(grad.values, positions, count),
+    )
     return tf.IndexedSlices(values, unique, grad.dense_shape)
 
 

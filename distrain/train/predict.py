@@ -15,6 +15,8 @@ def load_model(model_path: str | os.PathLike):
     """Loads a model written by the training loop (tf-keras ``.keras`` file)."""
     import tf_keras
 
+    import distrain.train.layers  # noqa: F401 (registers distrain's own layers by name)
+
     return tf_keras.models.load_model(str(model_path), compile=False)
 
 

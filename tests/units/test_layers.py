@@ -8,11 +8,11 @@
 2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
    preprocessed directory holds. It imports its plugins by name on the first lookup, so
    every layer above may ask it and none of its plugins is below it.
-3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.predict``, ``train.tasks``,
-   ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``, ``train.heartbeat``,
-   ``train.usermodel``): what a run reads, the models' builders (the user's too), how a model
-   is scored; they ask the registry for a
-   data set's parser, texts and models.
+3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.layers``, ``train.predict``,
+   ``train.tasks``, ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``,
+   ``train.heartbeat``, ``train.usermodel``): what a run reads, the models' builders (the
+   user's too) and their layers, how a model is scored; they ask the registry for a data
+   set's parser, texts and models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
    contract test base): built on the learning layer, found through the registry.
 5. **settings** (``train.launch``, ``train.modes``, ``train.config``): the process launch, the
@@ -76,6 +76,7 @@ LAYERS = [
             "distrain.train",
             "distrain.train.inputs",
             "distrain.train.models",
+            "distrain.train.layers",
             "distrain.train.predict",
             "distrain.train.tasks",
             "distrain.train.optim",
