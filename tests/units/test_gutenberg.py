@@ -312,3 +312,44 @@ def test_the_default_job_writes_a_file_per_group_of_books_of_range_mb(tmp_path):
     for shards in (meta["shards"], meta["views"]["pairs"]["shards"]):
         sizes = read_back(tmp_path / "n", shards)
         assert {split: len(s) for split, s in sizes.items()} == {"train": 2, "validation": 2}
+
+
+def test_encoding_from_a_second_read_gives_what_encoding_the_read_books_gives(tmp_path):
+    """The job encodes each group of books from a second read of its files (so that the
+    books' texts never wait for the vocabulary in the runner's memory); its records must be
+    the ones encoding the first read's books gives."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from distrain.datasets.gutenberg.beam import BooksToWindows, ReadBook
+    from distrain.preprocess.common import ByTag
+
+    write_gutenberg_sample(tmp_path, GutenbergSampleConfig(books=3, chars_per_book=20_000))
+    paths = sorted(str(p) for p in tmp_path.glob("*.txt"))
+    groups = [paths[:1], paths[1:]]
+    outputs = ["train", "validation", "pairs_train", "pairs_validation", "vocabulary"]
+    with TestPipeline(options=PipelineOptions(OPTIONS)) as p:
+        made = p | beam.Create(groups)
+        books = made | beam.ParDo(ReadBook(0.1)) | ByTag("books", "dead_letter", "stats")
+        whole = books["books"] | "Whole" >> BooksToWindows(20, 10, 1)
+        reread = books["books"] | "Reread" >> BooksToWindows(
+            20, 10, 1, reread=(made, ReadBook(0.1))
+        )
+        for name in outputs:
+            want = whole[name] | f"ListWhole{name}" >> beam.combiners.ToList()
+            got = reread[name] | f"ListReread{name}" >> beam.combiners.ToList()
+            pair = (
+                (want | f"KW{name}" >> beam.Map(lambda v: ("k", ("want", sorted(map(repr, v)))))),
+                (got | f"KG{name}" >> beam.Map(lambda v: ("k", ("got", sorted(map(repr, v)))))),
+            )
+            same = (
+                pair
+                | f"Both{name}" >> beam.Flatten()
+                | f"Group{name}" >> beam.GroupByKey()
+                | f"Same{name}" >> beam.Map(lambda kv: dict(kv[1])["want"] == dict(kv[1])["got"])
+            )
+            assert_that(same, equal_to([True]), label=f"Same{name}")
+        counted = whole["train"] | beam.Map(lambda batch: len(batch[1]))
+        assert_that(counted | beam.combiners.Count.Globally(), equal_to([2]), label="Groups")

@@ -31,6 +31,7 @@ from distrain.preprocess.common import (
     CombineAll,
     WriteJsonLines,
     WriteOutputs,
+    batch_file_name,
     check_accounting,
     check_bad_ratio,
     check_fraction,
@@ -43,7 +44,7 @@ from distrain.preprocess.common import (
     staged_output,
     write_metadata,
 )
-from distrain.preprocess.records import example, int64_feature, records_per_file
+from distrain.preprocess.records import example, int64_feature, records_per_file, write_text
 
 SPLITS = ("train", "validation")
 OOV = 0
@@ -305,6 +306,29 @@ class _CountChars(beam.CombineFn):
         return acc
 
 
+class _WriteTexts(beam.DoFn):
+    """Writes a group's texts as JSON lines ``{"book", "split", "text"}``, a file per group.
+
+    Named by the group's first book, lines in book and split order: the bytes depend on the
+    books alone, not on the runner. Output: the file's name.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def process(self, group):
+        lines = sorted(
+            (
+                {"book": book, "split": s, "text": t}
+                for book, parts in group
+                for s, t in parts.items()
+            ),
+            key=lambda line: (line["book"], line["split"]),
+        )
+        path = f"{self.prefix}-{batch_file_name(group[0][0])}.jsonl"
+        yield write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines), path)
+
+
 class BooksToWindows(beam.PTransform):
     """Split books to serialised windows per split, with the vocabulary from training text.
 
@@ -313,6 +337,11 @@ class BooksToWindows(beam.PTransform):
     [record, ...])`` of serialised ``tf.train.Example`` of ``chars``, book after book),
     ``pairs_train`` and ``pairs_validation`` (the same of line pairs), ``vocabulary`` (a
     singleton list) and ``stats``.
+
+    With ``reread`` (``(groups of paths, a ReadBook)``), the books are encoded from a second
+    read of their files, a group per DoFn call, instead of from the input: the encoding
+    waits for the vocabulary (a side input), and the local runner holds a stage's whole
+    input in memory, so what waits is then the groups' paths, not every book's text.
     """
 
     def __init__(
@@ -322,14 +351,17 @@ class BooksToWindows(beam.PTransform):
         min_char_count: int,
         source_len: int = 48,
         target_len: int = 32,
+        reread: tuple | None = None,
     ):
         super().__init__()
         self.seq_len, self.stride, self.min_char_count = seq_len, stride, min_char_count
         self.source_len, self.target_len = source_len, target_len
+        self.reread = reread
 
     def expand(self, books):
         seq_len, stride = self.seq_len, self.stride
         source_len, target_len = self.source_len, self.target_len
+        groups, read = self.reread if self.reread else (books, None)
         vocabulary = (
             books
             | "TrainText" >> beam.FlatMap(lambda group: [parts["train"] for _, parts in group])
@@ -341,7 +373,15 @@ class BooksToWindows(beam.PTransform):
             def setup(self):
                 self._index = None
 
-            def process(self, group, vocab):
+            def process(self, item, vocab):
+                if read is None:
+                    yield from self._group(item, vocab)
+                    return
+                for tag, group in read.process(item):  # the second read of the group
+                    if tag == "books":
+                        yield from self._group(group, vocab)
+
+            def _group(self, group, vocab):
                 if self._index is None:
                     self._index = {c: i for i, c in enumerate(vocab)}
                 records = {split: [] for split in SPLITS}
@@ -377,7 +417,7 @@ class BooksToWindows(beam.PTransform):
                     )
 
         out = (
-            books
+            groups
             | "Encode" >> beam.ParDo(_Encode(), beam.pvalue.AsSingleton(vocabulary))
             | "ByTag" >> ByTag(*SPLITS, *(f"pairs_{s}" for s in SPLITS), "stats")
         )
@@ -417,18 +457,21 @@ def _run_pipeline(
 ) -> None:
     """The Beam job itself over the books (path: size), writing into ``out``."""
     with job_pipeline(beam_args) as pipeline:
+        groups = pipeline | "Books" >> beam.Create(group_books(sizes, config))
         read = (
-            pipeline
-            | "Books" >> beam.Create(group_books(sizes, config))
+            groups
             | "ReadBooks" >> beam.ParDo(ReadBook(config.validation_fraction))
             | "ByTag" >> ByTag("books", "dead_letter", "stats")
         )
+        # Two reads of the books: the first counts the characters (and writes the texts),
+        # the second encodes a group at a time once the vocabulary is known.
         result = read["books"] | "ToWindows" >> BooksToWindows(
             config.seq_len,
             config.stride,
             config.min_char_count,
             config.source_len,
             config.target_len,
+            reread=(groups, ReadBook(config.validation_fraction)),
         )
         outputs = {
             **{split: result[split] for split in SPLITS},
@@ -436,17 +479,10 @@ def _run_pipeline(
             "dead_letter": read["dead_letter"],
             "stats": (read["stats"], result["stats"]) | "AllStats" >> beam.Flatten(),
             # Written by the job itself: the texts of the books and the vocabulary.
+            # A file per group, where the group was read: one file of every text would
+            # gather the whole corpus in one place (the local runner's memory).
             "text": read["books"]
-            | "TextRecords"
-            >> beam.FlatMap(
-                lambda group: [
-                    {"book": book, "split": s, "text": t}
-                    for book, parts in group
-                    for s, t in parts.items()
-                ]
-            )
-            | "WriteText"
-            >> WriteJsonLines(str(out / "text" / "part"), key=lambda t: (t["book"], t["split"])),
+            | "WriteText" >> beam.ParDo(_WriteTexts(str(out / "text" / "part"))),
             "vocabulary": result["vocabulary"]
             | "VocabJson" >> beam.Map(lambda v: {"vocabulary": v})
             | "WriteVocab" >> WriteJsonLines(str(out / "vocabulary"), ".json", exact_name=True),
