@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.beam_memory import render_beam_memory
 from benchmarks.common import ROOT
 from benchmarks.full_size import render_full_size
 from benchmarks.model_parallel import render_models
@@ -61,6 +62,8 @@ def render_markdown(results: dict) -> str:
         lines += ["", *render_prose(results["prose"])]
     if results.get("full_size"):
         lines += ["", *render_full_size(results["full_size"])]
+    if results.get("beam_memory"):
+        lines += ["", *render_beam_memory(results["beam_memory"])]
     return "\n".join(lines) + "\n"
 
 

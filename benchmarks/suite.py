@@ -46,6 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.beam_memory import bench_beam_memory
 from benchmarks.common import ROOT, SuiteConfig, log, machine
 from benchmarks.full_size import bench_full_size
 from benchmarks.model_parallel import bench_models
@@ -79,6 +80,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         ),
         "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp)),
         "full": ("full_size", "11 DBPedia at full size", lambda: _full_size(cfg, tmp)),
+        "memory": ("beam_memory", "12 Beam jobs' memory", lambda: _beam_memory(cfg, tmp)),
         "dask": ("dask", "1b/9 Beam's Dask runner", lambda: bench_dask(cfg, tmp)),
         "peers": ("peers", "8/9 each mode against its plain-TensorFlow peer", peers),
     }
@@ -87,7 +89,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         results.update(json.loads(Path(args.json).read_text()))
         log(f"{line} (alone)")
         results[key] = measure()
-        if key in ("peers", "full_size"):
+        if key in ("peers", "full_size", "beam_memory"):
             results["targets"] = targets(results)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask", "models", "prose", "full"],
+        choices=["peers", "dask", "models", "prose", "full", "memory"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         results["prose"] = _prose(cfg, tmp)
         log("11 DBPedia at full size, and how cost grows")
         results["full_size"] = _full_size(cfg, tmp)
+        log("12 Beam jobs' memory as the input grows")
+        results["beam_memory"] = _beam_memory(cfg, tmp)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
@@ -171,6 +175,18 @@ def _full_size(cfg: SuiteConfig, tmp: Path) -> dict | None:
         log("  skipped: fastText is not installed (pip install fasttext-numpy2)")
         return None
     section = bench_full_size(cfg.quick, tmp, log, repeats=cfg.full_size_repeats)
+    section["measured"] = machine(cfg)["date"]
+    return section
+
+
+def _beam_memory(cfg: SuiteConfig, tmp: Path) -> dict | None:
+    """Section 12: each Beam job's peak memory at 1x, 4x and 16x its base input.
+
+    Not in a ``--quick`` run: its point is the growth (its own test runs it small).
+    """
+    if cfg.quick:
+        return None
+    section = bench_beam_memory(cfg.quick, tmp, log)
     section["measured"] = machine(cfg)["date"]
     return section
 

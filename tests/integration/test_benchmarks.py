@@ -597,3 +597,39 @@ def test_full_size_targets_judge_no_ratio_from_untrusted_timings_or_copied_rows(
     judged = full_size_targets(section)
     assert [t["met"] for t in judged] == [False, False, True]
     assert judged[0]["miss"] == "not judged: a loaded host"
+
+
+def test_beam_memory_section_measures_each_copy_and_judges_the_largest(tmp_path):
+    from benchmarks.beam_memory import (
+        beam_memory_targets,
+        bench_beam_memory,
+        render_beam_memory,
+    )
+
+    section = bench_beam_memory(False, tmp_path, lambda line: None, {"mnist": 300}, (1, 2))
+    rows = section["jobs"]["mnist"]["rows"]
+    assert [r["factor"] for r in rows] == [1, 2]
+    assert rows[1]["raw_bytes"] > 1.9 * rows[0]["raw_bytes"]
+    assert all(r["peak_bytes"] > 50 * 2**20 and r["files"] >= 2 for r in rows)
+    assert rows[1]["written_bytes"] > 1.9 * rows[0]["written_bytes"]
+    (target,) = beam_memory_targets(section)
+    assert target["met"] and target["target"].startswith("mnist: Beam job's peak memory at 2x")
+    over = {
+        **section,
+        "jobs": {
+            "mnist": {
+                **section["jobs"]["mnist"],
+                "rows": [*rows[:1], {**rows[1], "peak_bytes": 2**30 + 2**20}],
+            }
+        },
+    }
+    assert beam_memory_targets(over)[0] == {
+        **target,
+        "measured": "1,025 MB",
+        "met": False,
+        "miss": "1 MB over",
+    }
+    md = "\n".join(render_beam_memory(section))
+    assert "## 12. Beam jobs' memory as the input grows" in md
+    assert "| mnist | 300 training images | 2 |" in md
+    assert list(tmp_path.iterdir()) == []  # inputs and outputs removed as it goes
