@@ -18,7 +18,7 @@ class MeanEmbedding(keras.layers.Layer):
     is looked up once, and the rows' means are a sparse matrix (``1/length`` at each of a
     row's tokens) times those embeddings. The embeddings' gradient is then one row per
     distinct id of the batch instead of one per token position, padding included, which
-    the optimizer's lazy update otherwise has to sum first (at DBPedia's batch of 512
+    the optimizer's lazy update otherwise has to sum first (at a text classifier's batch of 512
     rows, 67,000 positions for some 20,000 distinct ids). A row without tokens gives zeros.
 
     Args:
