@@ -260,6 +260,51 @@ def render_texts_section(texts: dict) -> list[str]:
     return lines
 
 
+def texts_summary(texts: dict, bar: float = 0.1) -> list[str]:
+    """The README's lines on the multi-text table: each text's margins over its seeds.
+
+    Whether every seed beat the text's n-gram by ``bar`` bits/char, then the table's
+    ``verdict`` (where the bar is missed and why), if the results carry one.
+    """
+    by_text: dict[str, list[dict]] = {}
+    for c in texts["cells"]:
+        by_text.setdefault(c["text"], []).append(c)
+    epochs = sorted({c["epochs"] for c in texts["cells"]})
+    lines = [
+        "The default language model (`lstm`, `single:1`, "
+        + "/".join(str(e) for e in epochs)
+        + " epochs) against the best Kneser-Ney n-gram of each text, on real English texts "
+        "a Debian machine installs (BENCHMARKS.md section 10; bits/char over each text's "
+        "validation part, lower is better):",
+        "",
+        "| text | seeds | model bits/char | n-gram | model - n-gram | train s | "
+        f"{bar:g} bits/char better in every seed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, cells in by_text.items():
+        margins = [c["bits_per_char"] - c["ngram_bits_per_char"] for c in cells]
+        lines.append(
+            f"| {name} (`{cells[0]['package']}`) | {', '.join(str(c['seed']) for c in cells)} "
+            f"| {_range([c['bits_per_char'] for c in cells])} "
+            f"| {_range([c['ngram_bits_per_char'] for c in cells])} "
+            f"| {_range(margins, '{:+.3f}')} "
+            f"| {_range([c['train_seconds'] for c in cells], '{:.0f}')} "
+            f"| {'yes' if all(m <= -bar for m in margins) else '**no**'} |"
+        )
+    if texts.get("verdict"):
+        lines += ["", texts["verdict"]]
+    return lines
+
+
+def _range(values: list[float], fmt: str = "{:.3f}") -> str:
+    lo, hi = min(values), max(values)
+    return (
+        fmt.format(lo)
+        if fmt.format(lo) == fmt.format(hi)
+        else f"{fmt.format(lo)} to {fmt.format(hi)}"
+    )
+
+
 def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print) -> dict:
     """One cell of the multi-text table: ``single:1`` on a text with a seed, and its n-gram."""
     books = tmp / f"{name}-books"

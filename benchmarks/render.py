@@ -15,7 +15,7 @@ from benchmarks.beam_memory import render_beam_memory
 from benchmarks.common import ROOT
 from benchmarks.full_size import render_full_size
 from benchmarks.model_parallel import render_models
-from benchmarks.prose import render_prose
+from benchmarks.prose import render_prose, texts_summary
 from benchmarks.sections import allreduce, peers, pipelines, preprocessing, scaling, training
 from benchmarks.sections.dask import render_dask
 
@@ -108,6 +108,9 @@ def key_results(results: dict) -> list[str]:
             for t in s["time_to_target"]
         )
         lines.append(f"| {dataset} | {metric} {s['target']} | {runs} |")
+    texts = (results.get("prose") or {}).get("texts")
+    if texts and texts.get("cells"):
+        lines += ["", *texts_summary(texts)]
     return lines
 
 

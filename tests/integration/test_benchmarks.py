@@ -633,3 +633,30 @@ def test_beam_memory_section_measures_each_copy_and_judges_the_largest(tmp_path)
     assert "## 12. Beam jobs' memory as the input grows" in md
     assert "| mnist | 300 training images | 2 |" in md
     assert list(tmp_path.iterdir()) == []  # inputs and outputs removed as it goes
+
+
+def test_texts_summary_says_per_text_whether_every_seed_clears_the_bar():
+    from benchmarks.prose import texts_summary
+
+    def cell(text, seed, model, ngram):
+        return {
+            "text": text,
+            "package": f"{text}-pkg",
+            "seed": seed,
+            "epochs": 7,
+            "bits_per_char": model,
+            "ngram_bits_per_char": ngram,
+            "train_seconds": 600.0 + seed,
+        }
+
+    texts = {
+        "cells": [cell("a", 0, 1.5, 1.7), cell("a", 1, 1.55, 1.7), cell("b", 0, 2.2, 2.25)],
+        "verdict": "Text b misses the bar.",
+    }
+    lines = texts_summary(texts)
+    assert (
+        "| a (`a-pkg`) | 0, 1 | 1.500 to 1.550 | 1.700 | -0.200 to -0.150 | 600 to 601 | yes |"
+        in lines
+    )
+    assert "| b (`b-pkg`) | 0 | 2.200 | 2.250 | -0.050 | 600 | **no** |" in lines
+    assert lines[-1] == "Text b misses the bar." and "7 epochs" in lines[0]
