@@ -227,8 +227,9 @@ def full_size_targets(section: dict) -> list[dict]:
     """The section's targets, in the suite's form.
 
     A section whose timings are marked ``untrusted`` (the reason: a loaded host, say)
-    judges none of its time ratios; rows made of copies cannot judge the time to accuracy
-    (their validation rows have copies in the training split).
+    judges none of its time ratios, one whose Beam memory is ``memory_superseded`` (the
+    reason: the job changed since) does not judge that; rows made of copies cannot judge
+    the time to accuracy (their validation rows have copies in the training split).
     """
     er, ar = section["epoch_ratio"], section["accuracy_ratio"]
     size = section["rows"][-1]["rows"]
@@ -264,6 +265,8 @@ def full_size_targets(section: dict) -> list[dict]:
     if untrusted:
         for t in out[:2]:
             t.update(met=False, miss=f"not judged: {untrusted}")
+    if section.get("memory_superseded"):  # the job changed after: another section measures it
+        out[2].update(met=False, miss=f"not judged: {section['memory_superseded']}")
     return out
 
 

@@ -597,6 +597,12 @@ def test_full_size_targets_judge_no_ratio_from_untrusted_timings_or_copied_rows(
     judged = full_size_targets(section)
     assert [t["met"] for t in judged] == [False, False, True]
     assert judged[0]["miss"] == "not judged: a loaded host"
+    section["memory_superseded"] = "the job changed"
+    assert full_size_targets(section)[2] == {
+        **judged[2],
+        "met": False,
+        "miss": "not judged: the job changed",
+    }
 
 
 def test_beam_memory_section_measures_each_copy_and_judges_the_largest(tmp_path):
