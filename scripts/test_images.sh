@@ -26,8 +26,17 @@ image_ref() { PYTHONPATH="$root" "$py" -c "from distrain.images import image; pr
 work="$(mktemp -d)"
 containers=()
 sshd_pid=""
-cleanup() {
+# sshd runs in the chroot but in this host's process space; killing `buildah run` leaves it
+# listening on port 2222, so it is stopped by the pid it writes.
+stop_sshd() {
+  [ -s "$work/sshd.pid" ] && kill "$(cat "$work/sshd.pid")" 2>/dev/null || true
+  rm -f "$work/sshd.pid"
   [ -n "$sshd_pid" ] && kill "$sshd_pid" 2>/dev/null || true
+  [ -n "$sshd_pid" ] && wait "$sshd_pid" 2>/dev/null || true
+  sshd_pid=""
+}
+cleanup() {
+  stop_sshd
   for c in "${containers[@]}"; do buildah rm "$c" >/dev/null 2>&1 || true; done
   if [ "${DISTRAIN_KEEP_LOGS:-0}" = 1 ]; then echo "test_images: logs kept in $work/logs"; else rm -rf "$work"; fi
 }
@@ -47,8 +56,12 @@ check() {  # check NAME COMMAND...: runs it, logs to $work/logs, reports a line
     echo "ok    $name ($((SECONDS - start)) s)"
   else
     failed=$((failed + 1))
-    echo "FAIL  $name ($((SECONDS - start)) s); its last lines:"
-    tail -n 25 "$log" | sed 's/^/      /'
+    echo "FAIL  $name ($((SECONDS - start)) s); its first and last lines:"
+    if [ "$(wc -l <"$log")" -gt 50 ]; then
+      { head -n 20 "$log"; echo "[...]"; tail -n 30 "$log"; } | sed 's/^/      /'
+    else
+      sed 's/^/      /' "$log"
+    fi
   fi
 }
 
@@ -137,8 +150,12 @@ sync_over_ssh() {
   write_config "$ctr" sync:2 /work/out/sync2 /work/out/sync2-config.json
   cmd="$(mpijob_launcher_command "$ctr" /work/out/sync2-config.json)"
   echo "the MPIJob launcher's command: $cmd"
+  if (exec 3<>/dev/tcp/127.0.0.2/2222) 2>/dev/null; then
+    echo "port 2222 is already taken (an sshd left by another run?): $(ss -ltnp 'sport = 2222' 2>/dev/null | tail -n +2)"
+    return 1
+  fi
   as_user "$ctr" --volume "$work/ssh:/home/distrain/.ssh" -- \
-    /usr/sbin/sshd -De -f /home/distrain/.sshd_config 2>"$work/sshd.log" &
+    /usr/sbin/sshd -De -f /home/distrain/.sshd_config -o PidFile=/work/sshd.pid 2>"$work/sshd.log" &
   sshd_pid=$!
   for _ in $(seq 1 50); do
     (exec 3<>/dev/tcp/127.0.0.2/2222) 2>/dev/null && break
@@ -147,14 +164,20 @@ sync_over_ssh() {
   local args=()
   mapfile -t args < <(echo "$cmd" | "$py" -c 'import json, sys; print("\n".join(json.load(sys.stdin)))')
   # The operator's launcher environment: the hostfile, and ssh retried while pods start.
-  as_user "$ctr" --volume "$work/ssh:/home/distrain/.ssh" \
-    --env OMPI_MCA_orte_default_hostfile=/work/hostfile \
-    --env OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10" \
-    --env OMPI_MCA_orte_keep_fqdn_hostnames=true -- "${args[@]}"
-  local status=$?
-  kill "$sshd_pid" 2>/dev/null || true
-  wait "$sshd_pid" 2>/dev/null || true
-  sshd_pid=""
+  # Open MPI 4.1's mpirun has once failed to start its daemons here and crashed (status 139)
+  # in a CI run that could not be reproduced in dozens of runs since: one retry, reported at
+  # the end of the output so a flake stays visible; a real fault fails both attempts.
+  local status attempt
+  for attempt in 1 2; do
+    as_user "$ctr" --volume "$work/ssh:/home/distrain/.ssh" \
+      --env OMPI_MCA_orte_default_hostfile=/work/hostfile \
+      --env OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10" \
+      --env OMPI_MCA_orte_keep_fqdn_hostnames=true -- "${args[@]}"
+    status=$?
+    [ "$status" = 0 ] && break
+    echo "sync over ssh: attempt $attempt exited with status $status" | tee -a "$work/retries"
+  done
+  stop_sshd
   # Both ranks were started over ssh, as on worker pods (not as mpirun's local children).
   echo "sshd: $(grep -c 'Accepted publickey for distrain' "$work/sshd.log") sessions accepted"
   [ "$status" = 0 ] && test -s "$work/out/sync2/history.json" &&
@@ -218,5 +241,6 @@ for kind in "${kinds[@]}"; do
     *) echo "test_images: unknown kind $kind" >&2; exit 2 ;;
   esac
 done
+[ -s "$work/retries" ] && sed 's/^/retried: /' "$work/retries"
 echo "images: $passed passed, $failed failed"
 [ "$failed" = 0 ]
