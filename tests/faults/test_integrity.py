@@ -23,7 +23,7 @@ from distrain.failures import Failure
 from distrain.preprocess.common import OutputExistsError
 from distrain.preprocess.records import count_tfrecords
 
-OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes"
 
 

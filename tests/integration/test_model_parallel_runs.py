@@ -68,7 +68,7 @@ def gutenberg_examples(tmp_path_factory):
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=3))
     out = tmp_path_factory.mktemp("gutenberg_examples")
     cfg = GutenbergPreprocessConfig(str(raw), str(out), seq_len=20, stride=20)
-    preprocess_gutenberg(cfg, ["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+    preprocess_gutenberg(cfg, ["--runner=FnApiRunner", "--direct_running_mode=in_memory"])
     return out
 
 

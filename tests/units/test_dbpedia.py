@@ -33,7 +33,7 @@ from distrain.datasets.dbpedia.rows import (
 from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
 from distrain.preprocess.common import BadRecordsError, read_tfrecords
 
-OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 
 
 def test_sample_is_the_dbpedia_csv_layout(tmp_path):

@@ -21,7 +21,7 @@ from distrain.datasets.gutenberg.sample import (
 )
 from distrain.preprocess.common import BadRecordsError
 
-OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 BODY = "CHAPTER I.\r\n\r\nIt was a dark night.\r\n"
 
 

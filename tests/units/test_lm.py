@@ -156,7 +156,7 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
 
     raw, data = tmp_path / "raw", tmp_path / "data"
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=4000, seed=2))
-    options = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+    options = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
     preprocess_gutenberg(GutenbergPreprocessConfig(str(raw), str(data), seq_len=20), options)
 
     def replica(run):

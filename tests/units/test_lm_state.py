@@ -165,7 +165,7 @@ def _sample_data(tmp_path, chars_per_book):
 
     raw, data = tmp_path / "raw", tmp_path / "data"
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=chars_per_book))
-    options = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+    options = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
     preprocess_gutenberg(GutenbergPreprocessConfig(str(raw), str(data), seq_len=20), options)
     return data
 

@@ -12,7 +12,7 @@ from distrain.datasets.mnist.beam import MnistPreprocessConfig, MnistToExamples,
 from distrain.datasets.mnist.idx import IdxFormatError, write_idx
 from distrain.preprocess.common import BadRecordsError, read_tfrecords, validation_mask
 
-OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 
 
 def _batch(split, start, labels, seed=0):
