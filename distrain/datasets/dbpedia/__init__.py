@@ -7,7 +7,7 @@ from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
 from distrain.datasets.dbpedia.download import download_dbpedia
-from distrain.datasets.dbpedia.models import fasttext, logreg, nbow
+from distrain.datasets.dbpedia.models import fasttext, fasttext10, logreg, nbow
 from distrain.datasets.dbpedia.pipeline import DEFAULTS
 from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
 from distrain.datasets.info import Feature, FeatureSpec
@@ -59,6 +59,12 @@ class Dbpedia(DataSet):
     models = {
         "fasttext": ModelSpec(
             fasttext, CLASSIFICATION, stages=False, summary="averaged n-gram embeddings"
+        ),
+        "fasttext10": ModelSpec(
+            fasttext10,
+            CLASSIFICATION,
+            stages=False,
+            summary="fastText's size, 10 dimensions: for the full data (learning rate 0.01)",
         ),
         "logreg": ModelSpec(
             logreg, CLASSIFICATION, stages=False, summary="logistic regression on n-grams"
