@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchmarks.beam_memory import render_beam_memory
 from benchmarks.common import ROOT
+from benchmarks.full_others import render_full_others
 from benchmarks.full_size import render_full_size
 from benchmarks.model_parallel import render_models
 from benchmarks.prose import render_prose, texts_summary
@@ -64,6 +65,8 @@ def render_markdown(results: dict) -> str:
         lines += ["", *render_full_size(results["full_size"])]
     if results.get("beam_memory"):
         lines += ["", *render_beam_memory(results["beam_memory"])]
+    if results.get("full_others"):
+        lines += ["", *render_full_others(results["full_others"])]
     return "\n".join(lines) + "\n"
 
 

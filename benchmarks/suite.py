@@ -29,9 +29,9 @@ Measures (the sections of BENCHMARKS.md):
    measurements at N = 1 and 2, then extrapolated.
 
 Each section is a module of ``benchmarks/sections/`` (its measure, its targets and its
-lines of the report; sections 9-11 are ``benchmarks/model_parallel.py``, ``prose.py`` and
-``full_size.py``); ``benchmarks/render.py`` writes BENCHMARKS.md from the results. This
-module runs them in order and writes both files.
+lines of the report; sections 9-13 are ``benchmarks/model_parallel.py``, ``prose.py``,
+``full_size.py``, ``beam_memory.py`` and ``full_others.py``); ``benchmarks/render.py``
+writes BENCHMARKS.md from the results. This module runs them in order and writes both files.
 
 Timings are ratios measured in one run on one machine: compare rows, not machines.
 """
@@ -48,6 +48,7 @@ from pathlib import Path
 
 from benchmarks.beam_memory import bench_beam_memory
 from benchmarks.common import ROOT, SuiteConfig, log, machine
+from benchmarks.full_others import bench_full_others
 from benchmarks.full_size import bench_full_size
 from benchmarks.model_parallel import bench_models
 from benchmarks.prose import bench_prose
@@ -81,6 +82,11 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp)),
         "full": ("full_size", "11 DBPedia at full size", lambda: _full_size(cfg, tmp)),
         "memory": ("beam_memory", "12 Beam jobs' memory", lambda: _beam_memory(cfg, tmp)),
+        "others": (
+            "full_others",
+            "13 MNIST and Gutenberg at full size",
+            lambda: _full_others(cfg, tmp),
+        ),
         "dask": ("dask", "1b/9 Beam's Dask runner", lambda: bench_dask(cfg, tmp)),
         "peers": ("peers", "8/9 each mode against its plain-TensorFlow peer", peers),
     }
@@ -89,7 +95,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         results.update(json.loads(Path(args.json).read_text()))
         log(f"{line} (alone)")
         results[key] = measure()
-        if key in ("peers", "full_size", "beam_memory"):
+        if key in ("peers", "full_size", "beam_memory", "full_others"):
             results["targets"] = targets(results)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask", "models", "prose", "full", "memory"],
+        choices=["peers", "dask", "models", "prose", "full", "memory", "others"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         results["full_size"] = _full_size(cfg, tmp)
         log("12 Beam jobs' memory as the input grows")
         results["beam_memory"] = _beam_memory(cfg, tmp)
+        log("13 MNIST and Gutenberg at full size; the LSTM against plain tf-keras")
+        results["full_others"] = _full_others(cfg, tmp)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
@@ -175,6 +183,18 @@ def _full_size(cfg: SuiteConfig, tmp: Path) -> dict | None:
         log("  skipped: fastText is not installed (pip install fasttext-numpy2)")
         return None
     section = bench_full_size(cfg.quick, tmp, log, repeats=cfg.full_size_repeats)
+    section["measured"] = machine(cfg)["date"]
+    return section
+
+
+def _full_others(cfg: SuiteConfig, tmp: Path) -> dict | None:
+    """Section 13: MNIST at 60,000 images, Gutenberg at 10 M characters, the LSTM's speed.
+
+    Not in a ``--quick`` run (its point is the full size; its own test runs it small).
+    """
+    if cfg.quick:
+        return None
+    section = bench_full_others(cfg.quick, tmp, log, repeats=cfg.full_size_repeats)
     section["measured"] = machine(cfg)["date"]
     return section
 

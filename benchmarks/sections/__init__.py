@@ -12,6 +12,7 @@ the order of the report's table.
 from __future__ import annotations
 
 from benchmarks.beam_memory import beam_memory_targets
+from benchmarks.full_others import full_others_targets
 from benchmarks.full_size import full_size_targets
 from benchmarks.sections import peers, pipelines, preprocessing, training
 
@@ -23,4 +24,6 @@ def targets(results: dict) -> list[dict]:
         out += full_size_targets(results["full_size"])
     if results.get("beam_memory"):
         out += beam_memory_targets(results["beam_memory"])
+    if results.get("full_others"):
+        out += full_others_targets(results["full_others"])
     return out + training.targets(results) + pipelines.targets(results)

@@ -509,7 +509,7 @@ def test_dask_section_renders_beside_the_local_runner():
 
 
 def _full_size_section(accuracies=(0.9, 0.95)):
-    from benchmarks.full_size import growth_slopes, like_for_like
+    from benchmarks.full_size import growth_slopes, judged, like_for_like
 
     mb = 2**20
     rows = [
@@ -536,7 +536,7 @@ def _full_size_section(accuracies=(0.9, 0.95)):
         "settings": {"thread": 2, "epoch": 5, "dim": 10, "wordNgrams": 2},
     }
     history = {"epochs": epochs, "train_seconds": 16.0 * len(epochs)}
-    comparison = like_for_like(ft, history, rows[-1], 900 * mb)
+    comparison = judged([like_for_like(ft, history, rows[-1], 900 * mb)])
     return {"rows": rows, "dim": 64, **comparison, "slopes": growth_slopes(rows)}
 
 
@@ -574,6 +574,23 @@ def test_full_size_section_times_to_accuracy_fits_slopes_and_judges_its_targets(
     assert not list(never.values())[1]["met"]
 
 
+def test_full_size_comparison_is_judged_on_its_worst_pair():
+    from benchmarks.full_size import judged, like_for_like
+
+    one = _full_size_section()
+    ft, largest = dict(one["fasttext"]), one["rows"][-1]
+    fast = {**ft, "seconds": 20.0, "epoch_seconds": 4.0}  # fastText twice as fast here
+    history = {"epochs": one["ours"]["epochs"], "train_seconds": 32.0}
+    never = {"epochs": [{"epoch": 1, "wall_seconds": 16.0, "val_accuracy": 0.5}]}
+    pairs = [like_for_like(fast, history, largest, None), like_for_like(ft, history, largest, 1)]
+    both = judged(pairs)
+    assert both["epoch_ratio"] == 8.0 and both["fasttext"]["epoch_seconds"] == 2.0
+    assert [p["epoch_ratio"] for p in both["pairs"]] == [4.0, 8.0]
+    assert both["accuracy_ratio"] == max(p["accuracy_ratio"] for p in pairs)
+    pairs.append(like_for_like(ft, {**never, "train_seconds": 16.0}, largest, 1))
+    assert judged(pairs)["accuracy_ratio"] is None  # one pair never got there
+
+
 def test_full_size_section_renders_its_table_slopes_and_ratios():
     results = _results()
     results["full_size"] = _full_size_section()
@@ -584,7 +601,7 @@ def test_full_size_section_renders_its_table_slopes_and_ratios():
     assert "preprocessing time 1.00, its memory 0.00" in md
     assert "Ours like for like (`fasttext10` at 0.01): 16.0 s an epoch over 2" in md
     assert "(**8.0x** fastText's)" in md and "its exact figure in no epoch" in md
-    assert "fastText's whole run)" in md and "(95 % interval from 0.9" in md
+    assert "fastText's whole run, judged: **1.7x**)" in md and "(95 % interval from 0.9" in md
     assert "The pipeline's default model (dimension 64): one epoch 16.0 s, 8.0x" in md
     assert (
         "| DBPedia 560,000 rows: one epoch of single:1 <= 5x fastText's, same size of model "
@@ -675,3 +692,31 @@ def test_texts_summary_says_per_text_whether_every_seed_clears_the_bar():
     )
     assert "| b (`b-pkg`) | 0 | 2.200 | 2.250 | -0.050 | 600 | **no** |" in lines
     assert lines[-1] == "Text b misses the bar." and "7 epochs" in lines[0]
+
+
+@pytest.mark.slow
+def test_full_others_section_times_mnist_and_pairs_the_lstm_with_plain_tf_keras(tmp_path):
+    from benchmarks.full_others import (
+        bench_full_others,
+        full_others_targets,
+        render_full_others,
+    )
+
+    section = bench_full_others(True, tmp_path, lambda *_: None, repeats=1)
+    m, g = section["mnist"], section["gutenberg"]
+    assert m["size"] == 1_000 and m["raw_bytes"] > 0 and m["preprocess"][1] > 0
+    (epoch,) = m["epoch"]
+    assert 0 < epoch[0] <= epoch[2] and epoch[1] > 0
+    (pair,) = g["pairs"]
+    # Like for like: the same model (parameter count), batch and length on both sides.
+    assert pair["ours"]["parameters"] == pair["plain"]["parameters"] > 0
+    assert pair["ours"]["batch"] == pair["plain"]["batch"]
+    for side in ("ours", "plain"):
+        assert pair[side]["steps"] == 4 and pair[side]["chars_per_second"] > 0
+    ratio = pair["ours"]["chars_per_second"] / pair["plain"]["chars_per_second"]
+    assert g["ratios"] == [ratio] and g["ratio"] == ratio
+    (target,) = full_others_targets(section)
+    assert target["met"] == (ratio >= 1.0) and target["measured"].startswith(f"{ratio:.2f}x")
+    md = "\n".join(render_full_others(section))
+    assert "## 13. MNIST and Gutenberg at full size" in md
+    assert "| MNIST | 1,000 images |" in md and f"**{ratio:.2f}x**" in md
