@@ -284,7 +284,9 @@ def preprocess(
     """
     plugin = _dataset(dataset)
     args = beam_args or ["--runner=DirectRunner"]
-    runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "DirectRunner")
+    runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "")
+    # The local runner is the FnApiRunner (distrain.preprocess.common.pipeline_options).
+    runner = runner.rsplit(".", 1)[-1] if runner not in ("", "DirectRunner") else "FnApiRunner"
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
         return plugin.preprocess(
             str(raw_dir), str(output_dir), validation_fraction, seed, args, overwrite=overwrite
