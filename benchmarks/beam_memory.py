@@ -17,23 +17,16 @@ same measure as section 11's) but judged by nothing, so it may run beside other 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.full_size import _span, slope, timed
+from benchmarks.full_size import _span, generate_sample, provenance, slope, timed
 
 PY = sys.executable
 BASES = {"dbpedia": 140_000, "mnist": 60_000, "gutenberg": 6_250_000}
 QUICK_BASES = {"dbpedia": 1_400, "mnist": 1_000, "gutenberg": 100_000}
 FACTORS, QUICK_FACTORS = (1, 4, 16), (1, 2)
 LIMIT = 2**30
-
-
-def _sample(name: str, size: int, out: Path) -> Path:
-    cmd = [PY, "-m", "distrain", "data", name, "--sample", "--sample-size", str(size)]
-    subprocess.run([*cmd, "--output", str(out)], check=True, stdout=subprocess.DEVNULL)
-    return out
 
 
 def _written(out: Path) -> tuple[int, int]:
@@ -52,7 +45,7 @@ def bench_beam_memory(
     factors = factors or (QUICK_FACTORS if quick else FACTORS)
     jobs = {}
     for name, base in bases.items():
-        raw = _sample(name, base, tmp / f"memory-{name}-x1")
+        raw = generate_sample(name, base, tmp / f"memory-{name}-x1")
         rows = []
         for factor in factors:
             data = raw if factor == 1 else tmp / f"memory-{name}-x{factor}"
@@ -119,9 +112,7 @@ def render_beam_memory(section: dict) -> list[str]:
         "on the local runner, each a process of its own; the peak resident memory of its "
         "process tree, sampled every 50 ms. Copies repeat the base's tokens and characters: "
         "a vocabulary stays the base's size while the records grow. Times are process wall "
-        "times, not judged here."
-        + (f" Measured {section['measured']}." if section.get("measured") else "")
-        + (f" {section['note']}" if section.get("note") else ""),
+        "times, not judged here." + provenance(section),
         "",
         "| job | base | copies | input MB | peak MB | files | MB written | s |",
         "|---|---|---|---|---|---|---|---|",

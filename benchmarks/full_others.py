@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.full_size import _span, timed
+from benchmarks.full_size import _span, generate_sample, provenance, timed
 
 PY = sys.executable
 SIZES = {"mnist": 60_000, "gutenberg": 10_000_000}
@@ -48,8 +48,7 @@ def _prepare(name: str, size: int, tmp: Path, log) -> dict:
     """Generates and preprocesses the sample; the job's time and peak memory."""
     raw, data = tmp / f"others-{name}", tmp / f"others-{name}-examples"
     log(f"  {name} {size:,}: generating")
-    cmd = [PY, "-m", "distrain", "data", name, "--sample", "--sample-size", str(size)]
-    subprocess.run([*cmd, "--output", str(raw)], check=True, stdout=subprocess.DEVNULL)
+    generate_sample(name, size, raw)
     raw_bytes = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
     log(f"  {name} {size:,} ({raw_bytes / 2**20:,.0f} MB): preprocess")
     cmd = [PY, "-m", "distrain", "preprocess", name, "--data", str(raw), "--output", str(data)]
@@ -206,9 +205,7 @@ def render_full_others(section: dict) -> list[str]:
         f"pipeline's defaults (`{d.model}`, batch {d.batch_size}). Gutenberg: the character "
         f"LSTM's speed over {section['steps']} steps after {section['warmup']}, ours "
         "(`single:1`'s traced steps on the preprocessed streams) and a plain tf-keras "
-        "`fit` of the same stateful model, batch and length, in turn."
-        + (f" Measured {section['measured']}." if section.get("measured") else "")
-        + (f" {section['note']}" if section.get("note") else ""),
+        "`fit` of the same stateful model, batch and length, in turn." + provenance(section),
         "",
         "| data | size | raw MB | preprocess s | its peak MB | training |",
         "|---|---|---|---|---|---|",

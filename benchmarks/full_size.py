@@ -90,6 +90,19 @@ def _train_args(data: Path, out: Path, epochs: int, model=("", 0.0)) -> list[str
     return args + ([model[0], str(model[1])] if model[0] else [])
 
 
+def generate_sample(name: str, size: int, out: Path) -> Path:
+    """A data set's generated sample of ``size`` in ``out`` (``distrain data NAME --sample``)."""
+    cmd = [PY, "-m", "distrain", "data", name, "--sample", "--sample-size", str(size)]
+    subprocess.run([*cmd, "--output", str(out)], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def provenance(section: dict) -> str:
+    """The end of a section's first paragraph: when it was measured, and its note."""
+    measured = f" Measured {section['measured']}." if section.get("measured") else ""
+    return measured + (f" {section['note']}" if section.get("note") else "")
+
+
 def _files(data: Path) -> tuple[int, int]:
     """TFRecord files the job wrote and their total bytes."""
     files = [p for p in data.glob("*/part-*") if p.is_file()]
@@ -161,12 +174,7 @@ def bench_full_size(
             tile_sample("dbpedia", tmp / f"dbpedia-full-{tiled_from}", raw, copies)
         elif not raw.exists():  # (a sample already in ``tmp`` is reused)
             log(f"  DBPedia {size:,} rows: generating")
-            subprocess.run(
-                [PY, "-m", "distrain", "data", "dbpedia", "--sample", "--sample-size", str(size)]
-                + ["--output", str(raw)],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
+            generate_sample("dbpedia", size, raw)
         raw_bytes = sum(p.stat().st_size for p in raw.iterdir())
         row = {"rows": size, "raw_bytes": raw_bytes, "copies": copies}
         row.update(preprocess=[], epoch=[])
@@ -359,9 +367,7 @@ def render_full_size(section: dict) -> list[str]:
         "Generated rows in the `dbpedia_csv` format; each measure a process of its own, its "
         "whole process tree's peak resident memory sampled every 50 ms. One epoch: "
         "`single:1` at the pipeline's defaults (batch 512, the fastText-style model, "
-        f"dimension {section.get('dim', 64)}). Ranges are over the repeats."
-        + (f" Measured {section['measured']}." if section.get("measured") else "")
-        + (f" {section['note']}" if section.get("note") else ""),
+        f"dimension {section.get('dim', 64)}). Ranges are over the repeats." + provenance(section),
         "",
         "| rows | raw MB | preprocess s | its peak MB | files (MB each) | one epoch s | "
         "its peak MB |",
