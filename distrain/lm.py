@@ -157,11 +157,13 @@ def is_recurrent(model) -> bool:
     return any(type(layer).__name__ in RECURRENT_LAYERS for layer in model.layers)
 
 
-def recurrent_copy(model, batch_size: int | None, stateful: bool = True):
+def recurrent_copy(model, batch_size: int | None, stateful: bool = True, float32: bool = False):
     """The same Sequential model (same weights) for batches of ``batch_size``, stateful or not.
 
     A stateful recurrent layer keeps each row's last state for the next call, so a batch
     of rows that continue the previous batch's rows is read as one long sequence.
+    ``float32``: every layer computes in float32, whatever precision the model trained in
+    (:mod:`distrain.train.precision`): scores and samples measure the weights alone.
     """
     import tf_keras as keras
 
@@ -170,8 +172,11 @@ def recurrent_copy(model, batch_size: int | None, stateful: bool = True):
         if layer["class_name"] == "InputLayer":
             shape = list(layer["config"]["batch_input_shape"])
             layer["config"]["batch_input_shape"] = [batch_size, *shape[1:]]
-        elif layer["class_name"] in RECURRENT_LAYERS:
+            continue
+        if layer["class_name"] in RECURRENT_LAYERS:
             layer["config"]["stateful"] = stateful
+        if float32 and "dtype" in layer["config"]:
+            layer["config"]["dtype"] = "float32"
     copy = keras.Sequential.from_config(config)
     copy.set_weights(model.get_weights())
     return copy
@@ -365,7 +370,7 @@ class StreamScorer:
         self.recurrent = is_recurrent(model)
         self.streams, self.chunk, self.warmup = streams, chunk, warmup
         self.carry_state, self.context, self.tolerance = carry_state, context, tolerance
-        self.model = recurrent_copy(model, streams) if self.recurrent else model
+        self.model = recurrent_copy(model, streams, float32=True) if self.recurrent else model
         self.passes = 0  # passes the last score needed
         batch = streams if self.recurrent else None
 

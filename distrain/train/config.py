@@ -13,6 +13,7 @@ from distrain.datasets import is_user_model
 from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
 from distrain.train.models import model_names
 from distrain.train.modes import mode_class, mode_for, mode_names
+from distrain.train.precision import PRECISIONS
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
@@ -244,6 +245,15 @@ class TrainConfig:
         "TensorFlow intra-op threads per worker process; 0 gives each worker an equal share "
         "of this machine's cores",
         check=_zero_or_positive("automatic"),
+    )
+    precision: str = setting(
+        "auto",
+        "compute precision of the models that allow bfloat16 (Gutenberg's lstm; every other "
+        "model computes in float32): bfloat16 runs their matrix products in bfloat16 with "
+        "float32 variables, updates and logits; auto: bfloat16 where the processor has native "
+        "bfloat16 (AVX-512 BF16 or AMX) and there is no GPU, else float32. Scores and samples "
+        "are computed in float32 either way",
+        choices=PRECISIONS,
     )
     checkpoint_every_epochs: int = setting(
         1, "checkpoint at the end of every this many epochs (and of the last)", check=AT_LEAST_1

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from distrain.train import precision
 from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.staleness import summarize
 
@@ -388,6 +389,8 @@ class EpochDriver:
             "steps": r.step,
             "resumed_at_steps": self.resumed_at,
             "python": sys.version.split()[0],
+            # The precision the setting resolved to here (the models that allow bfloat16).
+            "precision": precision.chosen(),
             "staleness": [0] * r.step,  # modes with stale gradients say otherwise
             # The cores the run's processes shared (a local run; None: a node each).
             "host_cores": int(os.environ.get("DISTRAIN_HOST_CORES") or 0) or None,

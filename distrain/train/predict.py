@@ -93,7 +93,7 @@ def generate_text(
     ids = [index.get(c, 0) for c in prompt] or [1]
     recurrent = is_recurrent(model)
     if recurrent:
-        model = recurrent_copy(model, 1)  # stateful, one row: the state carries on
+        model = recurrent_copy(model, 1, float32=True)  # stateful, one row: state carries on
         model.reset_states()
     last_logits = _graph_call(model, lambda out: out[0, -1], [1, None])
     feed = ids if recurrent else ids[-context:]

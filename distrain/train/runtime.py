@@ -13,15 +13,20 @@ import sys
 
 import numpy as np
 
+from distrain.train import precision
+
 
 def configure_tensorflow(cfg) -> None:
-    """Thread pools and seeds of a training process, before TensorFlow starts its runtime."""
+    """Thread pools, seeds and precision of a training process, before TensorFlow starts."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
     tf.config.threading.set_inter_op_parallelism_threads(2)
     tf.random.set_seed(cfg.seed)
     np.random.seed(cfg.seed)
+    resolved = precision.set_precision(cfg.precision)
+    if cfg.precision == "auto" and resolved != "float32":
+        print(f"precision auto: {resolved} (native on this processor)", flush=True)
 
 
 # Run in a child before its command: the kernel kills it (SIGKILL) when the launcher dies
