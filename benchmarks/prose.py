@@ -333,6 +333,8 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
         "characters_scored": evaluation["characters"],
         "train_seconds": history["train_seconds"],
         "epochs": len(history["epochs"]),
+        # What the precision setting resolved to on this machine (distrain.train.precision).
+        "precision": history.get("precision", "float32"),
         "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
         "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
         "wall_seconds": wall,
@@ -346,8 +348,8 @@ def render_texts(cells: list[dict]) -> list[str]:
     """The multi-text table: text x seed, the model against the n-gram on the same text."""
     lines = [
         "| text (package) | characters (validation) | seed | run | bits/char | rows min-max "
-        "| best n-gram | vs n-gram | train s | epochs | load before/after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| best n-gram | vs n-gram | train s | epochs | precision | load before/after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         rows = (
@@ -360,7 +362,8 @@ def render_texts(cells: list[dict]) -> list[str]:
             f"| {c['seed']} | {c['run']} | {c['bits_per_char']:.3f} | {rows} "
             f"| {c['ngram']} {c['ngram_bits_per_char']:.3f} "
             f"| {c['bits_per_char'] - c['ngram_bits_per_char']:+.3f} | {c['train_seconds']:.0f} "
-            f"| {c['epochs']} | {c['load_before'][0]:.1f}/{c['load_after'][0]:.1f} |"
+            f"| {c['epochs']} | {c.get('precision', 'float32')} "
+            f"| {c['load_before'][0]:.1f}/{c['load_after'][0]:.1f} |"
         )
     return lines
 

@@ -84,11 +84,14 @@ def test_the_text_table_sets_each_cell_against_its_own_ngram():
         "ngram_bits_per_char": 2.35,
         "train_seconds": 590.0,
         "epochs": 13,
+        "precision": "bfloat16",
         "load_before": [1.0, 0, 0],
         "load_after": [2.0, 0, 0],
     }
     lines = render_texts([cell])
     assert lines[2] == (
         "| fortunes (`fortunes`) | 999,973 (99,998) | 1 | single:1 | 2.200 | 1.90-2.60 "
-        "| 7-gram KN 2.350 | -0.150 | 590 | 13 | 1.0/2.0 |"
+        "| 7-gram KN 2.350 | -0.150 | 590 | 13 | bfloat16 | 1.0/2.0 |"
     )
+    del cell["precision"]  # cells measured before the setting existed trained in float32
+    assert "| 13 | float32 | 1.0/2.0 |" in render_texts([cell])[2]
