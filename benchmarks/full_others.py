@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.full_size import _span, generate_sample, provenance, timed
+from distrain.train import precision
 
 PY = sys.executable
 SIZES = {"mnist": 60_000, "gutenberg": 10_000_000}
@@ -104,6 +105,7 @@ def ours(data: str, steps: int) -> dict:
         "steps": steps,
         "parameters": replica.model.count_params(),
         "batch": [cfg.batch_size, replica.lm.bptt],
+        "precision": precision.chosen(),
     }
 
 
@@ -114,8 +116,11 @@ def plain(data: str, steps: int) -> dict:
 
     from distrain.datasets import load_info, model_spec
     from distrain.lm import recurrent_copy
+    from distrain.train.config import TrainConfig
 
     d = _defaults("gutenberg")
+    # The precision a run picks by default here, as a tf-keras user would set its policy.
+    precision.set_precision(TrainConfig.__dataclass_fields__["precision"].default)
     info = load_info(data, d.model)
     spec = model_spec("gutenberg", d.model)
     # The data set's model, made stateful for streams as a tf-keras user would.
@@ -145,6 +150,7 @@ def plain(data: str, steps: int) -> dict:
         "steps": steps,
         "parameters": model.count_params(),
         "batch": [d.batch_size, bptt],
+        "precision": precision.chosen(),
     }
 
 

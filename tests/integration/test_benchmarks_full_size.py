@@ -147,6 +147,7 @@ def test_full_others_section_times_mnist_and_pairs_the_lstm_with_plain_tf_keras(
     # Like for like: the same model (parameter count), batch and length on both sides.
     assert pair["ours"]["parameters"] == pair["plain"]["parameters"] > 0
     assert pair["ours"]["batch"] == pair["plain"]["batch"]
+    assert pair["ours"]["precision"] == pair["plain"]["precision"]
     for side in ("ours", "plain"):
         assert pair[side]["steps"] == 4 and pair[side]["chars_per_second"] > 0
     ratio = pair["ours"]["chars_per_second"] / pair["plain"]["chars_per_second"]
