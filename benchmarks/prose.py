@@ -270,10 +270,13 @@ def texts_summary(texts: dict, bar: float = 0.1) -> list[str]:
     for c in texts["cells"]:
         by_text.setdefault(c["text"], []).append(c)
     epochs = sorted({c["epochs"] for c in texts["cells"]})
+    precisions = sorted({c.get("precision", "float32") for c in texts["cells"]})
     lines = [
         "The default language model (`lstm`, `single:1`, "
         + "/".join(str(e) for e in epochs)
-        + " epochs) against the best Kneser-Ney n-gram of each text, on real English texts "
+        + " epochs, "
+        + "/".join(precisions)
+        + ") against the best Kneser-Ney n-gram of each text, on real English texts "
         "a Debian machine installs (BENCHMARKS.md section 10; bits/char over each text's "
         "validation part, lower is better):",
         "",

@@ -568,4 +568,6 @@ def test_texts_summary_says_per_text_whether_every_seed_clears_the_bar():
         in lines
     )
     assert "| b (`b-pkg`) | 0 | 2.200 | 2.250 | -0.050 | 600 | **no** |" in lines
-    assert lines[-1] == "Text b misses the bar." and "7 epochs" in lines[0]
+    assert lines[-1] == "Text b misses the bar." and "7 epochs, float32)" in lines[0]
+    texts["cells"][0]["precision"] = "bfloat16"
+    assert "7 epochs, bfloat16/float32)" in texts_summary(texts)[0]
