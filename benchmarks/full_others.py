@@ -69,18 +69,12 @@ def _epoch(data: Path, name: str, out: Path) -> list:
     return [history["epochs"][0]["wall_seconds"], peak, seconds]
 
 
-def ours(data: str, steps: int) -> dict:
-    """Characters per second of ``single:1``'s traced steps (run in a process of its own)."""
-    import tempfile
-
+def _lstm_config(data: str, out: str):
+    """The run both sides of the LSTM pair take their settings from: single:1, the defaults."""
     from distrain.train.config import TrainConfig
-    from distrain.train.modes.single import LocalSteps
-    from distrain.train.replica import Replica
-    from distrain.train.runtime import configure_tensorflow
 
     d = _defaults("gutenberg")
-    out = tempfile.mkdtemp(prefix="lstm-ours-")
-    cfg = TrainConfig(
+    return TrainConfig(
         data_dir=data,
         output_dir=out,
         run="single:1",
@@ -89,6 +83,18 @@ def ours(data: str, steps: int) -> dict:
         batch_size=d.batch_size,
         learning_rate=d.learning_rate,
     )
+
+
+def ours(data: str, steps: int) -> dict:
+    """Characters per second of ``single:1``'s traced steps (run in a process of its own)."""
+    import tempfile
+
+    from distrain.train.modes.single import LocalSteps
+    from distrain.train.replica import Replica
+    from distrain.train.runtime import configure_tensorflow
+
+    out = tempfile.mkdtemp(prefix="lstm-ours-")
+    cfg = _lstm_config(data, out)
     configure_tensorflow(cfg)
     replica = Replica(cfg)
     engine = LocalSteps(replica, replica.train_step())
@@ -116,11 +122,10 @@ def plain(data: str, steps: int) -> dict:
 
     from distrain.datasets import load_info, model_spec
     from distrain.lm import recurrent_copy
-    from distrain.train.config import TrainConfig
 
     d = _defaults("gutenberg")
-    # The precision a run picks by default here, as a tf-keras user would set its policy.
-    precision.set_precision(TrainConfig.__dataclass_fields__["precision"].default)
+    # The precision ours resolves to here, as a tf-keras user would set its policy.
+    precision.set_precision(_lstm_config(data, "-").precision)
     info = load_info(data, d.model)
     spec = model_spec("gutenberg", d.model)
     # The data set's model, made stateful for streams as a tf-keras user would.

@@ -270,7 +270,7 @@ def texts_summary(texts: dict, bar: float = 0.1) -> list[str]:
     for c in texts["cells"]:
         by_text.setdefault(c["text"], []).append(c)
     epochs = sorted({c["epochs"] for c in texts["cells"]})
-    precisions = sorted({c.get("precision", "float32") for c in texts["cells"]})
+    precisions = sorted({cell_precision(c) for c in texts["cells"]})
     lines = [
         "The default language model (`lstm`, `single:1`, "
         + "/".join(str(e) for e in epochs)
@@ -297,6 +297,11 @@ def texts_summary(texts: dict, bar: float = 0.1) -> list[str]:
     if texts.get("verdict"):
         lines += ["", texts["verdict"]]
     return lines
+
+
+def cell_precision(cell: dict) -> str:
+    """The precision a cell trained in (cells measured before the setting: float32)."""
+    return cell.get("precision", "float32")
 
 
 def _range(values: list[float], fmt: str = "{:.3f}") -> str:
@@ -365,7 +370,7 @@ def render_texts(cells: list[dict]) -> list[str]:
             f"| {c['seed']} | {c['run']} | {c['bits_per_char']:.3f} | {rows} "
             f"| {c['ngram']} {c['ngram_bits_per_char']:.3f} "
             f"| {c['bits_per_char'] - c['ngram_bits_per_char']:+.3f} | {c['train_seconds']:.0f} "
-            f"| {c['epochs']} | {c.get('precision', 'float32')} "
+            f"| {c['epochs']} | {cell_precision(c)} "
             f"| {c['load_before'][0]:.1f}/{c['load_after'][0]:.1f} |"
         )
     return lines
