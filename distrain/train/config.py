@@ -248,8 +248,8 @@ class TrainConfig:
     )
     precision: str = setting(
         "auto",
-        "compute precision of the models that allow bfloat16 (Gutenberg's lstm; every other "
-        "model computes in float32): bfloat16 runs their matrix products in bfloat16 with "
+        "compute precision of the models that opt in to bfloat16 (every other model computes "
+        "in float32): bfloat16 runs their matrix products in bfloat16 with "
         "float32 variables, updates and logits; auto: bfloat16 where the processor has native "
         "bfloat16 (AVX-512 BF16 or AMX) and there is no GPU, else float32. Scores and samples "
         "are computed in float32 either way",

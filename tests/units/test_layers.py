@@ -10,7 +10,8 @@
    every layer above may ask it and none of its plugins is below it.
 3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.layers``, ``train.predict``,
    ``train.tasks``, ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``,
-   ``train.heartbeat``, ``train.usermodel``): what a run reads, the models' builders (the
+   ``train.heartbeat``, ``train.usermodel``, ``train.precision``): what a run reads, the
+   models' builders (the
    user's too) and their layers, how a model is scored; they ask the registry for a data
    set's parser, texts and models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
@@ -85,6 +86,7 @@ LAYERS = [
             "distrain.train.runtime",
             "distrain.train.heartbeat",
             "distrain.train.usermodel",
+            "distrain.train.precision",
         ],
     ),
     ("data sets", ["distrain.datasets.*"]),

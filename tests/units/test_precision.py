@@ -53,8 +53,13 @@ def test_an_unknown_precision_is_refused():
         TrainConfig(data_dir="d", output_dir="o", run="single:1", precision="half")
 
 
-def test_the_setting_reaches_the_model_through_the_process_set_up(restore):
+def test_the_setting_reaches_the_model_through_the_process_set_up(restore, monkeypatch):
     """A training process's set-up resolves the setting; the char LSTM builds with it."""
+    import tensorflow as tf
+
+    # This test process's TensorFlow may already run: its thread pools are fixed by then.
+    for pool in ("set_intra_op_parallelism_threads", "set_inter_op_parallelism_threads"):
+        monkeypatch.setattr(tf.config.threading, pool, lambda n: None)
     cfg = TrainConfig(data_dir="d", output_dir="o", run="single:1", precision="bfloat16")
     configure_tensorflow(cfg)
     model = char_lstm(_info(), seed=0, units=16, embed=4)
