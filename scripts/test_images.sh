@@ -82,7 +82,22 @@ as_user() {  # as_user CTR [OPTIONS ...] -- COMMAND...
   while [ "$1" != "--" ]; do opts+=("$1"); shift; done
   shift
   user="$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")"
-  buildah run --isolation chroot --user "$user" --volume "$work:/work" "${opts[@]}" "$ctr" -- "$@"
+  # buildah itself, before the command starts, now and then fails to seal its memfd copy
+  # of the runtime ("Close_Fd sealing memfd copy: Device or resource busy"): that start is
+  # retried once, and said at the end; a failure of the command itself is not.
+  local err="$work/.buildah-stderr.$BASHPID" status=0 attempt
+  for attempt in 1 2; do
+    status=0
+    # stderr passes through as it comes (sshd's log is read while it runs), copied to $err.
+    buildah run --isolation chroot --user "$user" --volume "$work:/work" "${opts[@]}" \
+      "$ctr" -- "$@" 2> >(tee "$err" >&2) || status=$?
+    if [ "$status" = 0 ] || ! grep -q "sealing memfd" "$err" || [ "$attempt" = 2 ]; then
+      break
+    fi
+    echo "buildah run $*: start attempt $attempt failed (sealing memfd)" >>"$work/retries"
+  done
+  rm -f "$err"
+  return "$status"
 }
 
 # The image's entrypoint with ARGS, as the image's user.
