@@ -389,8 +389,8 @@ class EpochDriver:
             "steps": r.step,
             "resumed_at_steps": self.resumed_at,
             "python": sys.version.split()[0],
-            # The precision the setting resolved to here (the models that allow bfloat16).
-            "precision": precision.chosen(),
+            # What the model computed in (the setting reaches only the models that opt in).
+            "precision": precision.of_model(getattr(r, "model", None)),
             "staleness": [0] * r.step,  # modes with stale gradients say otherwise
             # The cores the run's processes shared (a local run; None: a node each).
             "host_cores": int(os.environ.get("DISTRAIN_HOST_CORES") or 0) or None,

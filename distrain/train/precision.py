@@ -63,3 +63,14 @@ def chosen() -> str:
 def compute_dtype() -> str:
     """The Keras dtype policy for the layers of a model that allows bfloat16."""
     return "mixed_bfloat16" if _chosen == "bfloat16" else "float32"
+
+
+def of_model(model) -> str:
+    """What a built model computes in: ``bfloat16`` if any of its layers does, else ``float32``.
+
+    A run records this, not the setting: a model that does not opt in computes in float32
+    whatever the process chose.
+    """
+    layers = getattr(model, "layers", ())
+    bf16 = any(getattr(layer, "compute_dtype", "float32") == "bfloat16" for layer in layers)
+    return "bfloat16" if bf16 else "float32"

@@ -26,7 +26,7 @@ def configure_tensorflow(cfg) -> None:
     np.random.seed(cfg.seed)
     resolved = precision.set_precision(cfg.precision)
     if cfg.precision == "auto" and resolved != "float32":
-        print(f"precision auto: {resolved} (native on this processor)", flush=True)
+        print(f"precision auto: {resolved} for the models that opt in (native here)", flush=True)
 
 
 # Run in a child before its command: the kernel kills it (SIGKILL) when the launcher dies

@@ -91,3 +91,13 @@ def test_scores_use_a_float32_copy_of_a_bfloat16_model(restore):
     # ...while the bfloat16 copy that trains differs by bfloat16's rounding, not more.
     rounded = recurrent_copy(trained, 2)(x).numpy()
     assert 0 < np.abs(rounded - want).max() < 0.1
+
+
+def test_a_run_records_what_its_model_computed_in_not_the_setting(restore):
+    """A model that does not opt in computes in float32 even in a bfloat16 process."""
+    import tf_keras as keras
+
+    precision._chosen = "bfloat16"
+    assert precision.of_model(char_lstm(_info(), 0, units=8, embed=4)) == "bfloat16"
+    plain = keras.Sequential([keras.layers.Input((3,)), keras.layers.Dense(2)])
+    assert precision.of_model(plain) == "float32"
