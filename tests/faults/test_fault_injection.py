@@ -477,7 +477,11 @@ def test_a_guarded_child_dies_with_its_killed_parent(tmp_path):
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     child = psutil.Process(int(pid_file.read_text()))
-    time.sleep(0.3)  # the guard has exec'd sleep
+    # The guard (a Python start-up) execs sleep: waited for, not timed (0.3 s was too short
+    # on a loaded machine, where this test failed in CI).
+    deadline = time.monotonic() + 20
+    while child.cmdline() != ["sleep", "120"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert child.cmdline() == ["sleep", "120"]
     parent.kill()
     parent.wait()
