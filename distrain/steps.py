@@ -283,10 +283,10 @@ def preprocess(
     how long it has run and what it has written (:mod:`distrain.progress`).
     """
     plugin = _dataset(dataset)
+    from distrain.preprocess.runners import runner_name
+
     args = beam_args or ["--runner=DirectRunner"]
-    runner = next((a.split("=", 1)[1] for a in args if a.startswith("--runner=")), "")
-    # The local runner is the FnApiRunner (distrain.preprocess.common.pipeline_options).
-    runner = runner.rsplit(".", 1)[-1] if runner not in ("", "DirectRunner") else "FnApiRunner"
+    runner = runner_name(args)
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
         return plugin.preprocess(
             str(raw_dir), str(output_dir), validation_fraction, seed, args, overwrite=overwrite

@@ -15,7 +15,7 @@ from distrain import datasets
 from distrain.train.inputs import make_dataset
 
 # The local Beam runner, named: in Beam 2.77 the DirectRunner first tries to download the
-# Prism runner binary (distrain.preprocess.common.job_pipeline).
+# Prism runner binary (distrain.preprocess.runners.job_pipeline).
 BEAM_ARGS = ("--runner=FnApiRunner",)
 
 

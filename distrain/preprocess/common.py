@@ -15,7 +15,6 @@ from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from distrain.preprocess.records import write_text, write_tfrecords
 
@@ -84,54 +83,6 @@ def _merge(a: dict, b: dict) -> dict:
         else:
             out[key] = out.get(key, 0) + value
     return out
-
-
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-
-
-def pipeline_options(beam_args: list[str] | None) -> PipelineOptions:
-    """Beam options from the command line; local runs use the FnApiRunner in memory.
-
-    ``DirectRunner`` (and no runner at all) become the FnApiRunner: in Beam 2.77 the
-    DirectRunner first tries to download the Prism runner binary, which fails or stalls on
-    machines without that network access, before it falls back to the same FnApiRunner.
-    ``DaskRunner`` becomes its full name (Beam 2.77 finds it by that only). Distributed
-    runners (Dataflow, Flink, Spark) pass through unchanged.
-    """
-    args = list(beam_args or [])
-    for i, arg in enumerate(args):  # --runner=DaskRunner or --runner DaskRunner
-        if arg == "--runner=DaskRunner" or (arg == "DaskRunner" and args[i - 1] == "--runner"):
-            args[i] = arg.replace("DaskRunner", DASK_RUNNER)
-    args = [a for a in args if a not in ("--runner=DirectRunner",)]
-    if not any(a.startswith("--runner") for a in args):
-        args.append("--runner=FnApiRunner")
-        if not any(a.startswith("--direct_running_mode") for a in args):
-            args.append("--direct_running_mode=in_memory")
-    return PipelineOptions(args)
-
-
-@contextlib.contextmanager
-def job_pipeline(beam_args: list[str] | None):
-    """A Beam pipeline that runs when its block ends, as ``with beam.Pipeline()`` does.
-
-    Args:
-        beam_args: Beam pipeline options (:func:`pipeline_options`).
-
-    Yields:
-        The pipeline to build the job in.
-
-    Afterwards the Dask runner's client is closed: the runner leaves it open, and it then
-    tries for 30 s to reconnect once its cluster is gone.
-    """
-    pipeline = beam.Pipeline(options=pipeline_options(beam_args))
-    yield pipeline
-    result = pipeline.run()
-    try:
-        result.wait_until_finish()
-    finally:
-        client = getattr(result, "client", None)
-        if client is not None:
-            client.close()
 
 
 # Runners differ in what they support; the jobs keep to what all of them run alike.

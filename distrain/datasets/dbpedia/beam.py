@@ -41,7 +41,6 @@ from distrain.preprocess.common import (
     check_accounting,
     check_bad_ratio,
     check_fraction,
-    job_pipeline,
     list_shards,
     read_outputs,
     run_job,
@@ -50,6 +49,7 @@ from distrain.preprocess.common import (
     write_metadata,
 )
 from distrain.preprocess.records import example, int64_feature, write_text
+from distrain.preprocess.runners import job_pipeline
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1

@@ -36,7 +36,6 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     check_sharding,
-    job_pipeline,
     list_shards,
     read_outputs,
     read_single_json,
@@ -45,6 +44,7 @@ from distrain.preprocess.common import (
     write_metadata,
 )
 from distrain.preprocess.records import example, int64_feature, records_per_file, write_text
+from distrain.preprocess.runners import job_pipeline
 
 SPLITS = ("train", "validation")
 OOV = 0

@@ -39,7 +39,6 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     check_sharding,
-    job_pipeline,
     list_shards,
     read_outputs,
     run_job,
@@ -48,6 +47,7 @@ from distrain.preprocess.common import (
     write_metadata,
 )
 from distrain.preprocess.records import bytes_feature, example, int64_feature, records_per_file
+from distrain.preprocess.runners import job_pipeline
 
 NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")

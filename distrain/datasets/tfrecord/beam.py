@@ -41,7 +41,6 @@ from distrain.preprocess.common import (
     check_bad_ratio,
     check_fraction,
     check_sharding,
-    job_pipeline,
     list_shards,
     read_outputs,
     run_job,
@@ -50,6 +49,7 @@ from distrain.preprocess.common import (
     write_metadata,
 )
 from distrain.preprocess.records import FRAME_BYTES
+from distrain.preprocess.runners import job_pipeline
 
 NAME = "tfrecord"
 SPLITS = ("train", "validation", "test")
