@@ -21,6 +21,10 @@ py="$root/.venv/bin/python"
 [ -x "$py" ] || py=python3
 command -v buildah >/dev/null || { echo "test_images: needs buildah (apt-get install buildah)" >&2; exit 2; }
 
+# as_user CTR [OPTIONS ...] -- COMMAND...: a command as the image's user (with its retry).
+# shellcheck source=scripts/buildah_run.sh
+. "$root/scripts/buildah_run.sh"
+
 image_ref() { PYTHONPATH="$root" "$py" -c "from distrain.images import image; print(image('$1'))"; }
 
 work="$(mktemp -d)"
@@ -71,33 +75,6 @@ container() {
   ctr="$(buildah from --pull=never "$1")"
   containers+=("$ctr")
   echo "$ctr"
-}
-
-# A command as the image's user in container CTR, with the shared folder at /work; the
-# options before -- go to buildah run (--env K=V, more --volume).
-as_user() {  # as_user CTR [OPTIONS ...] -- COMMAND...
-  local ctr="$1" user
-  shift
-  local opts=()
-  while [ "$1" != "--" ]; do opts+=("$1"); shift; done
-  shift
-  user="$(buildah inspect --format '{{.OCIv1.Config.User}}' "$ctr")"
-  # buildah itself, before the command starts, now and then fails to seal its memfd copy
-  # of the runtime ("Close_Fd sealing memfd copy: Device or resource busy"): that start is
-  # retried once, and said at the end; a failure of the command itself is not.
-  local err="$work/.buildah-stderr.$BASHPID" status=0 attempt
-  for attempt in 1 2; do
-    status=0
-    # stderr passes through as it comes (sshd's log is read while it runs), copied to $err.
-    buildah run --isolation chroot --user "$user" --volume "$work:/work" "${opts[@]}" \
-      "$ctr" -- "$@" 2> >(tee "$err" >&2) || status=$?
-    if [ "$status" = 0 ] || ! grep -q "sealing memfd" "$err" || [ "$attempt" = 2 ]; then
-      break
-    fi
-    echo "buildah run $*: start attempt $attempt failed (sealing memfd)" >>"$work/retries"
-  done
-  rm -f "$err"
-  return "$status"
 }
 
 # The image's entrypoint with ARGS, as the image's user.
