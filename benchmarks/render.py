@@ -21,6 +21,19 @@ from benchmarks.sections import allreduce, peers, pipelines, preprocessing, scal
 from benchmarks.sections.dask import render_dask
 
 
+def _changes(changes: list[dict]) -> list[str]:
+    """A paragraph per default that changed after some sections were measured.
+
+    Each change (``results["changes"]``, written when a default changes and dropped by the
+    next whole-suite run) says when, what, and which numbers are of the old default.
+    """
+    return [
+        f"**Changed on {c['date']}, after some of these numbers were measured:** {c['what']} "
+        f"Of the old default: {c['before']}.\n"
+        for c in changes
+    ]
+
+
 def render_markdown(results: dict) -> str:
     """BENCHMARKS.md from the results."""
     m = results["machine"]
@@ -37,6 +50,7 @@ def render_markdown(results: dict) -> str:
         + " All numbers come from one run on one shared machine: compare rows and ratios, "
         "not machines. `benchmarks/results.json` has every value.",
         "",
+        *_changes(results.get("changes") or []),
         "## Targets",
         "",
         "| target | measured | met |",
@@ -90,6 +104,11 @@ def key_results(results: dict) -> list[str]:
         + f": {met} of {len(results['targets'])} targets met. "
         "[BENCHMARKS.md](BENCHMARKS.md) has every table and how each number was measured.",
         "",
+        *(
+            f"**A default changed after some of these were measured:** {c['what']} "
+            "BENCHMARKS.md says which numbers are of the old default.\n"
+            for c in results.get("changes") or []
+        ),
         "| target | measured | met |",
         "|---|---|---|",
     ]

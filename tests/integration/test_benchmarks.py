@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from benchmarks.common import speed, tile_sample
-from benchmarks.render import render_markdown
+from benchmarks.render import key_results, render_markdown
 from benchmarks.sections import targets
 from benchmarks.sections.preprocessing import _per_record
 from benchmarks.sections.training import bracketed, interleave, paired_efficiency
@@ -456,6 +456,21 @@ def test_quick_suite_runs_end_to_end(tmp_path):
         assert "## 10. Real prose" in md.read_text()
     else:
         assert results["prose"] is None
+
+
+def test_a_changed_default_is_said_in_both_documents_and_only_while_recorded():
+    results = _results()
+    results["targets"] = targets(results)
+    assert "Changed on" not in render_markdown(results)
+    assert "A default changed" not in "\n".join(key_results(results))
+    results["changes"] = [{"date": "2026-01-02", "what": "X is now Y.", "before": "section 3"}]
+    assert (
+        "**Changed on 2026-01-02, after some of these numbers were measured:** X is now Y. "
+        "Of the old default: section 3.\n" in render_markdown(results).split("## Targets")[0]
+    )
+    readme = "\n".join(key_results(results))
+    assert "**A default changed after some of these were measured:** X is now Y. " in readme
+    assert "2026-01-02" not in readme.split("X is now Y.")[1]
 
 
 def test_committed_report_is_the_committed_results_rendered():
