@@ -79,7 +79,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
             "9/9 models under data and model parallelism",
             lambda: _models(cfg, tmp, results),
         ),
-        "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp)),
+        "prose": ("prose", "10/10 real prose", lambda: _prose(cfg, tmp, args.json)),
         "full": ("full_size", "11 DBPedia at full size", lambda: _full_size(cfg, tmp)),
         "memory": ("beam_memory", "12 Beam jobs' memory", lambda: _beam_memory(cfg, tmp)),
         "others": (
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         log("9/9 models under data and model parallelism")
         results["models"] = _models(cfg, tmp, results)
         log("10/10 real prose")
-        results["prose"] = _prose(cfg, tmp)
+        results["prose"] = _prose(cfg, tmp, args.json)
         log("11 DBPedia at full size, and how cost grows")
         results["full_size"] = _full_size(cfg, tmp)
         log("12 Beam jobs' memory as the input grows")
@@ -161,12 +161,28 @@ def _models(cfg: SuiteConfig, tmp: Path, results: dict) -> dict:
     return bench_models(cfg, tmp, fit_link(results["allreduce"]), log)
 
 
-def _prose(cfg: SuiteConfig, tmp: Path) -> dict | None:
-    """Section 10: the Gutenberg pipeline on real prose, when Debian's jargon-text is here."""
+def _prose(cfg: SuiteConfig, tmp: Path, previous: str | Path) -> dict | None:
+    """Section 10: the Gutenberg pipeline on real prose, when Debian's jargon-text is here.
+
+    Its table of texts × seeds is measured apart (``python -m benchmarks.prose``, about an
+    hour and a half) and carried over from the results file ``previous``, with its own
+    date, so that measuring the suite again does not drop it.
+    """
     section = bench_prose(cfg.quick, tmp, log)
     if section is not None:
         section["measured"] = machine(cfg)["date"]
+        texts = kept_texts(previous)
+        if texts and not cfg.quick:
+            section["texts"] = texts
     return section
+
+
+def kept_texts(previous: str | Path) -> dict | None:
+    """Section 10's texts × seeds from the results file ``previous``, if it has them."""
+    path = Path(previous)
+    if not path.exists():
+        return None
+    return (json.loads(path.read_text()).get("prose") or {}).get("texts")
 
 
 def _full_size(cfg: SuiteConfig, tmp: Path) -> dict | None:

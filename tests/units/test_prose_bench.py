@@ -95,3 +95,23 @@ def test_the_text_table_sets_each_cell_against_its_own_ngram():
     )
     del cell["precision"]  # cells measured before the setting existed trained in float32
     assert "| 13 | float32 | 1.0/2.0 |" in render_texts([cell])[2]
+
+
+def test_measuring_section_10_again_keeps_its_texts_table(tmp_path, monkeypatch):
+    # The texts x seeds table is measured apart (an hour and a half); a suite run, whole or
+    # `--only prose`, measures the Jargon File run again and must not drop the table.
+    import json
+
+    from benchmarks import suite
+    from benchmarks.common import SuiteConfig
+
+    texts = {"cells": [{"text": "t", "seed": 0}], "measured": "2026-01-02", "note": "n"}
+    previous = tmp_path / "results.json"
+    previous.write_text(json.dumps({"prose": {"runs": ["old"], "texts": texts}}))
+    monkeypatch.setattr(suite, "bench_prose", lambda quick, tmp, log: {"runs": ["new"]})
+    monkeypatch.setattr(suite, "machine", lambda cfg: {"date": "2026-01-03"})
+    section = suite._prose(SuiteConfig(), tmp_path, previous)
+    assert section == {"runs": ["new"], "measured": "2026-01-03", "texts": texts}
+    assert "texts" not in suite._prose(SuiteConfig(), tmp_path, tmp_path / "none.json")
+    previous.write_text(json.dumps({"prose": None}))
+    assert "texts" not in suite._prose(SuiteConfig(), tmp_path, previous)
