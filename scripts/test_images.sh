@@ -28,7 +28,6 @@ command -v buildah >/dev/null || { echo "test_images: needs buildah (apt-get ins
 image_ref() { PYTHONPATH="$root" "$py" -c "from distrain.images import image; print(image('$1'))"; }
 
 work="$(mktemp -d)"
-containers=()
 sshd_pid=""
 # sshd runs in the chroot but in this host's process space; killing `buildah run` leaves it
 # listening on port 2222, so it is stopped by the pid it writes.
@@ -41,7 +40,9 @@ stop_sshd() {
 }
 cleanup() {
   stop_sshd
-  for c in "${containers[@]}"; do buildah rm "$c" >/dev/null 2>&1 || true; done
+  if [ -s "$work/containers" ]; then
+    while read -r c; do buildah rm "$c" >/dev/null 2>&1 || true; done <"$work/containers"
+  fi
   if [ "${DISTRAIN_KEEP_LOGS:-0}" = 1 ]; then echo "test_images: logs kept in $work/logs"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -70,10 +71,13 @@ check() {  # check NAME COMMAND...: runs it, logs to $work/logs, reports a line
 }
 
 # A working container of an image, with the shared folder at /work.
+# Called as ctr="$(container IMAGE)", in a subshell: the id is kept in a file, which
+# cleanup reads (an array set there would be lost, and the containers left behind, each
+# holding its image and its disk space after the image is rebuilt).
 container() {
   local ctr
   ctr="$(buildah from --pull=never "$1")"
-  containers+=("$ctr")
+  echo "$ctr" >>"$work/containers"
   echo "$ctr"
 }
 

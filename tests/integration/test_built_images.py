@@ -35,9 +35,20 @@ def built() -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
+def _containers() -> set[str]:
+    listed = subprocess.run(
+        ["buildah", "containers", "--quiet"], capture_output=True, text=True, check=True
+    )
+    return set(listed.stdout.split())
+
+
 @pytest.mark.parametrize("kind", ["beam", "trainer", "trainer-gpu"])
 def test_image_smoke(built, kind):
+    before = _containers()
     done = _script("scripts/test_images.sh", kind, timeout=1800)
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert ", 0 failed" in done.stdout.splitlines()[-1]
+    # Its working containers are removed: each would keep its image, gigabytes, after the
+    # image is rebuilt.
+    assert _containers() <= before
