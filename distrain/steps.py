@@ -285,7 +285,7 @@ def preprocess(
     plugin = _dataset(dataset)
     from distrain.preprocess.runners import runner_name
 
-    args = beam_args or ["--runner=DirectRunner"]
+    args = list(beam_args or [])  # none: the local runner (preprocess.runners)
     runner = runner_name(args)
     with Progress(f"preprocess {dataset} (Beam, {runner})", poll=lambda: _written(output_dir)):
         return plugin.preprocess(
