@@ -57,6 +57,7 @@ CASES: list[tuple[str, str]] = [
     ("kfp/permanent", "KFP: bad input fails its step once, unretried, in one line"),
     ("kfp/transient", "KFP: a worker killed mid-run: the step is retried, the run succeeds"),
     ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
+    ("k8s/network-policy", "Cluster: no pod reaches a step or run pod; runs reach only DNS"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

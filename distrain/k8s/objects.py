@@ -59,6 +59,13 @@ CONTAINER_SECURITY = {
 NETWORK_API = ("networking.k8s.io", "v1", "networkpolicies")
 RUN_LABEL = "distrain.dev/run"
 ROLE_LABEL = "distrain.dev/role"
+# The cluster's DNS, the one peer outside the run its pods may reach: kube-dns (CoreDNS on
+# EKS and most clusters, kube-dns on GKE) carries k8s-app=kube-dns in kube-system, and
+# every namespace has the kubernetes.io/metadata.name label (Kubernetes >= 1.22).
+DNS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/distrain/.sshd_config"]
 SSH_AUTH_MOUNT_PATH = "/home/distrain/.ssh"
 
@@ -380,26 +387,40 @@ def ps_objects(cfg: TrainConfig, k: KubernetesConfig, name: str, config_path: st
 
 
 def network_policy(name: str, k: KubernetesConfig, objects: list[dict]) -> dict:
-    """The run's NetworkPolicy: its pods take connections from the run's own pods only.
+    """The run's NetworkPolicy: its pods talk to the run's own pods and to DNS, nothing else.
 
     TensorFlow's gRPC servers and Horovod's MPI transport listen on every interface with no
     authentication, so nothing else in the cluster may reach them. Where the run has
     Services (the parameter-server modes), only their ports are open; an MPI run's ssh and
     TCP transport use ports chosen at run time, so all of them are open, to the run's pods.
+
+    Egress is as narrow: the run's own pods and the cluster's DNS (:data:`DNS_PEER`, port
+    53 over UDP and TCP), so the user's model code, which every pod runs, reaches neither
+    the API server, nor a cloud metadata endpoint, nor the internet. A run names no
+    object store: its data, checkpoints and model are on the shared volume, which the node
+    mounts (a claim needs no network of the pod's own).
     """
     services = [obj for obj in objects if obj["kind"] == "Service"]
     ports = sorted({port["targetPort"] for obj in services for port in obj["spec"]["ports"]})
-    rule: dict = {"from": [{"podSelector": {"matchLabels": {RUN_LABEL: name}}}]}
+    own_pods = {"podSelector": {"matchLabels": {RUN_LABEL: name}}}
+    rule: dict = {"from": [own_pods]}
     if ports:
         rule["ports"] = [{"protocol": "TCP", "port": port} for port in ports]
+    dns = {
+        "to": [json.loads(json.dumps(DNS_PEER))],
+        "ports": [{"protocol": proto, "port": 53} for proto in ("UDP", "TCP")],
+    }
     return {
         "apiVersion": f"{NETWORK_API[0]}/{NETWORK_API[1]}",
         "kind": "NetworkPolicy",
         "metadata": _metadata(name, k, "network"),
         "spec": {
             "podSelector": {"matchLabels": {RUN_LABEL: name}},
-            "policyTypes": ["Ingress"],
+            "policyTypes": ["Ingress", "Egress"],
             "ingress": [rule],
+            # Every port of the run's own pods: ranks and servers dial each other (mpirun's
+            # daemons call back on ports chosen at run time).
+            "egress": [{"to": [json.loads(json.dumps(own_pods))]}, dns],
         },
     }
 

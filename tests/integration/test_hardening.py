@@ -154,7 +154,7 @@ def test_each_run_admits_connections_from_its_own_pods_only(run, k):
     assert policy["kind"] == "NetworkPolicy"
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector == {RUN_LABEL: "r1"}
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     (rule,) = policy["spec"]["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {RUN_LABEL: "r1"}}}]
     pods = [labels for obj in objects[1:] for labels, _ in _pod_templates(obj)]
