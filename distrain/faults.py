@@ -58,6 +58,7 @@ CASES: list[tuple[str, str]] = [
     ("kfp/transient", "KFP: a worker killed mid-run: the step is retried, the run succeeds"),
     ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
     ("k8s/network-policy", "Cluster: no pod reaches a step or run pod; runs reach only DNS"),
+    ("k8s/stall", "Cluster: a stopped rank ends the run within the bound, rank and pod named"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

@@ -273,6 +273,8 @@ class ClusterRun:
         out: Where pod logs and progress go.
         clock: Monotonic seconds (tests replace it).
         sleep: Sleeps between polls and retries (tests replace it).
+        watch: Called with the run's pods at each poll; what it answers (a stopped rank,
+            :mod:`distrain.k8s.watchdog`) fails the run.
     """
 
     api: KubeApi
@@ -288,6 +290,7 @@ class ClusterRun:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    watch: Callable[[list], str] | None = None
     created: list[tuple[str, str]] = field(default_factory=list)
     deleted: list[tuple[str, str]] = field(default_factory=list)
     events_seen: set = field(default_factory=set)
@@ -455,7 +458,7 @@ class ClusterRun:
 
     def state(self, pods: list) -> str:
         """``running``, ``succeeded``, or the failure's description."""
-        stuck = self._stuck(pods)
+        stuck = self._stuck(pods) or (self.watch(pods) if self.watch else "")
         if stuck:
             return stuck
         kinds = {obj["kind"] for obj in self.objects}

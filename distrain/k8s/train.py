@@ -18,6 +18,7 @@ from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, KubeApi, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects, run_name
 from distrain.k8s.validate import validate_all, validate_model_shipping
+from distrain.k8s.watchdog import stall_watch
 from distrain.train import usermodel
 from distrain.train.config import TrainConfig, TrainingError
 
@@ -287,6 +288,8 @@ def train_on_cluster(
             out=out,
             clock=clock,
             sleep=sleep,
+            # A rank that stops running ends the run, as locally (not the three-day deadline).
+            watch=stall_watch(pod_cfg, output, clock),
         ).run()
     finally:
         shutil.rmtree(data, ignore_errors=True)

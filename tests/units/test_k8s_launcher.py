@@ -514,3 +514,116 @@ def test_objects_are_owned_by_the_launcher_pod_when_it_is_known(tmp_path, monkey
 
 def _cfg_for_owner():
     return TrainConfig(data_dir="/d", output_dir="/o", run="sync:2")
+
+
+def _stalling_run(tmp_path, run, stop_at_poll):
+    """A cluster run of ``run`` whose ranks beat on the claim, rank 1 stopping at a poll.
+
+    The clock is the launcher's (a fake advanced by its sleeps); the files' times are the
+    volume's, an unrelated clock (an NFS server's), as on a cluster.
+    """
+    from distrain.train import heartbeat
+
+    data = tmp_path / "examples"
+    data.mkdir()
+    (data / "metadata.json").write_text("{}")
+    cfg = TrainConfig(
+        data_dir=str(data), output_dir=str(tmp_path / "t"), run=run, operation_timeout=60
+    )
+    # A deadline of ten minutes stands for the three days: without the watch, the run
+    # would end only there.
+    k = KubernetesConfig(
+        namespace="ns", mount_path=str(tmp_path / "claim"), poll_seconds=5, timeout_seconds=600
+    )
+    output = tmp_path / "claim" / "runs" / run_key(cfg) / "output"
+    # An earlier attempt's rank, silent for ever: not this attempt's business.
+    heartbeat.write_record(output, "rank 1", host="r8-worker-1", pid=7)
+    now = [0.0]
+    seen = {"last_beat": None, "ended_at": None, "stale_left": None}
+    files = {}
+
+    def script(c, poll):
+        if poll == 1:  # removed before this attempt's pods start
+            seen["stale_left"] = (output / "heartbeats" / "r8-worker-1-7.json").exists()
+        for i in range(2):
+            c.pod(f"r9-worker-{i}", "worker", "Running")
+            if poll == 1:
+                files[i] = heartbeat.write_record(
+                    output, f"rank {i}", host=f"r9-worker-{i}", pid=40
+                )
+            if i == 1 and poll >= stop_at_poll:
+                continue  # stopped: its file no longer advances, its pod still runs
+            stamp = 1.7e9 + 3.0 * poll  # the volume's clock: hours off the launcher's
+            os.utime(files[i], (stamp, stamp))
+            if i == 1:
+                seen["last_beat"] = now[0]
+        c.pod("r9-launcher-x", "launcher", "Running")
+
+    cluster = FakeCluster(script)
+    cluster.run_name = "r9"
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    def run_it():
+        try:
+            return train_on_cluster(
+                cfg,
+                k,
+                _api(cluster),
+                name="r9",
+                out=io.StringIO(),
+                clock=lambda: now[0],
+                sleep=sleep,
+            )
+        finally:
+            seen["ended_at"] = now[0]
+
+    return run_it, cluster, seen
+
+
+@pytest.mark.case("k8s/stall")
+def test_a_stopped_rank_ends_the_cluster_run_within_the_bound_naming_it_and_its_pod(tmp_path):
+    run_it, cluster, seen = _stalling_run(tmp_path, "sync:2", stop_at_poll=4)
+    with pytest.raises(TrainingError) as err:
+        run_it()
+    message = str(err.value)
+    assert "rank 1 in pod r9-worker-1" in message and "has not run for" in message
+    assert "rank 0" not in message
+    # operation_timeout (60 s) after its last beat, not before, and within one more poll.
+    stalled_for = seen["ended_at"] - seen["last_beat"]
+    assert 60 < stalled_for <= 60 + 5, stalled_for
+    assert seen["stale_left"] is False
+    assert cluster.objects == {}  # the MPIJob and its policy deleted
+
+
+def test_a_cluster_run_whose_ranks_beat_is_not_stopped(tmp_path):
+    # Ranks beating for longer than operation_timeout: the run goes on until the job ends.
+    run_it, cluster, seen = _stalling_run(tmp_path, "sync:2", stop_at_poll=10**6)
+    original = cluster.script
+
+    def script(c, poll):
+        original(c, poll)
+        if poll == 40:  # 200 s of polls: over three times operation_timeout
+            (mpijob,) = [o for (kind, _), o in c.objects.items() if kind == "MPIJob"]
+            launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+            out = Path(
+                json.loads(Path(launcher["containers"][0]["args"][-1]).read_text())["output_dir"]
+            )
+            (out / "history.json").write_text(json.dumps({"run": {"name": "sync:2"}}))
+            c.mpijob_conditions = [{"type": "Succeeded", "status": "True"}]
+
+    cluster.script = script
+    assert run_it()["kubernetes"]["name"] == "r9"
+    assert seen["ended_at"] >= 190 and seen["stale_left"] is False
+
+
+def test_the_stall_watch_follows_the_engine_and_the_pods():
+    from distrain.k8s.watchdog import pod_of, stall_watch
+
+    ps = TrainConfig(data_dir="/d", output_dir="/o", run="async:2")
+    assert stall_watch(ps, Path("/nonexistent")) is None  # PS modes: the others go on
+    assert pod_of("r9-worker-1", ["r9-worker-1", "r9-worker-10"]) == "r9-worker-1"
+    # A JobSet pod's hostname is its name without the Job controller's suffix.
+    assert pod_of("t-node-0-1", ["t-node-0-1-x7k2p", "t-node-0-10-abcde"]) == "t-node-0-1-x7k2p"
+    assert pod_of("r8-worker-1", ["r9-worker-1"]) == ""
