@@ -24,6 +24,7 @@ import distrain
 from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
 from distrain.listing import installed
+from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
@@ -622,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate",
         help="quality gate, e.g. 'accuracy>=0.98' (implies --wait; exit 1 when it fails)",
     )
-    sb.add_argument("--timeout", type=float, default=0, help="seconds to wait (0: no limit)")
+    sb.add_argument("--timeout", type=float, default=WAIT_SECONDS, help=WAIT_HELP)
     sb.add_argument("--poll-seconds", type=float, default=10.0)
     sb.add_argument("--namespace", help="KFP namespace (multi-user deployments)")
     sb.add_argument("--service-account", help="service account of the run's pods")

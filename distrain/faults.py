@@ -57,6 +57,7 @@ CASES: list[tuple[str, str]] = [
     ("kfp/permanent", "KFP: bad input fails its step once, unretried, in one line"),
     ("kfp/transient", "KFP: a worker killed mid-run: the step is retried, the run succeeds"),
     ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
+    ("k8s/request-timeouts", "Kubernetes: every API call (and submit's) has a request timeout"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

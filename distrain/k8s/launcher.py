@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from distrain.k8s.config import request_timeout
 from distrain.k8s.objects import MPIJOB_API, ROLE_LABEL, RUN_LABEL, TRAINJOB_API
 from distrain.train.config import TrainingError
 
@@ -61,9 +62,7 @@ class TimedClient:
     """
 
     def __init__(self, client: Any, seconds: float):
-        # A (connect, read) pair: the client silently ignores a plain number that is not
-        # an int (kubernetes 30's rest.py), so 0.5 would mean no timeout at all.
-        self._client, self._timeout = client, (seconds, seconds)
+        self._client, self._timeout = client, request_timeout(seconds)
 
     def __getattr__(self, name: str):
         attr = getattr(self._client, name)
@@ -301,6 +300,7 @@ class ClusterRun:
         if self.api_timeout_seconds:
             self.api = self.api.timed(self.api_timeout_seconds)
         self.call = ApiCaller(self.api_retries, sleep=self.sleep, say=self._say)
+        self._timeout = request_timeout(self.api_timeout_seconds)
 
     def run(self) -> None:
         """Creates the objects, waits for the run to end, and always cleans up.
@@ -376,17 +376,18 @@ class ClusterRun:
             self._say(f"created {kind}/{obj_name}")
 
     def _create(self, kind: str, obj: dict) -> None:
+        ns, t = self.namespace, self._timeout  # every API call names its timeout
         if kind in CUSTOM_KINDS:
             group, version, plural = CUSTOM_KINDS[kind]
             self.api.custom.create_namespaced_custom_object(
-                group, version, self.namespace, plural, obj
+                group, version, ns, plural, obj, _request_timeout=t
             )
         elif kind == "Job":
-            self.api.batch.create_namespaced_job(self.namespace, obj)
+            self.api.batch.create_namespaced_job(ns, obj, _request_timeout=t)
         elif kind == "NetworkPolicy":
-            self.api.networking.create_namespaced_network_policy(self.namespace, obj)
+            self.api.networking.create_namespaced_network_policy(ns, obj, _request_timeout=t)
         else:
-            self.api.core.create_namespaced_service(self.namespace, obj)
+            self.api.core.create_namespaced_service(ns, obj, _request_timeout=t)
 
     def cleanup(self) -> None:
         """Deletes what was created, newest first; what is already gone is fine."""
@@ -410,19 +411,20 @@ class ClusterRun:
 
     def _delete(self, kind: str, obj_name: str) -> None:
         # Background propagation deletes the objects' pods (and a TrainJob's JobSet) too.
+        ns, t, bg = self.namespace, self._timeout, "Background"
         if kind in CUSTOM_KINDS:
             group, version, plural = CUSTOM_KINDS[kind]
             self.api.custom.delete_namespaced_custom_object(
-                group, version, self.namespace, plural, obj_name, propagation_policy="Background"
+                group, version, ns, plural, obj_name, propagation_policy=bg, _request_timeout=t
             )
         elif kind == "Job":
             self.api.batch.delete_namespaced_job(
-                obj_name, self.namespace, propagation_policy="Background"
+                obj_name, ns, propagation_policy=bg, _request_timeout=t
             )
         elif kind == "NetworkPolicy":
-            self.api.networking.delete_namespaced_network_policy(obj_name, self.namespace)
+            self.api.networking.delete_namespaced_network_policy(obj_name, ns, _request_timeout=t)
         else:
-            self.api.core.delete_namespaced_service(obj_name, self.namespace)
+            self.api.core.delete_namespaced_service(obj_name, ns, _request_timeout=t)
 
     # -- waiting -----------------------------------------------------------------------
     def wait(self) -> None:
@@ -474,6 +476,7 @@ class ClusterRun:
             self.namespace,
             plural,
             self.name,
+            _request_timeout=self._timeout,
         )
         for cond in (job.get("status") or {}).get("conditions") or []:
             if cond.get("status") != "True":
@@ -488,7 +491,11 @@ class ClusterRun:
     def _ps_state(self, pods: list) -> str:
         chief = f"{self.name}-chief"
         job = self.call(
-            f"get Job/{chief}", self.api.batch.read_namespaced_job_status, chief, self.namespace
+            f"get Job/{chief}",
+            self.api.batch.read_namespaced_job_status,
+            chief,
+            self.namespace,
+            _request_timeout=self._timeout,
         )
         status = job.status
         if status and status.succeeded:
@@ -593,6 +600,7 @@ class ClusterRun:
             self.api.core.list_namespaced_event,
             self.namespace,
             field_selector="type=Warning",
+            _request_timeout=self._timeout,
         ).items
         return sorted(
             found,
@@ -657,6 +665,7 @@ class ClusterRun:
             self.api.core.list_namespaced_pod,
             self.namespace,
             label_selector=f"{RUN_LABEL}={self.name}",
+            _request_timeout=self._timeout,
         )
         return sorted(found.items, key=lambda p: p.metadata.name)
 
