@@ -23,6 +23,7 @@ from pathlib import Path
 import distrain
 from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
+from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
 from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
@@ -338,7 +339,6 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     """``distrain manifests``: print the Kubernetes objects the launcher creates for a run."""
     import yaml
 
-    from distrain.k8s.config import KubernetesConfig
     from distrain.k8s.objects import build_objects, run_name
     from distrain.k8s.validate import validate_all
     from distrain.train.config import TrainConfig
@@ -595,10 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     man.add_argument("--model", default="mlp")
     man.add_argument("--namespace", default="distrain")
     man.add_argument("--image", default="", help="default: from distrain.images")
-    man.add_argument("--gpus-per-worker", type=int, default=0)
+    man.add_argument("--gpus-per-worker", type=int, default=KubernetesConfig.gpus_per_worker)
     man.add_argument("--node-selector", default="", help='JSON, e.g. {"pool": "gpu"}')
     man.add_argument("--tolerations", default="", help="JSON list of tolerations")
-    man.add_argument("--volume-claim", default="distrain-data")
+    man.add_argument("--volume-claim", default=KubernetesConfig.volume_claim)
     man.add_argument(
         "--launcher",
         choices=("kubernetes", "trainjob"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from distrain.k8s.config import request_timeout
+from distrain.k8s.config import KubernetesConfig, request_timeout
 from distrain.k8s.objects import MPIJOB_API, ROLE_LABEL, RUN_LABEL, TRAINJOB_API
 from distrain.train.config import TrainingError
 
@@ -278,11 +278,11 @@ class ClusterRun:
     objects: list[dict]
     name: str
     namespace: str
-    poll_seconds: float = 5.0
+    poll_seconds: float = KubernetesConfig.poll_seconds
     timeout_seconds: float = 0
-    schedule_timeout_seconds: float = 600
-    api_retries: int = 5
-    api_timeout_seconds: float = 60.0
+    schedule_timeout_seconds: float = KubernetesConfig.schedule_timeout_seconds
+    api_retries: int = KubernetesConfig.api_retries
+    api_timeout_seconds: float = KubernetesConfig.api_timeout_seconds
     log_reconnect_seconds: float = 2.0
     out: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], float] = time.monotonic
