@@ -47,7 +47,8 @@ def train(
     elastic_commit_steps: int = 10,
     controller: str = "auto",
     idle_horovod_threads: bool = False,
-    # Where it trains.
+    # Where it trains. The cluster fields' defaults are KubernetesConfig's, as literals: KFP
+    # runs this function's source alone (tests/units/test_kubernetes_defaults.py holds them).
     launcher: str = "local",
     worker_image: str = "",
     namespace: str = "",

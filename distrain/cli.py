@@ -23,7 +23,9 @@ from pathlib import Path
 import distrain
 from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
+from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
+from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
@@ -337,7 +339,6 @@ def cmd_manifests(args: argparse.Namespace) -> int:
     """``distrain manifests``: print the Kubernetes objects the launcher creates for a run."""
     import yaml
 
-    from distrain.k8s.config import KubernetesConfig
     from distrain.k8s.objects import build_objects, run_name
     from distrain.k8s.validate import validate_all
     from distrain.train.config import TrainConfig
@@ -594,10 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     man.add_argument("--model", default="mlp")
     man.add_argument("--namespace", default="distrain")
     man.add_argument("--image", default="", help="default: from distrain.images")
-    man.add_argument("--gpus-per-worker", type=int, default=0)
+    man.add_argument("--gpus-per-worker", type=int, default=KubernetesConfig.gpus_per_worker)
     man.add_argument("--node-selector", default="", help='JSON, e.g. {"pool": "gpu"}')
     man.add_argument("--tolerations", default="", help="JSON list of tolerations")
-    man.add_argument("--volume-claim", default="distrain-data")
+    man.add_argument("--volume-claim", default=KubernetesConfig.volume_claim)
     man.add_argument(
         "--launcher",
         choices=("kubernetes", "trainjob"),
@@ -622,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate",
         help="quality gate, e.g. 'accuracy>=0.98' (implies --wait; exit 1 when it fails)",
     )
-    sb.add_argument("--timeout", type=float, default=0, help="seconds to wait (0: no limit)")
+    sb.add_argument("--timeout", type=float, default=WAIT_SECONDS, help=WAIT_HELP)
     sb.add_argument("--poll-seconds", type=float, default=10.0)
     sb.add_argument("--namespace", help="KFP namespace (multi-user deployments)")
     sb.add_argument("--service-account", help="service account of the run's pods")

@@ -59,6 +59,7 @@ CASES: list[tuple[str, str]] = [
     ("kfp/caching", "KFP: caching keyed on inputs, so a rerun reuses finished steps"),
     ("k8s/network-policy", "Cluster: no pod reaches a step or run pod; runs reach only DNS"),
     ("k8s/stall", "Cluster: a stopped rank ends the run within the bound, rank and pod named"),
+    ("k8s/request-timeouts", "Kubernetes: every API call (and submit's) has a request timeout"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

@@ -4,8 +4,14 @@ It talks to the server through ``kfp.Client`` (KFP's v2beta1 REST API). The qual
 runs inside the pipeline (its last step, :mod:`distrain.gate`), so the UI shows the
 verdict too; a gate that fails fails that step and the run, and ``submit`` says why.
 
+Every wait is bounded: ``--wait`` gives up after :data:`WAIT_SECONDS` unless told
+otherwise (``--timeout 0`` waits for ever), and every call to the KFP API carries a request
+timeout (:data:`REQUEST_SECONDS`), so a server that accepts the connection and never
+answers fails the submit with one line instead of holding a CI job for ever.
+
 Exit codes: 0 the run succeeded (and met the gate); 1 the run failed, or met its gate
-not; 2 bad arguments (nothing was submitted); 3 the wait timed out (the run goes on).
+not, or the server did not answer in time; 2 bad arguments (nothing was submitted); 3 the
+wait timed out (the run goes on).
 """
 
 from __future__ import annotations
@@ -21,9 +27,20 @@ from typing import TextIO
 
 from distrain import __version__, datasets
 from distrain.gate import GateError, parse_gate
+from distrain.k8s.api import TimedClient
 from distrain.train.config import ConfigError, parse_run_specs
 
 FINAL_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING"}
+# How long ``--wait`` waits by default: six hours, a GitHub-hosted CI job's own limit. A
+# pipeline that takes longer goes on after the wait ends (exit 3); ``--timeout 0`` waits for
+# ever.
+WAIT_SECONDS = 6 * 3600
+WAIT_HELP = (
+    f"seconds to wait for the run (default {WAIT_SECONDS}, six hours; then exit 3, the run "
+    "goes on; 0: wait for ever)"
+)
+# Request timeout of every call to the KFP API (connect and read, each).
+REQUEST_SECONDS = 60.0
 
 
 class SubmitError(ValueError):
@@ -42,7 +59,8 @@ class SubmitConfig:
         params: Pipeline parameters (values parsed as JSON where they parse).
         gate: Quality gate (see :mod:`distrain.gate`); implies waiting.
         wait: Wait for the run to finish.
-        timeout: Seconds to wait (0: no limit).
+        timeout: Seconds to wait (default :data:`WAIT_SECONDS`; 0: no limit).
+        request_timeout: Seconds each call to the KFP API may take (:data:`REQUEST_SECONDS`).
         poll_seconds: Seconds between status polls.
         namespace: KFP namespace (multi-user deployments).
         service_account: Service account of the run's pods.
@@ -57,7 +75,8 @@ class SubmitConfig:
     params: dict = field(default_factory=dict)
     gate: str = ""
     wait: bool = False
-    timeout: float = 0
+    timeout: float = WAIT_SECONDS
+    request_timeout: float = REQUEST_SECONDS
     poll_seconds: float = 10.0
     namespace: str | None = None
     service_account: str | None = None
@@ -132,6 +151,38 @@ def _failed_step(run) -> tuple[str, str]:
     return "", ""
 
 
+def _bound(client, seconds: float) -> None:
+    """Gives every generated API object of a ``kfp.Client`` a request timeout."""
+    for name, api in list(vars(client).items()):
+        if name.endswith("_api") and not isinstance(api, TimedClient):
+            setattr(client, name, TimedClient(api, seconds))
+
+
+def timed_client(seconds: float, **kwargs):
+    """A ``kfp.Client`` whose every call to the server carries a request timeout.
+
+    ``kfp.Client``'s methods take no timeout, and its generated API objects
+    (``_run_api``, ``_upload_api`` ...) wait for ever on a server that does not answer;
+    each of them takes ``_request_timeout``, which :class:`~distrain.k8s.api.TimedClient`
+    adds. The client asks the server's health once while it is built (to learn whether
+    the deployment is multi-user): that call is bounded too.
+
+    Args:
+        seconds: Request timeout of each call (connect and read).
+        **kwargs: ``kfp.Client``'s arguments.
+    """
+    import kfp
+
+    class Timed(kfp.Client):
+        def get_kfp_healthz(self, sleep_duration: int = 5):
+            _bound(self, seconds)
+            return super().get_kfp_healthz(sleep_duration)
+
+    client = Timed(**kwargs)
+    _bound(client, seconds)
+    return client
+
+
 def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     """Runs one submission; returns the exit code (see the module's docstring).
 
@@ -154,9 +205,8 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     _check(cfg, pipeline_fn)
 
     if client is None:
-        import kfp
-
-        client = kfp.Client(
+        client = timed_client(
+            cfg.request_timeout,
             host=cfg.host,
             namespace=cfg.namespace or "kubeflow",
             existing_token=cfg.token or os.environ.get("KFP_TOKEN") or None,
@@ -203,7 +253,7 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
             last = state
         if state in FINAL_STATES:
             break
-        if cfg.timeout and time.monotonic() - start > cfg.timeout:
+        if cfg.timeout and time.monotonic() - start > cfg.timeout:  # 0: wait for ever
             say(f"gave up waiting after {cfg.timeout:.0f} s; the run goes on: {link}")
             return 3
         time.sleep(cfg.poll_seconds)

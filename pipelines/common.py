@@ -16,9 +16,12 @@ from distrain.components.gate import quality_gate
 from distrain.components.train import train
 from distrain.datasets import PipelineDefaults
 from distrain.images import image
+from distrain.k8s.config import KubernetesConfig
 
 # Where the shared volume claim is mounted in training steps and in the pods they launch.
-MOUNT_PATH = "/mnt/distrain"
+# The cluster parameters' defaults are KubernetesConfig's, declared there once
+# (tests/units/test_kubernetes_defaults.py holds every place that repeats them).
+MOUNT_PATH = KubernetesConfig.mount_path
 # The display name of the gate step, which `distrain submit` looks for in a failed run.
 GATE_TASK = "quality gate"
 
@@ -68,7 +71,7 @@ def build_pipeline(
     """
     d = defaults
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
-    gpus_default = 1 if gpu else 0
+    gpus_default = 1 if gpu else KubernetesConfig.gpus_per_worker
 
     config = None
     if workspace_size:
@@ -93,16 +96,16 @@ def build_pipeline(
         trainer_image: str = trainer_image_default,
         launcher: str = launcher,
         controller: str = "auto",
-        namespace: str = "",
-        schedule_timeout_seconds: int = 600,
+        namespace: str = KubernetesConfig.namespace,
+        schedule_timeout_seconds: int = KubernetesConfig.schedule_timeout_seconds,
         accelerator_type: str = "nvidia.com/gpu",
         accelerator_count: int = gpus_default,
         gpus_per_worker: int = gpus_default,
-        cpu_per_worker: str = "2",
-        memory_per_worker: str = "4Gi",
+        cpu_per_worker: str = KubernetesConfig.cpu_per_worker,
+        memory_per_worker: str = KubernetesConfig.memory_per_worker,
         node_selector: dict = {},  # noqa: B006 (pipeline parameter default)
         tolerations: list = [],  # noqa: B006
-        volume_claim: str = "distrain-data",
+        volume_claim: str = KubernetesConfig.volume_claim,
         gate: str = "",
         model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:

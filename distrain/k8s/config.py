@@ -33,6 +33,15 @@ VOLUME_SOURCES = (
 )
 
 
+def request_timeout(seconds: float) -> tuple[float, float] | None:
+    """The ``_request_timeout`` of a Kubernetes API call bounded by ``seconds`` (0: None).
+
+    A ``(connect, read)`` pair: the client silently ignores a plain number that is not an
+    int (kubernetes 30's rest.py), so 0.5 would mean no timeout at all.
+    """
+    return (seconds, seconds) if seconds else None
+
+
 @dataclass(frozen=True)
 class KubernetesConfig:
     """The cluster side of a training run with ``launcher=kubernetes`` or ``trainjob``.

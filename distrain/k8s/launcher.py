@@ -28,8 +28,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+from distrain.k8s.api import ApiCaller, KubeApi, not_found, transient
+from distrain.k8s.config import KubernetesConfig, request_timeout
 from distrain.k8s.objects import MPIJOB_API, ROLE_LABEL, RUN_LABEL, TRAINJOB_API
 from distrain.train.config import TrainingError
 
@@ -41,8 +43,6 @@ STUCK_REASONS = {
     "CreateContainerConfigError",
     "CreateContainerError",
 }
-# API answers worth another try: throttled, or the server (or a proxy) failing for a moment.
-TRANSIENT_STATUSES = {429, 500, 502, 503, 504}
 # Custom resources: kind -> (group, version, plural).
 CUSTOM_KINDS = {"MPIJob": MPIJOB_API, "TrainJob": TRAINJOB_API}
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -50,79 +50,6 @@ _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 class Cancelled(TrainingError):
     """The launcher was told to stop (SIGTERM: KFP cancelled the run, or the pod is deleted)."""
-
-
-class TimedClient:
-    """One Kubernetes client whose every call carries ``_request_timeout``.
-
-    The generated client waits for ever on a server that accepted the connection but does
-    not answer (no timeout is its default); every method takes ``_request_timeout``
-    (an int, or a ``(connect, read)`` pair). A call that names its own keeps it.
-    """
-
-    def __init__(self, client: Any, seconds: float):
-        # A (connect, read) pair: the client silently ignores a plain number that is not
-        # an int (kubernetes 30's rest.py), so 0.5 would mean no timeout at all.
-        self._client, self._timeout = client, (seconds, seconds)
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args, **kwargs):
-            kwargs.setdefault("_request_timeout", self._timeout)
-            return attr(*args, **kwargs)
-
-        return call
-
-
-@dataclass
-class KubeApi:
-    """The four Kubernetes client APIs the launcher uses."""
-
-    core: Any
-    batch: Any
-    custom: Any
-    networking: Any
-
-    @classmethod
-    def from_environment(cls) -> KubeApi:
-        """Clients for the cluster this process runs in, else the local kubeconfig."""
-        from kubernetes import client, config
-
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        return cls(
-            client.CoreV1Api(),
-            client.BatchV1Api(),
-            client.CustomObjectsApi(),
-            client.NetworkingV1Api(),
-        )
-
-    def timed(self, seconds: float) -> KubeApi:
-        """The same APIs, every call bounded by a request timeout of ``seconds``."""
-        bare = [c._client if isinstance(c, TimedClient) else c for c in self.clients()]
-        return KubeApi(*(TimedClient(c, seconds) for c in bare))
-
-    def clients(self) -> tuple:
-        """The four clients, in field order."""
-        return (self.core, self.batch, self.custom, self.networking)
-
-
-def _not_found(err: Exception) -> bool:
-    return getattr(err, "status", None) == 404
-
-
-def transient(err: BaseException) -> bool:
-    """Whether an API error is worth retrying: 429, a 5xx, or a broken connection."""
-    import urllib3
-
-    if getattr(err, "status", None) in TRANSIENT_STATUSES:
-        return True
-    return isinstance(err, (ConnectionError, TimeoutError, urllib3.exceptions.HTTPError))
 
 
 def launcher_owner(namespace: str, environ: dict | None = None) -> dict | None:
@@ -152,34 +79,6 @@ def add_owner(objects: list[dict], owner: dict | None) -> None:
         refs = obj["metadata"].setdefault("ownerReferences", [])
         if not any(ref.get("uid") == owner["uid"] for ref in refs):
             refs.append(dict(owner))
-
-
-@dataclass
-class ApiCaller:
-    """Calls the Kubernetes API, retrying transient failures with exponential backoff."""
-
-    attempts: int = 5
-    first_backoff: float = 1.0
-    max_backoff: float = 30.0
-    sleep: Callable[[float], None] = time.sleep
-    say: Callable[[str], None] = print
-
-    def __call__(self, what: str, fn: Callable, *args, **kwargs):
-        backoff = self.first_backoff
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as err:  # noqa: BLE001 (only transient errors are retried)
-                if attempt == self.attempts or not transient(err):
-                    raise
-                reason = getattr(err, "status", None) or type(err).__name__
-                self.say(
-                    f"{what}: transient API error ({reason}), attempt {attempt} of "
-                    f"{self.attempts}; retrying in {backoff:.0f} s"
-                )
-                self.sleep(backoff)
-                backoff = min(self.max_backoff, backoff * 2)
-        raise AssertionError("unreachable")
 
 
 class LogFollower(threading.Thread):
@@ -212,7 +111,7 @@ class LogFollower(threading.Thread):
             try:
                 self._read_once()
             except Exception as err:  # noqa: BLE001 (a log not ready yet, a reset stream)
-                if _not_found(err):
+                if not_found(err):
                     return  # the pod is gone
                 if not transient(err) and getattr(err, "status", None) != 400:
                     self.run_._say(f"log of {self.pod}: {err}")
@@ -281,11 +180,11 @@ class ClusterRun:
     objects: list[dict]
     name: str
     namespace: str
-    poll_seconds: float = 5.0
+    poll_seconds: float = KubernetesConfig.poll_seconds
     timeout_seconds: float = 0
-    schedule_timeout_seconds: float = 600
-    api_retries: int = 5
-    api_timeout_seconds: float = 60.0
+    schedule_timeout_seconds: float = KubernetesConfig.schedule_timeout_seconds
+    api_retries: int = KubernetesConfig.api_retries
+    api_timeout_seconds: float = KubernetesConfig.api_timeout_seconds
     log_reconnect_seconds: float = 2.0
     out: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], float] = time.monotonic
@@ -304,6 +203,7 @@ class ClusterRun:
         if self.api_timeout_seconds:
             self.api = self.api.timed(self.api_timeout_seconds)
         self.call = ApiCaller(self.api_retries, sleep=self.sleep, say=self._say)
+        self._timeout = request_timeout(self.api_timeout_seconds)
 
     def run(self) -> None:
         """Creates the objects, waits for the run to end, and always cleans up.
@@ -379,17 +279,18 @@ class ClusterRun:
             self._say(f"created {kind}/{obj_name}")
 
     def _create(self, kind: str, obj: dict) -> None:
+        ns, t = self.namespace, self._timeout  # every API call names its timeout
         if kind in CUSTOM_KINDS:
             group, version, plural = CUSTOM_KINDS[kind]
             self.api.custom.create_namespaced_custom_object(
-                group, version, self.namespace, plural, obj
+                group, version, ns, plural, obj, _request_timeout=t
             )
         elif kind == "Job":
-            self.api.batch.create_namespaced_job(self.namespace, obj)
+            self.api.batch.create_namespaced_job(ns, obj, _request_timeout=t)
         elif kind == "NetworkPolicy":
-            self.api.networking.create_namespaced_network_policy(self.namespace, obj)
+            self.api.networking.create_namespaced_network_policy(ns, obj, _request_timeout=t)
         else:
-            self.api.core.create_namespaced_service(self.namespace, obj)
+            self.api.core.create_namespaced_service(ns, obj, _request_timeout=t)
 
     def cleanup(self) -> None:
         """Deletes what was created, newest first; what is already gone is fine."""
@@ -402,7 +303,7 @@ class ClusterRun:
             try:
                 self.call(f"delete {kind}/{obj_name}", self._delete, kind, obj_name)
             except Exception as err:  # noqa: BLE001 (report every failed deletion)
-                if not _not_found(err):
+                if not not_found(err):
                     errors.append(f"{kind}/{obj_name}: {err}")
                     continue
             self.deleted.append((kind, obj_name))
@@ -413,19 +314,20 @@ class ClusterRun:
 
     def _delete(self, kind: str, obj_name: str) -> None:
         # Background propagation deletes the objects' pods (and a TrainJob's JobSet) too.
+        ns, t, bg = self.namespace, self._timeout, "Background"
         if kind in CUSTOM_KINDS:
             group, version, plural = CUSTOM_KINDS[kind]
             self.api.custom.delete_namespaced_custom_object(
-                group, version, self.namespace, plural, obj_name, propagation_policy="Background"
+                group, version, ns, plural, obj_name, propagation_policy=bg, _request_timeout=t
             )
         elif kind == "Job":
             self.api.batch.delete_namespaced_job(
-                obj_name, self.namespace, propagation_policy="Background"
+                obj_name, ns, propagation_policy=bg, _request_timeout=t
             )
         elif kind == "NetworkPolicy":
-            self.api.networking.delete_namespaced_network_policy(obj_name, self.namespace)
+            self.api.networking.delete_namespaced_network_policy(obj_name, ns, _request_timeout=t)
         else:
-            self.api.core.delete_namespaced_service(obj_name, self.namespace)
+            self.api.core.delete_namespaced_service(obj_name, ns, _request_timeout=t)
 
     # -- waiting -----------------------------------------------------------------------
     def wait(self) -> None:
@@ -477,6 +379,7 @@ class ClusterRun:
             self.namespace,
             plural,
             self.name,
+            _request_timeout=self._timeout,
         )
         for cond in (job.get("status") or {}).get("conditions") or []:
             if cond.get("status") != "True":
@@ -491,7 +394,11 @@ class ClusterRun:
     def _ps_state(self, pods: list) -> str:
         chief = f"{self.name}-chief"
         job = self.call(
-            f"get Job/{chief}", self.api.batch.read_namespaced_job_status, chief, self.namespace
+            f"get Job/{chief}",
+            self.api.batch.read_namespaced_job_status,
+            chief,
+            self.namespace,
+            _request_timeout=self._timeout,
         )
         status = job.status
         if status and status.succeeded:
@@ -596,6 +503,7 @@ class ClusterRun:
             self.api.core.list_namespaced_event,
             self.namespace,
             field_selector="type=Warning",
+            _request_timeout=self._timeout,
         ).items
         return sorted(
             found,
@@ -660,6 +568,7 @@ class ClusterRun:
             self.api.core.list_namespaced_pod,
             self.namespace,
             label_selector=f"{RUN_LABEL}={self.name}",
+            _request_timeout=self._timeout,
         )
         return sorted(found.items, key=lambda p: p.metadata.name)
 

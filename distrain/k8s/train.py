@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from distrain.datasets import is_user_model
-from distrain.k8s.config import KubernetesConfig
-from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, KubeApi, add_owner, launcher_owner
+from distrain.k8s.api import KubeApi
+from distrain.k8s.config import KubernetesConfig, request_timeout
+from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects, run_name
 from distrain.k8s.validate import validate_all, validate_model_shipping
 from distrain.k8s.watchdog import stall_watch
@@ -114,8 +115,9 @@ def remove_earlier_attempts(
     key: str,
     kinds: set[str],
     *,
-    poll_seconds: float = 5.0,
+    poll_seconds: float = KubernetesConfig.poll_seconds,
     wait_seconds: float = EARLIER_PODS_WAIT_SECONDS,
+    api_timeout_seconds: float = KubernetesConfig.api_timeout_seconds,
     out: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -135,6 +137,8 @@ def remove_earlier_attempts(
             ``TrainJob``, ``Job``, ``Service``).
         poll_seconds: Seconds between checks for remaining pods.
         wait_seconds: How long to wait for them.
+        api_timeout_seconds: Request timeout of each API call (a server that accepts the
+            connection and never answers fails the attempt instead of hanging it).
         out: Where progress goes.
         clock: Monotonic seconds (tests replace it).
         sleep: Sleeps (tests replace it).
@@ -148,22 +152,29 @@ def remove_earlier_attempts(
     """
     out = out or sys.stdout
     selector = f"{RUN_KEY_LABEL}={key}"
+    timeout = request_timeout(api_timeout_seconds)
     found: list[tuple[str, str]] = []
     # In creation order (Services before Jobs): the deletion goes newest first.
     if "NetworkPolicy" in kinds:
-        policies = api.networking.list_namespaced_network_policy(namespace, label_selector=selector)
+        policies = api.networking.list_namespaced_network_policy(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
         found += [("NetworkPolicy", p.metadata.name) for p in policies.items]
     if "Service" in kinds:
-        services = api.core.list_namespaced_service(namespace, label_selector=selector)
+        services = api.core.list_namespaced_service(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
         found += [("Service", s.metadata.name) for s in services.items]
     if "Job" in kinds:
-        jobs = api.batch.list_namespaced_job(namespace, label_selector=selector)
+        jobs = api.batch.list_namespaced_job(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
         found += [("Job", j.metadata.name) for j in jobs.items]
     for kind in sorted(kinds & set(CUSTOM_KINDS)):
         group, version, plural = CUSTOM_KINDS[kind]
         try:
             listed = api.custom.list_namespaced_custom_object(
-                group, version, namespace, plural, label_selector=selector
+                group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
             )
         except Exception as err:  # noqa: BLE001 (no operator installed: nothing to delete)
             if not _not_found(err):
@@ -176,10 +187,20 @@ def remove_earlier_attempts(
             file=out,
             flush=True,
         )
-        ClusterRun(api, [], key, namespace, out=out, created=list(found)).cleanup()
+        ClusterRun(
+            api,
+            [],
+            key,
+            namespace,
+            api_timeout_seconds=api_timeout_seconds,
+            out=out,
+            created=list(found),
+        ).cleanup()
     start = clock()
     while True:
-        pods = api.core.list_namespaced_pod(namespace, label_selector=selector).items
+        pods = api.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=timeout
+        ).items
         if not pods:
             return found
         if clock() - start > wait_seconds:
@@ -253,6 +274,7 @@ def train_on_cluster(
         key,
         {obj["kind"] for obj in objects},
         poll_seconds=k.poll_seconds,
+        api_timeout_seconds=k.api_timeout_seconds,
         out=out,
         clock=clock,
         sleep=sleep,

@@ -7,7 +7,7 @@ lack would reach the real client and fail), returning the client's own model obj
 
 from kubernetes import client
 
-from distrain.k8s.launcher import KubeApi
+from distrain.k8s.api import KubeApi
 from distrain.k8s.objects import ROLE_LABEL, RUN_LABEL
 from distrain.k8s.train import RUN_KEY_LABEL
 
