@@ -278,7 +278,8 @@ def preprocess(
     """Runs the data set's Beam preprocessing; returns the metadata it wrote.
 
     ``output_dir`` must be empty or missing unless ``overwrite``; it is then replaced
-    whole, and only when the job and its checks succeed.
+    whole, and only when the job and its checks succeed. One job writes it at a time: a
+    second fails naming the first (:mod:`distrain.preprocess.outputs`).
 
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
