@@ -13,9 +13,11 @@ Lustre and GPFS, and which the kernel drops when its process dies, SIGKILL inclu
 NFS the server drops it when the dead client's lease runs out). A lock made of a file
 that is created exclusively (``O_EXCL``, a rename that refuses to replace) would outlive a
 killed job, and no other host can tell a dead owner's file from a live one's; a BSD
-``flock`` is local to each host on some network file systems. A POSIX lock belongs to its
-process, and closing any descriptor of the file drops it: so a process opens a lock file
-once, and a second lock of the same output in one process is refused without opening it.
+``flock`` is local to each host on some network file systems. Where no lock can be had
+(a file system without locks, a parent folder that cannot be written) the job says so
+in its log and goes on unguarded. A POSIX lock belongs to its process, and closing any
+descriptor of the file drops it: so a process opens a lock file once, and a second lock
+of the same output in one process is refused without opening it.
 
 While a job holds its output's lock, no other job is writing that output, so every
 ``.NAME.tmp-*`` and ``.NAME.old-*`` folder beside it was left by a job that died (killed
@@ -29,6 +31,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -41,6 +44,8 @@ from pathlib import Path
 LOCK_SUFFIX = ".lock"
 # Errors of a file system that has no locks (an NFS mount without lockd, some FUSE ones).
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+# Errors of a folder where the lock file cannot be made (a read-only mount's parent).
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 _HELD: dict[Path, int | None] = {}  # lock file -> its descriptor (None: no locks there)
 _HELD_GUARD = threading.Lock()
 
@@ -115,9 +120,14 @@ def acquire(output_dir: str | os.PathLike) -> dict:
     with _HELD_GUARD:
         if path in _HELD:  # opening the file again would drop this process's lock
             raise _busy(output_dir, _record() | {"command": "this same process"})
-        path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                if err.errno not in _READ_ONLY:
+                    raise
+                return _unguarded(path, output_dir, f"cannot write it: {err.strerror}")
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
@@ -128,13 +138,7 @@ def acquire(output_dir: str | os.PathLike) -> dict:
                 os.close(fd)
                 if err.errno not in _NO_LOCKS:
                     raise
-                print(
-                    f"distrain: {path}: this file system has no locks ({err.strerror}); "
-                    f"nothing stops a second job from writing {output_dir} at once",
-                    file=sys.stderr,
-                )
-                _HELD[path] = None
-                return {}
+                return _unguarded(path, output_dir, f"no locks there: {err.strerror}")
             # Its last holder may have removed the file (and another job made it again)
             # between the open and the lock: then this lock is on a name no one else sees.
             with contextlib.suppress(FileNotFoundError):
@@ -147,6 +151,16 @@ def acquire(output_dir: str | os.PathLike) -> dict:
         os.pwrite(fd, data, 0)
         _HELD[path] = fd
         return before
+
+
+def _unguarded(path: Path, output_dir, why: str) -> dict:
+    """No lock to be had (the caller holds ``_HELD_GUARD``): says so, and goes on."""
+    print(
+        f"distrain: {path}: {why}; nothing stops a second job from writing {output_dir} at once",
+        file=sys.stderr,
+    )
+    _HELD[path] = None
+    return {}
 
 
 def release(output_dir: str | os.PathLike) -> None:
@@ -229,9 +243,8 @@ def remove_stale(output_dir: str | os.PathLike, before: dict | None = None) -> l
     out = Path(output_dir)
     if not out.parent.is_dir():
         return []
-    left = sorted(out.parent.glob(f".{out.name}.tmp-*")) + sorted(
-        out.parent.glob(f".{out.name}.old-*")
-    )
+    name = glob.escape(out.name)
+    left = sorted(out.parent.glob(f".{name}.tmp-*")) + sorted(out.parent.glob(f".{name}.old-*"))
     who = f" ({_describe(before)})" if before else ""
     for path in left:
         size = _size(path)

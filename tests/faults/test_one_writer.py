@@ -8,6 +8,7 @@ processes, started together or killed with SIGKILL.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -215,3 +216,35 @@ def test_one_process_cannot_hold_an_output_twice_and_the_lock_file_goes_with_the
     assert not lock_path(out).exists()
     with one_writer(out):  # free again
         pass
+
+
+@pytest.mark.parametrize(
+    "broken, code, why",
+    [
+        ("open", errno.EROFS, "cannot write it"),  # a read-only parent (a mount point)
+        ("lockf", errno.ENOLCK, "no locks there"),  # an NFS mount without lockd
+    ],
+)
+def test_where_no_lock_can_be_had_the_job_says_so_and_goes_on(
+    broken, code, why, tmp_path, capfd, monkeypatch
+):
+    from distrain.preprocess import outputs
+
+    module = outputs.os if broken == "open" else outputs.fcntl
+    real = getattr(module, broken)
+
+    def fail(target, *args):
+        if broken == "lockf" or str(target).endswith(".lock"):
+            raise OSError(code, os.strerror(code))
+        return real(target, *args)
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        patch.setattr(module, broken, fail)
+        with staged_output(out) as stage:
+            (stage / "a").write_text("new")
+    assert f"distrain: {lock_path(out)}: {why}: {os.strerror(code)}; nothing stops" in (
+        capfd.readouterr().err
+    )
+    assert (out / "a").read_text() == "new"
+    assert lock_path(out) not in outputs._HELD  # released with the job
