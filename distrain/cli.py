@@ -26,6 +26,7 @@ from distrain.flags import add_flags, field_types, given
 from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
 from distrain.submit import WAIT_HELP, WAIT_SECONDS
+from distrain.preprocess.outputs import hold
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
@@ -192,7 +193,7 @@ def _run_locally(pipeline, params: dict, out: Path):
 
     from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
 
-    out.mkdir(parents=True, exist_ok=True)
+    hold(out)  # one writer per output, till this process ends (distrain.preprocess.outputs)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(out / "kfp"),
@@ -259,8 +260,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                 for d in cfg.data
             ),
         )
-    out = Path(args.output or f"out/experiments/{cfg.experiment}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = hold(Path(args.output or f"out/experiments/{cfg.experiment}").resolve())
     (out / "experiment.json").write_text(cfg.to_json())
     print(
         f"distrain: experiment {cfg.experiment} ({cfg.scale}): {len(cfg.points)} runs on "

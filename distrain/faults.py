@@ -21,6 +21,8 @@ CASES: list[tuple[str, str]] = [
     ("integrity/shard-names", "Shards: names that differ in punctuation never overwrite"),
     ("integrity/csv-recovery", "CSV: a stray quote costs its lines, parsing resumes at a row"),
     ("integrity/output-folder", "Outputs: a used --output refused, or replaced whole"),
+    ("integrity/one-writer", "Outputs: a second job for one output fails, naming the first"),
+    ("integrity/stale-temp", "Outputs: a killed job's temporary folder removed on the next run"),
     ("integrity/file-list", "Data: files differing from metadata's list refused, named"),
     ("integrity/idx-sizes", "IDX: impossible header sizes a permanent error naming the file"),
     ("integrity/metadata-last", "Outputs: no metadata.json unless every check passed"),

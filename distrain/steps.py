@@ -22,6 +22,7 @@ from distrain.k8s.objects import check_cluster_run
 from distrain.machine import describe
 from distrain.memory import PeakTreeMemory
 from distrain.plan import Plan
+from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
 from distrain.train import usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
@@ -277,7 +278,8 @@ def preprocess(
     """Runs the data set's Beam preprocessing; returns the metadata it wrote.
 
     ``output_dir`` must be empty or missing unless ``overwrite``; it is then replaced
-    whole, and only when the job and its checks succeed.
+    whole, and only when the job and its checks succeed. One job writes it at a time: a
+    second fails naming the first (:mod:`distrain.preprocess.outputs`).
 
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
     how long it has run and what it has written (:mod:`distrain.progress`).
@@ -346,7 +348,19 @@ def train(
     Raises:
         StepError: Unknown launcher or invalid cluster settings, before any work starts.
         UserModelError: The user's model code fails (:func:`check_user_model`).
+        OutputBusyError: Another job is writing ``output_dir`` (one writer per output:
+            the run holds its lock, :mod:`distrain.preprocess.outputs`, to its end).
     """
+    with one_writer(output_dir):
+        return _train(
+            data_dir, output_dir, run_spec, launcher, kubernetes, task_config, model_file, settings
+        )
+
+
+def _train(
+    data_dir, output_dir, run_spec, launcher, kubernetes, task_config, model_file, settings
+) -> dict:
+    """:func:`train` once the output's lock is held."""
     model = settings.get("model", "")
     if model_file:  # the pipeline's artifact: the run trains from the copy in its output
         settings["model"] = usermodel.stage(model, Path(output_dir, USER_MODEL_DIR), model_file)

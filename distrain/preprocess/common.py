@@ -16,6 +16,7 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
+from distrain.preprocess.outputs import one_writer, remove_stale
 from distrain.preprocess.records import write_text, write_tfrecords
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -502,7 +503,10 @@ def failed_dir(output_dir: str | os.PathLike) -> Path:
 def staged_output(output_dir: str | os.PathLike, overwrite: bool = False):
     """A job's output folder, written in a temporary sibling and moved into place whole.
 
-    The job writes into the folder this yields (``.NAME.tmp-XXXX`` beside ``output_dir``).
+    The job holds the folder's lock throughout (:func:`~distrain.preprocess.outputs.one_writer`:
+    a second job for it fails naming this one), and first removes what dead jobs left
+    beside it (:func:`~distrain.preprocess.outputs.remove_stale`). It writes into the
+    folder this yields (``.NAME.tmp-XXXX`` beside ``output_dir``).
     When the block ends without an error it replaces ``output_dir``: a reader sees the
     old output or the new one, never a mix, and never a partial one. When the block
     fails, the temporary folder becomes ``NAME.failed`` (its dead letters can be read
@@ -517,11 +521,20 @@ def staged_output(output_dir: str | os.PathLike, overwrite: bool = False):
 
     Raises:
         OutputExistsError: ``output_dir`` holds files and ``overwrite`` is off.
+        OutputBusyError: Another job is writing ``output_dir``.
     """
+    with one_writer(output_dir) as before:
+        remove_stale(output_dir, before)
+        with _staged(Path(output_dir), overwrite) as stage:
+            yield stage
+
+
+@contextlib.contextmanager
+def _staged(out: Path, overwrite: bool):
+    """:func:`staged_output` once its lock is held."""
     import shutil
     import uuid
 
-    out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"{out}: exists and is not a folder")
     held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
