@@ -25,8 +25,8 @@ from distrain import datasets, experiments
 from distrain.flags import add_flags, field_types, given
 from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
-from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.preprocess.outputs import hold
+from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
 from distrain.verdict import repeat_summary
 
