@@ -198,3 +198,21 @@ def test_refused_resume_then_restart_then_plain_resume(mnist_examples, tmp_path)
     history = _history(out)
     assert history["resumed_at_steps"] == [2 * per_epoch] and history["steps"] == 3 * per_epoch
     assert history["restarted"] == restarted and "resume_notes" not in history
+
+
+@pytest.mark.case(CASE)
+def test_a_rank_with_its_own_seed_checks_the_runs_settings(mnist_examples, tmp_path):
+    import dataclasses
+
+    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.train.replica import Replica
+
+    # avg:N:init=independent: rank r builds its replica from seed + 7919 r, and resumes
+    # from rank 0's checkpoint of the run's settings.
+    out = tmp_path / "run"
+    _checkpointed(mnist_examples, out)
+    cfg = TrainConfig(data_dir=str(mnist_examples), output_dir=str(out), model="softmax")
+    rank_1 = dataclasses.replace(cfg, seed=7919)
+    assert Replica(rank_1, run_cfg=cfg).restore().endswith("ckpt-5")
+    with pytest.raises(ConfigError, match="seed 0 → 7919"):
+        Replica(rank_1).restore()
