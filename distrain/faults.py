@@ -27,7 +27,10 @@ CASES: list[tuple[str, str]] = [
     ("integrity/idx-sizes", "IDX: impossible header sizes a permanent error naming the file"),
     ("integrity/metadata-last", "Outputs: no metadata.json unless every check passed"),
     ("integrity/checkpoint-state", "Checkpoints: a garbled state file rebuilt from the files"),
-    ("integrity/checkpoint-fingerprint", "Checkpoints: another model's checkpoint refused"),
+    (
+        "integrity/checkpoint-fingerprint",
+        "Checkpoints: another model's or settings' checkpoint refused; --restart",
+    ),
     ("integrity/errors", "Errors: permanent and transient causes told apart, case by case"),
     ("integrity/stalls", "A stopped (SIGSTOP) parameter server ends the run within a bound"),
     ("download/sha256", "Download: digest mismatch refused, partial file removed"),

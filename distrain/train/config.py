@@ -266,6 +266,15 @@ class TrainConfig:
         "step count",
         check=_zero_or_positive("epoch ends only"),
     )
+    restart: bool = setting(
+        False,
+        "start over from step 0 in an output directory that holds checkpoints: they are set "
+        "aside (checkpoints.before-restart, history.before-restart.json) and history.json "
+        "says restarted. Without it a rerun resumes, and a checkpoint made with other "
+        "settings that change the updates (learning rate, schedule, batch size, run spec, "
+        "precision, seed, the data, the model file) is refused, naming each. Every start "
+        "with it starts over: leave it off a rerun that should resume",
+    )
     validation_freq: int = setting(
         1,
         "validate at the end of every this many epochs (and of the last), as Keras's "

@@ -222,18 +222,36 @@ class EpochDriver:
         self.step_durations: list[list[float]] = []
         self.examples_so_far: int | None = None  # set by engines whose world size varies
         self.plateau = Plateau(cfg.until_plateau)
+        # What a restart set aside (None: the run did not start over), and the notes of
+        # earlier resumes of this run (the replica keeps this one's).
+        self.restarted: dict | None = None
+        self.earlier_notes: list[str] = []
 
     def restore(self) -> None:
-        """Resumes from the newest readable checkpoint and the history written with it."""
+        """Resumes from the newest readable checkpoint and the history written with it.
+
+        With ``restart`` nothing is restored: the checkpoints are set aside
+        (:meth:`distrain.train.replica.Replica.restart`), the history beside them goes to
+        ``history.before-restart.json``, and the new history says so (``restarted``).
+        """
         r = self.replica
+        history_path = r.out / "history.json"
+        if self.cfg.restart:
+            self.restarted = r.restart()
+            if r.rank == 0 and history_path.exists():
+                aside = r.out / "history.before-restart.json"
+                os.replace(history_path, aside)
+                self.restarted["history_set_aside"] = str(aside)
+            return
         path = r.restore()
         if path is None:
             return
-        history_path = r.out / "history.json"
         if history_path.exists():
             old = json.loads(history_path.read_text())
             self.epochs = old.get("epochs", [])[: r.epoch]
             self.resumed_at = list(old.get("resumed_at_steps", []))
+            self.restarted = old.get("restarted")
+            self.earlier_notes = list(old.get("resume_notes", []))
         self.resumed_at.append(r.step)
         self.resumed_wall = self.epochs[-1]["wall_seconds"] if self.epochs else 0.0
         self.plateau.replay(self.epochs)
@@ -403,6 +421,11 @@ class EpochDriver:
             history["step_ms"] = step_spread([d for epoch in durations for d in epoch])
         if cfg.until_plateau:
             history["until_plateau"] = self.plateau.to_dict()
+        if self.restarted is not None:  # this run started over (--restart), from step 0
+            history["restarted"] = self.restarted
+        notes = [*self.earlier_notes, *getattr(r, "notes", [])]
+        if notes:  # what a resume could not check (a checkpoint of an older distrain)
+            history["resume_notes"] = notes
         # This process's parameters and peak memory (resident set); modes that split the
         # model report every rank's instead.
         model = getattr(r, "model", None)  # (test doubles of a replica have none)

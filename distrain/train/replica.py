@@ -18,7 +18,10 @@ from distrain import lm
 from distrain.datasets import load_info, model_spec
 from distrain.datasets import texts as read_texts
 from distrain.lm import StreamScorer, random_resets, stream_batches_per_epoch, stream_dataset
+from distrain.train import precision
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.fingerprint import SETTINGS, differences
+from distrain.train.fingerprint import settings as run_settings
 from distrain.train.inputs import make_dataset, shard_size
 from distrain.train.tasks import CLASSIFICATION
 
@@ -125,19 +128,30 @@ class Replica:
         cfg: The run's configuration.
         group: The processes training together (default: this one alone).
         learning_rate: The optimizer's rate (default: the config's effective one).
+        run_cfg: The run's configuration as given, when ``cfg`` is this rank's variant of
+            it (``avg``'s own seed per rank): the checkpoints' fingerprint is of the run's.
     """
 
     #: Whether a language model's validation scores the contiguous text with a stateful
     #: copy of the model (a split model's layers have no stateful copy).
     scores_text = True
 
-    def __init__(self, cfg: TrainConfig, group: Group | None = None, learning_rate=None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        group: Group | None = None,
+        learning_rate=None,
+        run_cfg: TrainConfig | None = None,
+    ):
         import tensorflow as tf
         import tf_keras as keras
 
         from distrain.train.optim import Adam
 
         self.cfg, self.tf, self.keras = cfg, tf, keras
+        self.run_cfg = run_cfg or cfg
+        # What a resume did not check (a checkpoint of an older distrain), for the history.
+        self.notes: list[str] = []
         self.group = group or Group()
         self.out = Path(cfg.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +183,8 @@ class Replica:
         # update change (elastic) resumes mid-epoch from these.
         self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
         self.epoch_examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_ex")
-        # What shapes the variables, saved in every checkpoint: a resume checks it first.
+        # What shapes the variables and decides the updates, saved in every checkpoint: a
+        # resume checks it first.
         self.fingerprint = self.model_fingerprint()
         self.fingerprint_var = tf.Variable(
             json.dumps(self.fingerprint, sort_keys=True), trainable=False, name="fingerprint"
@@ -373,14 +388,23 @@ class Replica:
     # ---- checkpoints and the saved model ----------------------------------------------
 
     def model_fingerprint(self) -> dict:
-        """What shapes this process's variables: the data set, the model and every shape.
+        """What shapes this process's variables and decides the updates to come.
 
-        Stored in each checkpoint; a checkpoint with another one is not this run's.
+        The data set, the model, every variable's shape, and the run's settings that
+        change the arithmetic (:func:`distrain.train.fingerprint.settings`). Stored in each
+        checkpoint; a checkpoint with another one is not this run's to go on from.
         """
         return {
             "dataset": self.info.dataset,
             "model": self.cfg.model,
             "variables": [list(v.shape) for v in self.model.weights],
+            SETTINGS: run_settings(
+                self.run_cfg,
+                self.optimizer,
+                precision.of_model(self.model),
+                self.info.metadata,
+                self.lm,
+            ),
         }
 
     def stored_fingerprint(self, path: str) -> dict | None:
@@ -395,38 +419,60 @@ class Replica:
             return None
         return json.loads(reader.get_tensor(key).decode())
 
-    def check_fingerprint(self, path: str, theirs: dict | None) -> None:
-        """Refuses a checkpoint whose fingerprint differs from this run's, naming how.
+    def fingerprint_differences(self, theirs: dict) -> list[str]:
+        """How a checkpoint's fingerprint differs from this run's: the model, then settings.
 
-        Raises:
-            ConfigError: The checkpoint is of another model or configuration (a
-                permanent error: a retry finds the same checkpoint).
+        The settings are named ``NAME OLD → NEW``. A checkpoint of an older distrain that
+        records no settings (or not all of today's) is accepted as far as it goes: a note
+        (:attr:`notes`, logged) names what was not checked.
         """
-        if theirs is None:
-            self.log(f"checkpoint {path} has no fingerprint (an older version); not checked")
-            return
         ours = self.fingerprint
-        differences = [
+        found = [
             f"{k}: {theirs.get(k)!r} in the checkpoint, {ours[k]!r} now"
             for k in ("dataset", "model")
             if theirs.get(k) != ours[k]
         ]
         old, new = theirs.get("variables", []), ours["variables"]
         if len(old) != len(new):
-            differences.append(f"{len(old)} variables in the checkpoint, {len(new)} now")
+            found.append(f"{len(old)} variables in the checkpoint, {len(new)} now")
         else:
-            differences += [
+            found += [
                 f"variable {i}: shape {a} in the checkpoint, {b} now"
                 for i, (a, b) in enumerate(zip(old, new, strict=True))
                 if a != b
             ][:3]
-        if differences:
+        changed, unrecorded = differences(theirs.get(SETTINGS, {}), ours[SETTINGS])
+        return found + changed, unrecorded
+
+    def check_fingerprint(self, path: str, theirs: dict | None) -> None:
+        """Refuses a checkpoint whose fingerprint differs from this run's, naming how.
+
+        Raises:
+            ConfigError: The checkpoint is of another model, data or settings (a
+                permanent error: a retry finds the same checkpoint), in one line naming
+                each difference.
+        """
+        if theirs is None:
+            self._note(f"checkpoint {path} has no fingerprint (an older version); not checked")
+            return
+        found, unrecorded = self.fingerprint_differences(theirs)
+        if found:
             raise ConfigError(
-                f"{path}: a checkpoint of another model or configuration ("
-                + "; ".join(differences)
-                + f"); resume with the settings it was made with, or use a new --output "
-                f"(or remove {self.checkpoint_dir()})"
+                f"{path}: a checkpoint of another model, data or settings ("
+                + "; ".join(found)
+                + "); resume with the settings it was made with, start over with --restart "
+                "(its checkpoints are set aside), or use a new --output"
             )
+        if unrecorded:
+            self._note(
+                f"checkpoint {path} does not record {', '.join(unrecorded)} (written by an "
+                "older distrain): resumed without checking them; the checkpoints from here "
+                "on record them"
+            )
+
+    def _note(self, message: str) -> None:
+        self.notes.append(message)
+        self.log(message)
 
     def _checkpoints_on_disk(self) -> list[str]:
         """The checkpoints in the folder by their own files (``ckpt-N.index``), oldest first."""
@@ -506,6 +552,52 @@ class Replica:
                 f"no readable checkpoint in {self.checkpoint_dir()}: " + "; ".join(errors)
             )
         return None
+
+    def restart(self) -> dict:
+        """Starts over from step 0: nothing restored, the checkpoints set aside (``--restart``).
+
+        The process that writes the checkpoints moves their folder whole to
+        ``<folder>.before-restart`` (one an earlier restart set aside is removed first,
+        and the log says so); the others only restore nothing.
+
+        Returns:
+            For the history: the folder the checkpoints went to (None: there were none),
+            the newest one's step, and how its fingerprint differs from this run's.
+            Empty for a process that writes no checkpoints.
+        """
+        if not self.writes_checkpoints:
+            return {}
+        folder = self.checkpoint_dir()
+        if not folder.exists():
+            self.log("restart: no checkpoints to set aside; training starts from step 0")
+            return {"set_aside": None, "from_step": None, "differences": []}
+        self._remove_unfinished_saves()
+        found = self._checkpoints_on_disk()
+        step, changed = None, []
+        if found:
+            step = int(Path(found[-1]).name[len("ckpt-") :])
+            try:
+                theirs = self.stored_fingerprint(found[-1])
+                changed = (
+                    self.fingerprint_differences(theirs)[0]
+                    if theirs is not None
+                    else ["no fingerprint (an older version)"]
+                )
+            except Exception as err:  # noqa: BLE001 (it is set aside either way)
+                changed = [f"unreadable ({type(err).__name__})"]
+        aside = folder.with_name(folder.name + ".before-restart")
+        if aside.exists():
+            shutil.rmtree(aside)
+            self.log(f"restart: removed {aside}, set aside by an earlier restart")
+        folder.rename(aside)
+        self.manager = self.tf.train.CheckpointManager(self.ckpt, str(folder), 3)
+        newest = f"newest {Path(found[-1]).name} at step {step}" if found else "none readable"
+        why = "; ".join(changed) if changed else "same settings"
+        self.log(
+            f"restart: set aside {len(found)} checkpoint(s) of {folder} ({newest}; {why}) "
+            f"in {aside}; training starts from step 0"
+        )
+        return {"set_aside": str(aside), "from_step": step, "differences": changed}
 
     def _remove_unfinished_saves(self) -> None:
         """Removes what a save cut short left (``ckpt-N_temp``: the run was killed saving).

@@ -219,7 +219,7 @@ class Average(Mode):
         shared = spec.option("init") == "shared"
         # [avg] independent replicas: each rank's model from its own seed
         seeded = cfg if shared else dataclasses.replace(cfg, seed=cfg.seed + 7919 * hvd.rank())
-        replica = Replica(seeded, Group(hvd.rank(), hvd.size(), hvd))
+        replica = Replica(seeded, Group(hvd.rank(), hvd.size(), hvd), run_cfg=cfg)
         common = float(spec.option("common"))
         steps = AverageSteps(
             replica,
