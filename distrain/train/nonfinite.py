@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from distrain.train.config import ON_NAN  # noqa: F401 (the setting's values, declared there)
 
 
@@ -174,8 +176,6 @@ def check_weights(values, what: str) -> None:
     Raises:
         NonFiniteLoss: Some value is NaN or infinite.
     """
-    import numpy as np
-
     bad = total = 0
     for value in values:
         array = np.asarray(value)

@@ -22,8 +22,8 @@ DIVERGES = ["--learning-rate", "1e30", "--batch-size", "32"]
 
 # The last line: `distrain train` failed, with the process's own line (the run, who, where).
 LINE = re.compile(
-    r"^distrain: train (?P<run>\S+) failed: .*\[(?P=run)\] (?P<who>rank \d|worker:\d): the "
-    r"training loss is (nan|inf|-inf) at epoch (?P<epoch>\d+), step (?P<step>\d+) .*on_nan=stop"
+    r"^distrain: train (?P<spec>\S+) failed: .*\[(?P<run>[^\]]+)\] (?P<who>rank \d|worker:\d): "
+    r"the training loss is (nan|inf|-inf) at epoch (?P<epoch>\d+), step (?P<step>\d+) .*on_nan=stop"
 )
 
 
@@ -71,6 +71,7 @@ def test_a_nan_loss_stops_the_run_with_exit_2_and_one_line(
     last = proc.stderr.strip().splitlines()[-1]
     found = LINE.match(last)
     assert found, last
+    assert found["run"].startswith(found["spec"]), last  # the run's name (pipeline:2:micro=4)
     assert found["who"].startswith(who), last
     # The update made from the first step already sends the second step's loss to NaN
     # (a parameter-server worker's second step may read the other's update too: step 3).
