@@ -17,6 +17,8 @@ from distrain.train.precision import PRECISIONS
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
+# What a non-finite training loss does (see TrainConfig.on_nan, distrain.train.nonfinite).
+ON_NAN = ("stop", "continue")
 # The settings a pipeline takes as parameters (its parameter check too; the train component
 # takes every setting); the others keep TrainConfig's defaults there.
 PIPELINE_SETTINGS = (
@@ -288,6 +290,15 @@ class TrainConfig:
         "is then the most); 0: off, train every epoch. Every epoch is validated",
         check=(lambda v: v >= 0, "must be 0 (off) or a patience"),
         flag={"nargs": "?", "const": 3, "metavar": "PATIENCE"},
+    )
+    on_nan: str = setting(
+        "stop",
+        "what a NaN or infinite training loss does, checked at every step of every rank or "
+        "worker: stop ends the run at the first one with one line naming the run, rank, "
+        "epoch and step (a permanent error, exit 2), and nothing is saved after it; "
+        "continue trains on, as Keras without TerminateOnNaN, and the log and history.json "
+        "say so",
+        choices=ON_NAN,
     )
     dump_rank_weights: bool = setting(
         False,

@@ -349,6 +349,9 @@ class EpochDriver:
             engine.refresh()
             val_loss, val_acc = r.evaluate()
         per_label = max(seen * r.labels_per_example, 1)
+        watch = getattr(r, "losses", None)  # (test doubles of a replica have none)
+        if watch is not None:
+            watch.epoch(epoch + 1, loss_sum)  # on_nan=stop: before the epoch's checkpoint
         by_rank = getattr(engine, "rank_loss_sums", None)
         record = {
             "epoch": epoch + 1,
@@ -429,12 +432,15 @@ class EpochDriver:
         # This process's parameters and peak memory (resident set); modes that split the
         # model report every rank's instead.
         model = getattr(r, "model", None)  # (test doubles of a replica have none)
+        watch = getattr(r, "losses", None)
         if model is not None:
             weights = model.trainable_variables
             history["parameters_per_rank"] = [int(sum(v.shape.num_elements() for v in weights))]
         history["peak_memory_per_rank"] = [
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
         ]
+        if watch is not None:
+            history.update(watch.history())  # on_nan, and what continue trained through
         history.update(self.engine.history())
         if "staleness_summary" not in history and any(history["staleness"]):
             history["staleness_summary"] = summarize(history["staleness"])

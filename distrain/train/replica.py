@@ -23,6 +23,7 @@ from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.fingerprint import SETTINGS, differences
 from distrain.train.fingerprint import settings as run_settings
 from distrain.train.inputs import make_dataset, shard_size
+from distrain.train.nonfinite import LossWatch, check_weights
 from distrain.train.tasks import CLASSIFICATION
 
 VAL_BATCH = 512
@@ -203,6 +204,8 @@ class Replica:
         # the previous checkpoints as they were.
         self.manager = tf.train.CheckpointManager(self.ckpt, str(self.checkpoint_dir()), 3)
         self.set_group(self.group)
+        # What this process's steps do with a non-finite loss (on_nan).
+        self.losses = LossWatch(cfg.on_nan, cfg.run.name, f"rank {self.rank}", self.log)
 
     def build_model(self, model):
         """The model this process trains, from the data set's (a split mode's share of it)."""
@@ -615,15 +618,30 @@ class Replica:
         errors.append(f"{path}: {type(err).__name__}: {first_line}")
         self.log(f"checkpoint {path} is unreadable ({first_line}); trying an older one")
 
+    def refuse_non_finite(self, what: str, values=None) -> None:
+        """With ``on_nan=stop``, refuses to write non-finite weights (``what``: the file).
+
+        A peer's non-finite gradient reaches this process's weights through the update
+        before the peer's own check stops the run: what is saved never holds them.
+
+        Raises:
+            NonFiniteLoss: A weight is NaN or infinite.
+        """
+        if self.losses.stops:
+            values = values if values is not None else [v.numpy() for v in self.model.weights]
+            check_weights(values, f"[{self.cfg.run.name}] rank {self.rank}: {what}")
+
     def checkpoint(self, step: int, engine=None) -> None:
         """Rank 0's (the chief's) checkpoint at update ``step``."""
         if self.writes_checkpoints:  # [sync] rank 0 only ([tensor] each part's holder)
             if engine is not None:
                 engine.refresh()  # [ps] the parameter servers' values, workers at the limit
+            self.refuse_non_finite(f"the checkpoint at step {step} in {self.checkpoint_dir()}")
             self.manager.save(checkpoint_number=step)
 
     def save_model(self) -> None:
         """``model.keras`` (rank 0), and every rank's weights if the config asks."""
+        self.refuse_non_finite(f"{self.out / 'model.keras'} after step {self.step}")
         if self.cfg.dump_rank_weights:
             weights_dir = self.out / "weights"
             weights_dir.mkdir(exist_ok=True)

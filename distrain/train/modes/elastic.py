@@ -6,6 +6,7 @@ import time
 
 from distrain.costmodel import FLOAT, ring_step
 from distrain.errors import ConfigError
+from distrain.train import nonfinite
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import ELASTIC_HOROVOD, controller, start_horovod
 from distrain.train.modes import Mode
@@ -145,6 +146,7 @@ class ElasticSync(Mode):
         def train_elastic(state):
             size = hvd.size()
             replica.set_group(Group(hvd.rank(), size, hvd))
+            replica.losses.who = f"rank {replica.rank}"  # (a reset may renumber the ranks)
             if cfg.scale_learning_rate:
                 # [sync] the learning rate follows the gradients averaged per step.
                 replica.optimizer.learning_rate = cfg.learning_rate * size
@@ -167,9 +169,12 @@ class ElasticSync(Mode):
                 local = [0.0, 0.0]
                 while state.epoch_examples + global_batch <= n_train:
                     batch_loss, batch_correct = step_fn(*next(iterator))
-                    local[0] += float(batch_loss)
-                    local[1] += float(batch_correct)
+                    batch_loss = float(batch_loss)
                     step += 1
+                    if not nonfinite.is_finite(batch_loss):
+                        replica.losses.bad(epoch + 1, step, batch_loss)
+                    local[0] += batch_loss
+                    local[1] += float(batch_correct)
                     state.epoch_examples += global_batch
                     state.seen += global_batch
                     state.total_examples += global_batch

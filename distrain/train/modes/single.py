@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from distrain.train import nonfinite
 from distrain.train.driver import EpochDriver
 from distrain.train.launch import ONE_PROCESS
 from distrain.train.modes import Mode, register
@@ -56,11 +57,13 @@ class LocalSteps:
             def calls(count):
                 loss_sum = tf.constant(0.0)
                 correct = tf.constant(0.0)
-                for _ in tf.range(count):
+                bad = nonfinite.start(tf)  # the call's first step with a non-finite loss
+                for i in tf.range(count):
                     batch_loss, batch_correct = step(*next(iterator))
                     loss_sum += batch_loss
                     correct += batch_correct
-                return loss_sum, correct
+                    bad = nonfinite.note(tf, bad, i, batch_loss)
+                return loss_sum, correct, bad
 
             self.calls = calls
 
@@ -70,15 +73,36 @@ class LocalSteps:
         while position < stop:
             t = time.perf_counter()
             count = min(self.steps_per_call, stop - position)
+            bad = None
             if self.steps_per_call > 1:
-                batch_loss, batch_correct = self.calls(self.replica.tf.constant(count))
+                batch_loss, batch_correct, bad = self.calls(self.replica.tf.constant(count))
             else:
                 batch_loss, batch_correct = self.step(*next(self.iterator))
-            loss_sum += float(batch_loss)  # waits for the steps (and their allreduce)
+            batch_loss = float(batch_loss)  # waits for the steps (and their allreduce)
+            if not nonfinite.is_finite(batch_loss):
+                self.non_finite(epoch, position, count, batch_loss, bad)
+            loss_sum += batch_loss
             correct += float(batch_correct)
             durations.extend([(time.perf_counter() - t) / count] * count)
             position += count
         return loss_sum, correct, durations
+
+    def non_finite(self, epoch: int, position: int, count: int, loss: float, bad) -> None:
+        """A call's summed loss was not finite: its first bad step goes to the loss watch.
+
+        Only now is what the call kept on the device read (``bad``, :func:`nonfinite.note`'s
+        state; None: the call was one step, ``loss`` its own). A sum that overflowed with
+        every loss finite names the call's last step.
+        """
+        index, steps = 0, 1
+        if bad is not None:
+            first, value, steps = int(bad[0]), float(bad[1]), int(bad[2])
+            if first >= 0:
+                index, loss = first, value
+            else:
+                index, steps = count - 1, 1
+        step = epoch * self.updates_per_epoch() + position + index + 1
+        self.replica.losses.bad(epoch + 1, step, loss, steps=steps)
 
     def epoch_seconds(self, measured: float) -> float:
         return measured

@@ -81,6 +81,7 @@ class SplitReplica(Replica):
     def save_model(self) -> None:
         weights = self.whole_weights()  # [tensor] every rank of the group takes part
         if self.rank == 0:
+            self.refuse_non_finite(f"{self.out / 'model.keras'} after step {self.step}", weights)
             whole = build_model(self.info, self.cfg.model, self.cfg.seed)
             whole.set_weights(weights)
             whole.save(self.out / "model.keras")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.driver import next_checkpoint
+from distrain.train.nonfinite import NonFiniteLoss
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.ps.rules import PushRule
@@ -84,7 +85,7 @@ class Chief:
             self.set_wake_at = g.wake_at.assign(self.new_limit)
             self.wait = g.wakeup.dequeue()
             self.set_stop = g.stop.assign(1)
-            self.read_counts = [g.applied.read_value(), g.steps]
+            self.read_counts = [g.applied.read_value(), g.steps, g.non_finite.read_value()]
             self.read_epoch = g.stats.read_value()
             self.slot = tf.compat.v1.placeholder(tf.int32, [])
             zero = tf.zeros([role.workers], tf.float64)
@@ -143,6 +144,16 @@ class Chief:
         values = [v.numpy() for v in self.local]
         self.sess.run(self.load, dict(zip(self.feeds, values, strict=True)))
 
+    def check_workers(self) -> None:
+        """Stops the run if a worker stopped on a non-finite loss, with that worker's line.
+
+        Raises:
+            NonFiniteLoss: A worker said so (on_nan=stop).
+        """
+        line = self.sess.run(self.g.non_finite)
+        if line:
+            raise NonFiniteLoss(line.decode())
+
     def pull_from_servers(self) -> None:
         """The parameter servers' values into the eager copy (the workers are at the limit)."""
         # The epoch counter is the chief's own: it is not read back.
@@ -170,7 +181,9 @@ class Chief:
         while True:
             # Whatever the wake-up said (it may be an older segment's, or lost with a wait
             # that timed out), the counters decide.
-            applied, steps = self.sess.run(self.read_counts)
+            applied, steps, non_finite = self.sess.run(self.read_counts)
+            if non_finite:  # a worker stopped on a non-finite loss: the run stops with it
+                raise NonFiniteLoss(non_finite.decode())
             now = time.monotonic()
             self._sample(steps)
             if applied >= target:
@@ -301,6 +314,7 @@ class ChiefEngine:
         if self.pulled == self.target:
             return  # once per segment's end (its evaluation, checkpoint and saved model)
         self.chief.pull_from_servers()
+        self.chief.check_workers()  # a worker's line rather than the weights' (on_nan=stop)
         self.pulled = self.target
         # Between checkpoints the workers go on: the copy may hold a few updates more than
         # the segment's, which are counted in the next one.

@@ -92,6 +92,9 @@ class PSGraph:
                 self.lock = tf.queue.FIFOQueue(
                     1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
                 )
+                # The line of the first worker that stopped on a non-finite loss ("":
+                # none): the chief reads it with its counters and stops the run with it.
+                self.non_finite = tf.Variable("", trainable=False, name="non_finite_loss")
                 # The mode's own shared variables (syncreplicas' accumulators).
                 rule.create_variables(self)
             self.state = [*self.model.variables, *self.optimizer.variables]

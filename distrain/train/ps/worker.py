@@ -6,6 +6,7 @@ import time
 
 from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.inputs import make_dataset
+from distrain.train.nonfinite import LossWatch, NonFiniteLoss, is_finite
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mirror import Mirror
 from distrain.train.ps.roles import Role, start_server
@@ -63,11 +64,19 @@ class Worker:
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
 
             go_on, done, wait = g.push(grads, read, record)
-            self.fetch_step = [go_on, done, begin.op]
+            # The step's loss and the version it read come back with the step's outcome:
+            # the non-finite check costs no call of its own.
+            self.fetch_step = [go_on, loss_sum, read, done, begin.op]
             self.wait = None
             if wait is not None:
                 self.fetch_step.append(wait)
                 self.wait = rule.waiter(g)
+            with tf.compat.v1.device("/job:ps/task:0"):
+                self.line = tf.compat.v1.placeholder(tf.string, [])
+                self.tell_chief = g.non_finite.assign(self.line)
+            self.losses = LossWatch(
+                cfg.on_nan, cfg.run.name, f"worker:{role.index}", lambda m: print(m, flush=True)
+            )
             self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
             with tf.compat.v1.device("/job:ps/task:0"):
                 self.join = g.joined.assign_add(1)
@@ -84,7 +93,9 @@ class Worker:
         step = sess.make_callable(self.fetch_step)
         status = sess.make_callable(self.fetch_wait)
         while True:
-            go_on, _, _, *wait = step()
+            go_on, loss, version, _, _, *wait = step()
+            if not is_finite(loss):
+                self.non_finite(sess, loss, int(version))
             if wait and wait[0]:
                 self.rule.block(sess, self.g, self.wait)
             if go_on:
@@ -97,6 +108,23 @@ class Worker:
                 if version < limit:
                     break
                 time.sleep(WAIT_SECONDS)
+
+    def non_finite(self, sess, loss: float, version: int) -> None:
+        """A step's loss was not finite: on_nan=stop tells the chief, then stops this worker.
+
+        ``version``: the update the step's parameters were read at (the step is the
+        next one).
+
+        Raises:
+            NonFiniteLoss: ``on_nan`` is ``stop``.
+        """
+        per_epoch = self.g.per_epoch
+        try:
+            self.losses.bad(version // per_epoch + 1, version + 1, loss)
+        except NonFiniteLoss as err:
+            if not sess.run(self.g.non_finite):  # the first worker's line is the run's
+                sess.run(self.tell_chief, {self.line: str(err)})
+            raise
 
 
 def wait_until_ready(sess, g: PSGraph, timeout: float, who: str) -> None:
