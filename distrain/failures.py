@@ -90,8 +90,8 @@ def add_user_code(path: str | os.PathLike) -> None:
 def user_frame(exc: BaseException) -> str:
     """``FILE:LINE`` of the innermost frame of the user's code in ``exc``'s traceback, or "".
 
-    The exceptions it was raised from (``__cause__``, ``__context__``) count too: an error
-    of a library re-raised in distrain's code after the user's code raised.
+    The exceptions it was raised from (``__cause__``, ``__context__``, even when suppressed:
+    tf-keras raises its errors again ``from None``) count too.
     """
     seen: set[int] = set()
     while _USER_CODE and exc is not None and id(exc) not in seen:
@@ -316,14 +316,24 @@ def step_errors(step: str):
 
     The failure is written to the step's error file and termination message, and the
     process exits with :attr:`Failure.exit_code` (no traceback unless ``--debug``).
+    ``sys.exit`` or ``KeyboardInterrupt`` from the user's code (:func:`user_frame`) is such
+    a failure too: it may not end the step as if it had succeeded.
     """
     try:
         yield
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if not user_frame(exc):
+            raise
+        _step_failed(step, exc)
     except Exception as exc:  # noqa: BLE001 (every failure gets its line and file)
-        failure = Failure.of(step, exc)
-        write_error(failure, executor_error_path())
-        report(failure, exc)
-        raise SystemExit(failure.exit_code) from None
+        _step_failed(step, exc)
+
+
+def _step_failed(step: str, exc: BaseException) -> None:
+    failure = Failure.of(step, exc)
+    write_error(failure, executor_error_path())
+    report(failure, exc)
+    raise SystemExit(failure.exit_code) from None
 
 
 # ---- kfp.local: a permanent error is not retried ---------------------------------------------

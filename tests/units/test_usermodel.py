@@ -239,6 +239,35 @@ def test_an_error_raised_through_the_users_code_is_permanent_and_names_it(tmp_pa
     assert classify(err.value) is True
 
 
+@pytest.mark.case("usermodel/exit")
+def test_a_step_fails_when_the_users_code_exits_later_and_passes_other_exits_on(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+
+    from distrain.failures import ERROR_FILE_ENV, step_errors
+
+    path = tmp_path / "later.py"
+    path.write_text(
+        "import sys\n\n\ndef build(info, seed):\n    pass\n\n\ndef call(x):\n    sys.exit(0)\n"
+    )
+    usermodel.load_function(ModelReference.parse(f"{path}:build"))
+    module = next(m for m in sys.modules.values() if getattr(m, "__file__", "") == str(path))
+    monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "error.json"))
+    with pytest.raises(SystemExit) as ended, step_errors("evaluate"):
+        module.call(1)  # as a layer's call, outside the loader's guard
+    assert ended.value.code == 2
+    line = (
+        f"distrain: evaluate failed: {path}:9: SystemExit: the code ended the process "
+        "(exit code 0) and produced no result"
+    )
+    assert capsys.readouterr().err.strip().splitlines()[-1] == line
+    assert json.loads((tmp_path / "error.json").read_text())["retryable"] is False
+    with pytest.raises(SystemExit) as ended, step_errors("evaluate"):
+        sys.exit(0)  # distrain's own exit (not the user's code): as it was
+    assert ended.value.code == 0
+
+
 def test_the_parameter_check_compiles_the_model_file_without_importing_it(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text("import tensorflow_not_in_this_image\n\ndef build(info, seed)\n    pass\n")
