@@ -54,12 +54,12 @@ class UserModelError(ValueError):
     """The user's model code failed to import, to build, or built the wrong thing."""
 
 
-class _ProcessExit(BaseException):
-    """``os._exit(code)`` called by the user's code, made an exception (:func:`_users_code`)."""
+class _ProcessExit(SystemExit):
+    """``os._exit(code)`` called by the user's code, made an exception (:func:`_users_code`).
 
-    def __init__(self, code):
-        super().__init__(code)
-        self.code = code
+    A ``SystemExit``: called later (``from os import _exit`` kept at import), it is told as
+    the user's code ending the process, by the worker and the steps (:mod:`distrain.failures`).
+    """
 
 
 def _describe(err: BaseException) -> str:
