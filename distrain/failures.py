@@ -15,13 +15,22 @@ Errors are told apart (:func:`classify`):
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
   archive, ...), a download whose digest did not match, a corrupt archive or record
   (``tarfile``/``zipfile`` errors, TensorFlow's ``DataLossError``), ``FileNotFoundError``,
-  ``PermissionError``, a missed quality gate, and an HTTP or Kubernetes API answer 4xx
-  but 408/429;
+  ``PermissionError``, a missed quality gate, an HTTP or Kubernetes API answer 4xx
+  but 408/429, and any error raised from the user's own code (its traceback passes
+  through a file :func:`add_user_code` registered: the user's model file), named by that
+  file and line;
 * **transient** (retried with backoff): lost workers and processes
   (:class:`~distrain.train.config.TrainingError`), network errors (``ConnectionError``,
   ``TimeoutError``, ``urllib``'s ``URLError`` without an answer), unavailable servers
   (gRPC errors, HTTP and Kubernetes 5xx, 408, 429), and anything distrain does not know
-  (it was retried before this module existed, and still is).
+  (it was retried before this module existed, and still is). A network or server error
+  stays transient even when the user's code was on its way.
+
+A process or step that produced no result never exits 0: the user's code cannot end one
+quietly (``sys.exit``, ``KeyboardInterrupt``, ``os._exit``: caught where the user's code
+is called, :mod:`distrain.train.usermodel`), and what cannot be caught is seen by what
+waits for the result: the local launcher (the main process's ``history.json`` and
+``model.keras``) and ``distrain run`` (each step's executor output) fail naming it.
 
 A pipeline step writes its failure as ``executor_error.json`` beside its executor output
 file (``dirname(executor_input.outputs.outputFile)``, where Google Cloud's pipeline
@@ -42,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import traceback
 from dataclasses import asdict, dataclass
@@ -62,6 +72,59 @@ TERMINATION_LOG_LIMIT = 4096
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+
+
+# The user's code: files whose frames in a traceback make its error the user's (permanent).
+_USER_CODE: set[str] = set()
+# TensorFlow's errors of a lost or unavailable server: transient, whoever called.
+_TRANSIENT_TF = {"UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError"}
+# A line of a traceback's text that gives an error: ``TypeError: ...``.
+_ERROR_LINE = re.compile(r"[\w.]*(Error|Exception|Exit|Interrupt)\b: ")
+
+
+def add_user_code(path: str | os.PathLike) -> None:
+    """Registers a file of the user's code (what :func:`user_frame` looks for)."""
+    _USER_CODE.update((str(path), str(Path(path).resolve())))
+
+
+def user_frame(exc: BaseException) -> str:
+    """``FILE:LINE`` of the innermost frame of the user's code in ``exc``'s traceback, or "".
+
+    The exceptions it was raised from (``__cause__``, ``__context__``, even when suppressed:
+    tf-keras raises its errors again ``from None``) count too.
+    """
+    seen: set[int] = set()
+    while _USER_CODE and exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        theirs = [f for f in _frames(exc) if f.filename in _USER_CODE]
+        if theirs:
+            return f"{theirs[-1].filename}:{theirs[-1].lineno}"
+        exc = exc.__cause__ or exc.__context__
+    return ""
+
+
+def _frames(exc: BaseException) -> list:
+    """The frames of ``exc``'s traceback, innermost last.
+
+    An error raised while TensorFlow traced a function (a layer's ``call``) is raised
+    again from autograph's generated copy of the code; the frames of the code itself are
+    in its ``ag_error_metadata`` (innermost first), and come last here.
+    """
+    frames = list(traceback.extract_tb(exc.__traceback__))
+    traced = getattr(getattr(exc, "ag_error_metadata", None), "translated_stack", None)
+    return frames + list(reversed(traced or ()))
+
+
+def _user_message(exc: BaseException, where: str) -> str:
+    """The one line of an error raised from the user's code, at ``where``."""
+    cause = getattr(getattr(exc, "ag_error_metadata", None), "cause_message", "")
+    if cause:  # autograph's message lists the traced stack: the error's own line is its last
+        lines = [p.strip() for p in str(cause).splitlines() if p.strip()]
+        errors = [p for p in lines if _ERROR_LINE.match(p) and "Exception encountered" not in p]
+        message = errors[-1] if errors else f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    else:
+        message = one_line(exc)
+    return message if where.rsplit(":", 1)[0] in message else f"{where}: {message}"
 
 
 def debug() -> bool:
@@ -90,6 +153,10 @@ def classify(exc: BaseException) -> bool:
         return False  # the pinned file is not what the server has: the same again
     if isinstance(exc, ConnectionError | TimeoutError | urllib.error.URLError):
         return True  # network
+    if type(exc).__name__ in _TRANSIENT_TF:  # a lost server, wherever it was called from
+        return True
+    if user_frame(exc):  # the user's code raised it: it raises it again
+        return False
     if isinstance(exc, GateFailed | tarfile.TarError | zipfile.BadZipFile):
         return False  # a missed gate; a corrupt or unsafe archive
     if type(exc).__name__ == "DataLossError":  # TensorFlow: a corrupt record or file
@@ -115,6 +182,8 @@ def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, KeyError) and len(exc.args) == 1:
         text = repr(exc.args[0])
+    if isinstance(exc, SystemExit):
+        text = f"the code ended the process (exit code {exc.code!r}) and produced no result"
     parts = [p.strip() for p in text.splitlines() if p.strip()]
     text = "; ".join(parts).replace(":;", ":")
     if not _is_distrain_error(exc):
@@ -152,9 +221,11 @@ class Failure:
         """The failure that ``exc`` makes of ``step``."""
         retryable = classify(exc)
         bad_input = not retryable and not isinstance(exc, GateFailed)
+        where = user_frame(exc)  # the user's file and line
+        message = _user_message(exc, where) if where else one_line(exc)
         return cls(
             step=step,
-            message=one_line(exc),
+            message=message,
             retryable=retryable,
             exception=type(exc).__name__,
             exit_code=EXIT_BAD_INPUT if bad_input else EXIT_FAILED,
@@ -245,17 +316,35 @@ def step_errors(step: str):
 
     The failure is written to the step's error file and termination message, and the
     process exits with :attr:`Failure.exit_code` (no traceback unless ``--debug``).
+    ``sys.exit`` or ``KeyboardInterrupt`` from the user's code (:func:`user_frame`) is such
+    a failure too: it may not end the step as if it had succeeded.
     """
     try:
         yield
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if not user_frame(exc):
+            raise
+        _step_failed(step, exc)
     except Exception as exc:  # noqa: BLE001 (every failure gets its line and file)
-        failure = Failure.of(step, exc)
-        write_error(failure, executor_error_path())
-        report(failure, exc)
-        raise SystemExit(failure.exit_code) from None
+        _step_failed(step, exc)
+
+
+def _step_failed(step: str, exc: BaseException) -> None:
+    failure = Failure.of(step, exc)
+    write_error(failure, executor_error_path())
+    report(failure, exc)
+    raise SystemExit(failure.exit_code) from None
 
 
 # ---- kfp.local: a permanent error is not retried ---------------------------------------------
+
+# What KFP's executor writes last, after the step's function returned (kfp.local's name).
+EXECUTOR_OUTPUT = "executor_output.json"
+NO_RESULT = (
+    "the step's process exited 0 but produced no result (no {}, which KFP's executor writes "
+    "when the step's function returns): something ended it early, as os._exit in the "
+    "user's code does"
+)
 
 
 @contextlib.contextmanager
@@ -268,7 +357,9 @@ def local_retries_stop_on_permanent_errors():
     task's old error file; after a failed one it reads the file the step wrote, and on a
     permanent failure raises :class:`StepFailed`, which ends the retry loop (the
     orchestrator marks the task failed). A transient failure is returned as it was, to
-    the task's retry policy and its backoff.
+    the task's retry policy and its backoff. An attempt that exited 0 without its
+    executor output (the process was ended before its function returned) fails the task
+    at once, permanently: a step that produced no result never passes as done.
 
     Yields:
         The list of failures seen, in order (the last is the run's).
@@ -289,10 +380,19 @@ def local_retries_stop_on_permanent_errors():
         )
         error_file = Path(task_root) / ERROR_FILE
         error_file.unlink(missing_ok=True)
+        promised = Path(task_root) / EXECUTOR_OUTPUT
+        promised.unlink(missing_ok=True)
         outputs, result = original(**kwargs)
+        name = kwargs["component_name"].removeprefix("comp-")
+        if result == status.Status.SUCCESS and not promised.is_file():
+            # Exit 0 without the executor's last write (os._exit in the user's code):
+            # no result, and the same code ends the same way again.
+            failure = Failure(step=name, message=NO_RESULT.format(promised), retryable=False)
+            failures.append(failure)
+            report(failure)
+            raise StepFailed(failure)
         if result != status.Status.FAILURE:
             return outputs, result
-        name = kwargs["component_name"].removeprefix("comp-")
         attempts[task_root] = attempts.get(task_root, 0) + 1
         failure = read_error(error_file) or Failure(
             step=name, message="the step's process failed without a word", retryable=True

@@ -327,6 +327,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
 
     Raises:
         TrainingError: A process failed or the run timed out; the message says which.
+        WorkerFailed: The main process exited 0 without its result (:func:`check_result`).
     """
     DatasetInfo.load(cfg.data_dir)  # a missing or bad data directory fails before any start
     out = Path(cfg.output_dir)
@@ -348,6 +349,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
     bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)
     bar = bar if bar.live else None
+    launched = time.time()
     forward = None
     logs = out / "logs"
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
@@ -410,7 +412,41 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
         if bar is not None:
             bar.__exit__(*sys.exc_info())
         shutil.rmtree(scratch, ignore_errors=True)
-    history_path = out / "history.json"
-    if not history_path.exists():
-        raise TrainingError(f"[{cfg.run.name}] finished but wrote no {history_path}")
-    return json.loads(history_path.read_text())
+    check_result(out, launched, f"[{cfg.run.name}] {main_spec.what or main_spec.name}")
+    return json.loads((out / "history.json").read_text())
+
+
+# What a finished run has written, last: its trained model, then its history.
+RESULT_FILES = ("model.keras", "history.json")
+
+
+def check_result(out: Path, since: float, who: str) -> None:
+    """Fails a run whose main process exited 0 without writing its result in this launch.
+
+    A process ended early and quietly (``os._exit(0)`` in the user's code, which no
+    ``except`` catches) leaves no model, or only an earlier checkpoint's history: that is
+    no result, and the same code ends the same way again (permanent).
+
+    Args:
+        out: The run's output folder.
+        since: When the launch started (``time.time()``).
+        who: The main process, as the failure names it.
+
+    Raises:
+        WorkerFailed: A result file is missing, or older than the launch.
+    """
+    missing = []
+    for name in RESULT_FILES:
+        try:
+            fresh = (out / name).stat().st_mtime >= since - 2.0  # coarse file-system clocks
+        except OSError:
+            fresh = False
+        if not fresh:
+            missing.append(name)
+    if missing:
+        raise WorkerFailed(
+            f"{who} exited with code 0 but produced no result: {', '.join(missing)} not "
+            f"written in {out} by this run (the process was ended early, as os._exit in the "
+            "model's code does)",
+            retryable=False,
+        )

@@ -16,10 +16,20 @@ Whatever goes wrong in the user's code (a syntax or import error, a missing func
 exception while building, a return that is not a tf-keras model, logits of the wrong
 width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
 :mod:`distrain.failures`) whose one line names the user's file and line.
+
+The user's code runs here only (:func:`load_function` imports it, :func:`build` calls it),
+under one guard (:func:`_users_code`): it cannot end the process quietly. ``sys.exit``,
+``raise SystemExit``, ``KeyboardInterrupt`` and ``os._exit`` (on the thread running it)
+from its import or its function become a :class:`UserModelError` naming its file and line.
+Its file is registered with :func:`distrain.failures.add_user_code`, so an error raised
+later through it (a custom layer's ``call`` while training) is permanent too. What no guard
+can catch (``os._exit`` from a layer while training) is caught by what waits for the
+result: a process or step that produced none fails (:mod:`distrain.failures`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -27,11 +37,13 @@ import inspect
 import os
 import shutil
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
+from distrain.failures import add_user_code
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
@@ -40,6 +52,58 @@ _REFERENCE = USER_MODEL
 
 class UserModelError(ValueError):
     """The user's model code failed to import, to build, or built the wrong thing."""
+
+
+class _ProcessExit(SystemExit):
+    """``os._exit(code)`` called by the user's code, made an exception (:func:`_users_code`).
+
+    A ``SystemExit``: called later (``from os import _exit`` kept at import), it is told as
+    the user's code ending the process, by the worker and the steps (:mod:`distrain.failures`).
+    """
+
+
+def _describe(err: BaseException) -> str:
+    """What the user's code did, in one line (an exit says that it would end the process)."""
+    if isinstance(err, _ProcessExit):
+        return f"os._exit({err.code!r}) called: it would end the process with no result"
+    if isinstance(err, SystemExit):
+        if err.code is None or isinstance(err.code, int):
+            return f"sys.exit({err.code!r}) called: it would end the process with no result"
+        return f"SystemExit: {err.code} (it would end the process with no result)"
+    if isinstance(err, KeyboardInterrupt):
+        return "KeyboardInterrupt raised: it would end the process with no result"
+    return _one_line(err)
+
+
+@contextlib.contextmanager
+def _users_code(fallback: str, source: str = "", suffix: str = ""):
+    """Runs the user's code: anything it raises, or any way it ends the process, is theirs.
+
+    An exception, ``SystemExit`` and ``KeyboardInterrupt`` become a :class:`UserModelError`
+    naming the user's file and line (:func:`_where`; ``suffix`` added to its message), as
+    does ``os._exit`` called on this thread (replaced meanwhile; other threads keep it).
+
+    Args:
+        fallback: The place named when no frame of the user's code is in the traceback.
+        source: The user's file, when known.
+        suffix: What was being done (`` (in build)``).
+    """
+    real_exit, owner = os._exit, threading.get_ident()
+
+    def guarded_exit(code):
+        if threading.get_ident() != owner:
+            real_exit(code)
+        raise _ProcessExit(code)
+
+    os._exit = guarded_exit
+    try:
+        yield
+    except UserModelError:
+        raise
+    except BaseException as err:  # noqa: BLE001 (the user's code: any error or exit is theirs)
+        raise UserModelError(f"{_where(err, fallback, source)}: {_describe(err)}{suffix}") from None
+    finally:
+        os._exit = real_exit
 
 
 def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
@@ -143,27 +207,23 @@ def load_function(ref: ModelReference):
         path = Path(ref.where).resolve()
         if not path.is_file():
             raise UserModelError(f"{ref.where}: model file not found")
+        add_user_code(path)  # an error raised through it later is the user's (permanent)
         # One module per file's path: the same file imported twice is the same module.
         name = "distrain_user_model_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
         module = sys.modules.get(name)
         if module is None:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
-            try:
+            with _users_code(str(path), str(path)):
                 spec.loader.exec_module(module)
-            except Exception as err:  # noqa: BLE001 (the user's code: any error is theirs)
-                where = _where(err, str(path), str(path))
-                raise UserModelError(f"{where}: {_one_line(err)}") from None
             sys.modules[name] = module
         where = str(path)
     else:
-        try:
+        with _users_code(ref.where, suffix=f" (importing {ref.where})"):
             module = importlib.import_module(ref.where)
-        except Exception as err:  # noqa: BLE001
-            raise UserModelError(
-                f"{_where(err, ref.where)}: {_one_line(err)} (importing {ref.where})"
-            ) from None
         where = getattr(module, "__file__", None) or ref.where
+        if where != ref.where:
+            add_user_code(where)
     function = getattr(module, ref.function, None)
     if not callable(function):
         raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
@@ -198,11 +258,8 @@ def build(ref: ModelReference, info, seed: int):
 
     function = load_function(ref)
     at = _defined_at(function)
-    try:
+    with _users_code(at, _source_file(function), f" (in {ref.function})"):
         model = function(info, seed)
-    except Exception as err:  # noqa: BLE001
-        where = _where(err, at, _source_file(function))
-        raise UserModelError(f"{where}: {_one_line(err)} (in {ref.function})") from None
     if not isinstance(model, tf_keras.Model):
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         hint = " (a Keras 3 model: build it with tf_keras)" if "keras" in kind else ""

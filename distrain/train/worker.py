@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from distrain.failures import Failure, report
+from distrain.failures import Failure, report, user_frame
 from distrain.train import heartbeat
 from distrain.train.config import TrainConfig
 from distrain.train.horovod import bind_rank_to_cores, die_with_launcher
@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one training process from a config file written by the launcher.
 
     A failure is recorded for the launcher (:func:`record_error`) and printed as one
-    line; the exit code is 2 for bad input or settings, 1 otherwise.
+    line; the exit code is 2 for bad input or settings, 1 otherwise. ``sys.exit`` or
+    ``KeyboardInterrupt`` from the user's code (a layer's ``call`` while training) is such
+    a failure too, permanent, naming its file and line (:func:`distrain.failures.user_frame`).
     """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train_config.json")
@@ -69,11 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig.from_json(Path(args.config).read_text())
     try:
         return _train(cfg)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if not user_frame(exc):  # not the user's code's (a layer's call): distrain's own
+            raise
+        return _failed(cfg, exc)  # the user's code may not end a run quietly
     except Exception as exc:  # noqa: BLE001 (recorded for the launcher, then one line)
-        record_error(cfg.output_dir, exc)
-        failure = Failure.of(f"[{cfg.run.name}] {role()}", exc)
-        report(failure, exc)
-        return failure.exit_code
+        return _failed(cfg, exc)
+
+
+def _failed(cfg: TrainConfig, exc: BaseException) -> int:
+    """Records and reports the process's failure; returns its exit code."""
+    record_error(cfg.output_dir, exc)
+    failure = Failure.of(f"[{cfg.run.name}] {role()}", exc)
+    report(failure, exc)
+    return failure.exit_code
 
 
 def _train(cfg: TrainConfig) -> int:

@@ -1,5 +1,6 @@
 """A model from the user's code through the modes, the command line and a pipeline."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -179,3 +180,179 @@ def test_distrain_run_imports_the_model_before_any_step(tmp_path, cli_env):
     ]
     assert not (tmp_path / "out").exists()  # no step ran
     assert time.perf_counter() - start < 60
+
+
+def _distrain(args, cli_env, **kwargs):
+    return subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "distrain", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        timeout=kwargs.pop("timeout", 300),
+        **kwargs,
+    )
+
+
+def _lines(done) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("distrain:")]
+
+
+# The user's code ending the process: (source, the line named, what the line says).
+NO_RESULT = "it would end the process with no result"
+ENDINGS = {
+    "sys-exit": ("import sys\n\nsys.exit(0)\n", 3, f"sys.exit(0) called: {NO_RESULT}"),
+    "systemexit": ('x = 1\nraise SystemExit("bye")\n', 2, f"SystemExit: bye ({NO_RESULT})"),
+    "os-exit-in-build": (
+        "import os\n\n\ndef build(info, seed):\n    os._exit(0)\n",
+        5,
+        f"os._exit(0) called: {NO_RESULT} (in build)",
+    ),
+}
+
+
+@pytest.mark.case("usermodel/exit")
+@pytest.mark.parametrize("case", sorted(ENDINGS))
+def test_a_model_file_that_ends_the_process_fails_the_command_naming_its_line(
+    case, tmp_path, mnist_examples, cli_env
+):
+    source, line, says = ENDINGS[case]
+    bad = tmp_path / "ending_model.py"
+    bad.write_text(source)
+    done = _distrain(
+        ["train", "--data", str(mnist_examples), "--output", str(tmp_path / "o"),
+         "--run", "single:1", "--model", f"{bad}:build"],
+        cli_env,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert _lines(done) == [f"distrain: train single:1 failed: {bad}:{line}: {says}"]
+    assert not (tmp_path / "o" / "history.json").exists()
+
+
+@pytest.mark.case("usermodel/exit")
+def test_a_model_file_that_exits_at_import_never_passes_the_gate(tmp_path, cli_env):
+    bad = tmp_path / "exiting_model.py"
+    bad.write_text("import sys\n\nsys.exit(0)\n")
+    done = _distrain(
+        ["run", "mnist", "--model", f"{bad}:build", "--runs", "single:1", "--epochs", "1",
+         "--sample-size", "600", "--gate", "accuracy>=0.5", "--output", str(tmp_path / "out")],
+        cli_env,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout[-500:], done.stderr[-2000:])
+    assert _lines(done) == [
+        f"distrain: run mnist failed: {bad}:3: sys.exit(0) called: it would end the process "
+        "with no result"
+    ]
+    assert "PASSED" not in done.stdout + done.stderr
+    assert not (tmp_path / "out").exists()  # no step ran
+
+
+@pytest.mark.slow
+@pytest.mark.case("train/no-result", "usermodel/exit")
+def test_a_training_process_that_exits_0_without_its_result_fails_the_run(
+    tmp_path, mnist_examples, cli_env
+):
+    # Only in the training process (the launcher's check builds it fine), and by a way no
+    # guard catches: the process ends with code 0 before it wrote anything.
+    bad = tmp_path / "quitting_model.py"
+    bad.write_text(
+        (EXAMPLE.read_text()) + "\n\ndef quits(info, seed):\n    import os, posix\n\n"
+        "    if os.environ.get('DISTRAIN_RUN_DIR'):\n        posix._exit(0)\n"
+        "    return build(info, seed)\n"
+    )
+    out = tmp_path / "o"
+    env = {k: v for k, v in cli_env.items() if k != "DISTRAIN_RUN_DIR"}
+    done = _distrain(
+        ["train", "--data", str(mnist_examples), "--output", str(out), "--run", "single:1",
+         "--model", f"{bad}:quits", "--epochs", "1"],
+        env,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout[-500:], done.stderr[-2000:])
+    assert _lines(done) == [
+        f"distrain: train single:1 failed: [single:1] chief exited with code 0 but produced no "
+        f"result: model.keras, history.json not written in {out} by this run (the process was "
+        "ended early, as os._exit in the model's code does)"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.case("usermodel/error-permanent")
+def test_an_error_in_a_custom_layer_while_training_is_permanent_and_names_its_line(
+    tmp_path, mnist_examples, cli_env
+):
+    bad = tmp_path / "layer_model.py"
+    bad.write_text(
+        "import tf_keras as keras\n\n\n"
+        "class Net(keras.Model):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.flat = keras.layers.Flatten()\n"
+        "        self.dense = keras.layers.Dense(10)\n\n"
+        "    def call(self, x):\n"
+        "        raise TypeError('expected a dict of features')\n\n\n"
+        "def build(info, seed):\n"
+        "    return Net()\n"
+    )
+    out = tmp_path / "o"
+    done = _distrain(
+        ["train", "--data", str(mnist_examples), "--output", str(out), "--run", "single:1",
+         "--model", f"{bad}:build", "--epochs", "1"],
+        cli_env,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout[-500:], done.stderr[-2000:])
+    # The training process's own line, then the command's.
+    worker, last = _lines(done)
+    assert (
+        worker
+        == f"distrain: [single:1] worker failed: {bad}:11: TypeError: expected a dict of features"
+    )
+    assert last.startswith("distrain: train single:1 failed: [single:1] training failed"), last
+    assert last.endswith(f"{bad}:11: TypeError: expected a dict of features"), last
+    [record] = [json.loads(p.read_text()) for p in (out / "errors").glob("*.json")]
+    assert (record["retryable"], record["exitCode"]) == (False, 2)  # never retried
+
+
+def _ending_pipeline(kind: str):
+    from kfp import dsl
+
+    from distrain.images import TRAINER_IMAGE
+
+    @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+    def ends(counter: str) -> str:
+        import os
+
+        with open(counter, "a") as f:
+            f.write("x")
+        os._exit(0)  # as the user's code could, where no guard is
+        return "done"
+
+    @dsl.pipeline(name=f"ends-{kind}")
+    def pipeline(counter: str) -> str:
+        task = ends(counter=counter)
+        task.set_retry(num_retries=2, backoff_duration="1s", backoff_factor=1.0)
+        return task.output
+
+    return pipeline
+
+
+@pytest.mark.case("train/no-result")
+def test_a_step_that_exits_0_without_its_outputs_fails_the_local_run_unretried(tmp_path):
+    from kfp import local
+
+    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
+
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        raise_on_error=True,
+    )
+    counter = tmp_path / "counter"
+    with local_retries_stop_on_permanent_errors() as failures:
+        with pytest.raises(StepFailed) as err:
+            _ending_pipeline("local")(counter=str(counter))
+    assert counter.read_text() == "x", "a step that produced no result was retried"
+    assert [f.retryable for f in failures] == [False]
+    line = err.value.failure.line()
+    assert line.startswith("distrain: ends failed: the step's process exited 0 but produced no "), (
+        line
+    )
+    assert "executor_output.json" in line

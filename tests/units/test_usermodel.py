@@ -1,5 +1,6 @@
 """A model from the user's code: references, the checks of its code, and how it is shipped."""
 
+import sys
 import time
 
 import pytest
@@ -160,6 +161,111 @@ def test_bad_user_code_is_one_permanent_line_naming_its_file_and_line(
 def test_a_missing_model_file_is_named():
     with pytest.raises(UserModelError, match="^nowhere/m.py: model file not found$"):
         usermodel.check("nowhere/m.py:build")
+
+
+# The user's code ending the process: (source, the line named, what the line says).
+EXITS = {
+    "sys-exit-at-import": ("import sys\n\nsys.exit(0)\n", 3, "sys.exit(0) called"),
+    "systemexit-message": ('x = 1\nraise SystemExit("bye")\n', 2, "SystemExit: bye"),
+    "interrupt-in-build": (
+        "def build(info, seed):\n    raise KeyboardInterrupt\n",
+        2,
+        "KeyboardInterrupt raised",
+    ),
+    "os-exit-in-build": (
+        "import os\n\n\ndef build(info, seed):\n    os._exit(0)\n",
+        5,
+        "os._exit(0) called: it would end the process with no result (in build)",
+    ),
+}
+
+
+@pytest.mark.case("usermodel/exit")
+@pytest.mark.parametrize("case", sorted(EXITS))
+def test_the_users_code_cannot_end_the_process_it_is_one_permanent_line(
+    case, tmp_path, monkeypatch
+):
+    import os
+
+    source, line, says = EXITS[case]
+    path = tmp_path / f"{case.replace('-', '_')}.py"
+    path.write_text(source)
+
+    def real_exit(code):  # were it called, pytest itself would end, with code 0
+        raise AssertionError(f"the user's code reached os._exit({code})")
+
+    monkeypatch.setattr(os, "_exit", real_exit)
+    try:
+        usermodel.check(f"{path}:build", info=object())
+    except UserModelError as err:
+        message = str(err)
+        failure = Failure.of("train single:1", err)
+    except BaseException as err:  # noqa: BLE001 (an exit or interrupt that escaped)
+        pytest.fail(f"escaped the guard: {err!r}")
+    else:
+        pytest.fail("no error")
+    assert os._exit is real_exit  # put back once the user's code has returned
+    assert message.startswith(f"{path}:{line}: ") and says in message, message
+    assert "\n" not in message
+    assert (failure.retryable, failure.exit_code) == (False, 2)
+
+
+@pytest.mark.case("usermodel/error-permanent", "integrity/errors")
+def test_an_error_raised_through_the_users_code_is_permanent_and_names_it(tmp_path):
+    from distrain.failures import classify
+
+    path = tmp_path / "custom_layer.py"
+    path.write_text(
+        "def build(info, seed):\n    return info\n\n\n"
+        "def call(x):\n    return x + 'oops'\n\n\n"
+        "def fetch(x):\n    raise ConnectionResetError('the server went away')\n"
+    )
+    usermodel.load_function(ModelReference.parse(f"{path}:build"))  # what registers the file
+    module = next(m for m in sys.modules.values() if getattr(m, "__file__", "") == str(path))
+    with pytest.raises(TypeError) as err:
+        module.call(1)  # as a layer's call runs later, while training: not under the guard
+    assert classify(err.value) is False  # the same code raises it again: never retried
+    failure = Failure.of("train single:1", err.value)
+    assert (failure.retryable, failure.exit_code) == (False, 2)
+    assert failure.line() == (
+        f"distrain: train single:1 failed: {path}:6: TypeError: unsupported operand type(s) "
+        "for +: 'int' and 'str'"
+    )
+    # The same error outside the user's code is what it was (unknown: transient) ...
+    assert classify(TypeError("unsupported operand")) is True
+    # ... and a network error stays transient, even on its way through the user's code.
+    with pytest.raises(ConnectionResetError) as err:
+        module.fetch(1)
+    assert classify(err.value) is True
+
+
+@pytest.mark.case("usermodel/exit")
+def test_a_step_fails_when_the_users_code_exits_later_and_passes_other_exits_on(
+    tmp_path, monkeypatch, capsys
+):
+    import json
+
+    from distrain.failures import ERROR_FILE_ENV, step_errors
+
+    path = tmp_path / "later.py"
+    path.write_text(
+        "import sys\n\n\ndef build(info, seed):\n    pass\n\n\ndef call(x):\n    sys.exit(0)\n"
+    )
+    usermodel.load_function(ModelReference.parse(f"{path}:build"))
+    module = next(m for m in sys.modules.values() if getattr(m, "__file__", "") == str(path))
+    monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "error.json"))
+    with pytest.raises(SystemExit) as ended, step_errors("evaluate"):
+        module.call(1)  # as a layer's call, outside the loader's guard
+    assert ended.value.code == 2
+    line = (
+        f"distrain: evaluate failed: {path}:9: SystemExit: the code ended the process "
+        "(exit code 0) and produced no result"
+    )
+    assert capsys.readouterr().err.strip().splitlines()[-1] == line
+    assert json.loads((tmp_path / "error.json").read_text())["retryable"] is False
+    with pytest.raises(SystemExit) as ended, step_errors("evaluate"):
+        sys.exit(0)  # distrain's own exit (not the user's code): as it was
+    assert ended.value.code == 0
 
 
 def test_the_parameter_check_compiles_the_model_file_without_importing_it(tmp_path):
