@@ -28,6 +28,8 @@ CASES: list[tuple[str, str]] = [
     ("integrity/checkpoint-fingerprint", "Checkpoints: another model's checkpoint refused"),
     ("integrity/errors", "Errors: permanent and transient causes told apart, case by case"),
     ("integrity/stalls", "A stopped (SIGSTOP) parameter server ends the run within a bound"),
+    ("integrity/non-finite", "TFRecords: a NaN or inf float dead-lettered, file/record/feature"),
+    ("integrity/label-bound", "TFRecords: a label past max_label or int32 dead-lettered, named"),
     ("download/sha256", "Download: digest mismatch refused, partial file removed"),
     ("download/unsafe-members", "Download: absolute, '..' and outside-link members refused"),
     ("download/interrupted", "Download: an interrupted download resumes or restarts"),
