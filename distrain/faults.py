@@ -33,6 +33,8 @@ CASES: list[tuple[str, str]] = [
     ("download/sha256", "Download: digest mismatch refused, partial file removed"),
     ("download/unsafe-members", "Download: absolute, '..' and outside-link members refused"),
     ("download/interrupted", "Download: an interrupted download resumes or restarts"),
+    ("download/archive-limits", "Download: an archive past its size or member limit refused"),
+    ("download/deadline", "Download: a download past its overall deadline ended, named"),
     ("params/mode", "Parameters: unknown mode refused before any work"),
     ("params/workers", "Parameters: zero or negative workers refused"),
     ("params/aggregate", "Parameters: syncreplicas aggregate > replicas refused"),
