@@ -13,7 +13,8 @@ Errors are told apart (:func:`classify`):
   :class:`~distrain.train.inputs.DataError`, a data set's format errors (a file header
   with impossible sizes among them) and its preprocessing job's,
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
-  archive, ...), a download whose digest did not match, a corrupt archive or record
+  archive, an archive past its size or member limit, ...), a download whose digest did
+  not match, a corrupt archive or record
   (``tarfile``/``zipfile`` errors, TensorFlow's ``DataLossError``), ``FileNotFoundError``,
   ``PermissionError``, a missed quality gate, an HTTP or Kubernetes API answer 4xx
   but 408/429, and any error raised from the user's own code (its traceback passes
@@ -22,9 +23,12 @@ Errors are told apart (:func:`classify`):
 * **transient** (retried with backoff): lost workers and processes
   (:class:`~distrain.train.config.TrainingError`), network errors (``ConnectionError``,
   ``TimeoutError``, ``urllib``'s ``URLError`` without an answer), unavailable servers
-  (gRPC errors, HTTP and Kubernetes 5xx, 408, 429), and anything distrain does not know
-  (it was retried before this module existed, and still is). A network or server error
-  stays transient even when the user's code was on its way.
+  (gRPC errors, HTTP and Kubernetes 5xx, 408, 429), a download past its overall deadline
+  (:class:`~distrain.data.download.DownloadDeadlineError`, a ``TimeoutError``: the
+  partial file is kept and the retried step resumes it where it stopped, so a slow link
+  still gets the file), and anything distrain does not know (it was retried before this
+  module existed, and still is). A network or server error stays transient even when the
+  user's code was on its way.
 
 A process or step that produced no result never exits 0: the user's code cannot end one
 quietly (``sys.exit``, ``KeyboardInterrupt``, ``os._exit``: caught where the user's code

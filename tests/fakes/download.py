@@ -3,6 +3,7 @@
 import hashlib
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PAYLOAD = os.urandom(200_000)
@@ -10,11 +11,16 @@ DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 class Server:
-    """Serves PAYLOAD; can cut the first response short and can ignore Range."""
+    """Serves PAYLOAD; can cut the first response short, ignore Range, or trickle.
 
-    def __init__(self, cut_first=False, honour_range=True):
+    ``trickle``: seconds between pieces of ``piece`` bytes (a slow server whose every read
+    comes within any per-read timeout); it stops by itself after ``trickle_for`` seconds.
+    """
+
+    def __init__(self, cut_first=False, honour_range=True, trickle=0.0, piece=100, trickle_for=30):
         self.requests = []
         self.cut_first, self.honour_range = cut_first, honour_range
+        self.trickle, self.piece, self.trickle_for = trickle, piece, trickle_for
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,6 +46,18 @@ class Server:
                     self.wfile.write(body[: len(body) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(2)
+                    return
+                if outer.trickle:
+                    stop = time.monotonic() + outer.trickle_for
+                    for at in range(0, len(body), outer.piece):
+                        if time.monotonic() > stop:
+                            return
+                        try:
+                            self.wfile.write(body[at : at + outer.piece])
+                            self.wfile.flush()
+                        except OSError:  # the client gave up
+                            return
+                        time.sleep(outer.trickle)
                     return
                 self.wfile.write(body)
 

@@ -8,7 +8,9 @@ import zipfile
 import pytest
 
 from distrain.data.download import (
+    ArchiveLimitError,
     ChecksumError,
+    DownloadDeadlineError,
     RemoteFile,
     UnsafeArchiveError,
     fetch,
@@ -215,3 +217,136 @@ def test_gutenberg_books_cached_with_a_manifest(server, tmp_path):
     first[0].write_bytes(b"tampered")
     fetch_gutenberg([11], tmp_path, url_pattern=pattern)
     assert len(server.requests) == 2 and first[0].read_bytes() == PAYLOAD
+
+
+# ---- issue 49: bounds on what comes from outside ---------------------------------------------
+
+
+def _zip(path, members, compression=zipfile.ZIP_DEFLATED):
+    with zipfile.ZipFile(path, "w", compression) as zf:
+        for name, data in members:
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.mark.case("download/archive-limits", "integrity/errors")
+def test_an_archive_past_the_size_limit_is_refused_before_anything_is_extracted(
+    tmp_path, monkeypatch
+):
+    from distrain.failures import Failure
+
+    # A bomb in small: 4 MB of zeros in a tar.gz of a few KB, the big member second.
+    bomb = _tar(tmp_path / "bomb.tar.gz", [_file("a/small.txt"), _file("a/zeros", bytes(4 << 20))])
+    assert bomb.stat().st_size < 50_000
+    out = tmp_path / "out"
+    with pytest.raises(ArchiveLimitError) as caught:
+        safe_extract(bomb, out, max_bytes=1_000_000)
+    assert str(caught.value) == (
+        f"{bomb}: its files come to more than 1,000,000 bytes, the limit "
+        f"(DISTRAIN_MAX_EXTRACT_BYTES): 4,194,305 by member 'a/zeros'; nothing was extracted"
+    )
+    assert list(out.iterdir()) == []
+    failure = Failure.of("fetch data", caught.value)
+    assert not failure.retryable and failure.exit_code == 2  # permanent: one line, exit 2
+    # The limit is a setting: its environment variable, when no argument is given.
+    monkeypatch.setenv("DISTRAIN_MAX_EXTRACT_BYTES", "2000000")
+    with pytest.raises(ArchiveLimitError, match="more than 2,000,000 bytes"):
+        safe_extract(bomb, out)
+    zipped = _zip(tmp_path / "bomb.zip", [("a/zeros", bytes(4 << 20))])
+    with pytest.raises(ArchiveLimitError, match="bomb.zip: its files come to more than 2,000,000"):
+        safe_extract(zipped, out)
+    assert list(out.iterdir()) == []
+    monkeypatch.setenv("DISTRAIN_MAX_EXTRACT_BYTES", "lots")
+    with pytest.raises(ValueError, match="DISTRAIN_MAX_EXTRACT_BYTES='lots': not a number"):
+        safe_extract(bomb, out)
+
+
+@pytest.mark.case("download/archive-limits")
+def test_an_archive_past_the_member_limit_is_refused_before_anything_is_extracted(tmp_path):
+    many = [_file(f"d/f{i:03d}.txt", b"x") for i in range(30)]
+    out = tmp_path / "out"
+    with pytest.raises(ArchiveLimitError) as caught:
+        safe_extract(_tar(tmp_path / "many.tar.gz", many), out, max_members=20)
+    assert str(caught.value) == (
+        f"{tmp_path / 'many.tar.gz'}: more than 20 members, the limit "
+        "(DISTRAIN_MAX_EXTRACT_MEMBERS); nothing was extracted"
+    )
+    zipped = _zip(tmp_path / "many.zip", [(f"d/f{i:03d}.txt", "x") for i in range(30)])
+    with pytest.raises(ArchiveLimitError, match="many.zip: more than 20 members"):
+        safe_extract(zipped, out, max_members=20)
+    assert list(out.iterdir()) == []
+    assert len(safe_extract(zipped, out, max_members=30)) == 30  # at the limit: extracted
+
+
+@pytest.mark.case("download/archive-limits")
+def test_an_extraction_that_fails_half_way_leaves_nothing_behind(tmp_path):
+    # The second member's bytes are damaged: zipfile fails on its CRC after writing the first.
+    members = [("d/first.txt", "a" * 1000), ("d/second.txt", "b" * 1000)]
+    good = _zip(tmp_path / "g.zip", members, zipfile.ZIP_STORED)
+    data = bytearray(good.read_bytes())
+    at = data.index(b"d/second.txt") + len("d/second.txt") + 5  # inside its data
+    data[at] ^= 0xFF
+    damaged = tmp_path / "damaged.zip"
+    damaged.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("there before")  # what was there stays
+    with pytest.raises(zipfile.BadZipFile):
+        safe_extract(damaged, out)
+    assert sorted(p.name for p in out.iterdir()) == ["kept.txt"]
+
+
+def test_the_default_limits_admit_the_real_archive():
+    # dbpedia_csv.tar.gz (the pinned 68,341,698 bytes): a folder and four files, about 196 MB
+    # (the sizes as published with the archive, to within a few bytes for the small files).
+    from distrain.data.download import DownloadLimits, _Tally
+
+    limits = DownloadLimits()
+    tally = _Tally("dbpedia_csv.tar.gz", limits.max_extract_bytes, limits.max_extract_members)
+    for name, size in (
+        ("dbpedia_csv", 0),
+        ("dbpedia_csv/classes.txt", 135),
+        ("dbpedia_csv/readme.txt", 1_854),
+        ("dbpedia_csv/test.csv", 21_794_028),
+        ("dbpedia_csv/train.csv", 174_148_970),
+    ):
+        tally.add(name, size)
+    assert limits.max_extract_bytes >= 4 * tally.bytes  # margin for a bigger edition
+    # The whole 68 MB archive within the deadline at 20 KB/s.
+    assert limits.download_deadline * 20_000 >= 68_341_698
+
+
+@pytest.mark.case("download/deadline", "integrity/errors")
+def test_a_download_that_trickles_past_the_overall_deadline_is_ended_naming_url_and_deadline(
+    tmp_path, monkeypatch
+):
+    import time
+
+    from distrain.failures import Failure
+
+    # 100 bytes every 50 ms: each read comes well within the 10 s per-read timeout, and
+    # the whole 200 KB would take 100 s.
+    slow = Server(trickle=0.05, piece=100, trickle_for=20)
+    monkeypatch.setenv("DISTRAIN_DOWNLOAD_DEADLINE", "1.5")
+    start = time.monotonic()
+    try:
+        with pytest.raises(DownloadDeadlineError) as caught:
+            fetch(RemoteFile(slow.url, DIGEST, len(PAYLOAD)), tmp_path, timeout=10, progress=False)
+    finally:
+        slow.close()
+    assert time.monotonic() - start < 6
+    message = str(caught.value)
+    assert message.startswith(f"{slow.url}: not downloaded within the deadline of 1.5 s (")
+    assert "of 200,000 bytes; DISTRAIN_DOWNLOAD_DEADLINE to change it" in message
+    # Transient: the partial file is kept, and the retry resumes it where it stopped.
+    failure = Failure.of("fetch data", caught.value)
+    assert failure.retryable and failure.exit_code == 1
+    part = tmp_path / "data.bin.part"
+    resumed_from = part.stat().st_size
+    assert 0 < resumed_from < len(PAYLOAD)
+    fast = Server()
+    try:
+        path = fetch(RemoteFile(fast.url, DIGEST, len(PAYLOAD)), tmp_path, progress=False)
+    finally:
+        fast.close()
+    assert path.read_bytes() == PAYLOAD and fast.requests == [f"bytes={resumed_from}-"]

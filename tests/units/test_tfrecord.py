@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from distrain import datasets
@@ -213,3 +214,222 @@ def test_the_default_job_writes_a_file_per_range_of_range_mb_and_num_shards_n_fi
     sizes = read_back(tmp_path / "n", meta["shards"])
     assert {split: len(s) for split, s in sizes.items()} == {"train": 2, "validation": 2, "test": 2}
     assert sum(sum(s) for s in sizes.values()) == 200 * framed
+
+
+# ---- issue 49: NaN and inf values, and labels without class_names, are dead letters ----------
+
+
+def _tf_example(x, label: int, y: float = 0.5) -> bytes:
+    """A record made by TensorFlow's own tf.train.Example (features x [8], y [], label)."""
+    import tensorflow as tf
+
+    feature = {
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=list(x))),
+        "y": tf.train.Feature(float_list=tf.train.FloatList(value=[y])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+TWO_FLOATS = {
+    "features": {
+        "x": {"dtype": "float32", "shape": [8]},
+        "y": {"dtype": "float32", "shape": []},
+        "label": {"dtype": "int64", "shape": []},
+    },
+    "label": "label",
+}
+
+
+def _tf_folder(tmp_path, records: list[bytes]):
+    """features.json (TWO_FLOATS) and one training file written by tf.io.TFRecordWriter."""
+    import tensorflow as tf
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "features.json").write_text(json.dumps(TWO_FLOATS))
+    with tf.io.TFRecordWriter(str(raw / "train-00000-of-00001.tfrecord")) as writer:
+        for record in records:
+            writer.write(record)
+    return raw
+
+
+@pytest.mark.case("integrity/non-finite", "integrity/label-bound")
+def test_a_nan_or_inf_value_and_a_label_past_the_bound_are_named_in_the_reason():
+    spec = FeatureSpec.from_dict(TWO_FLOATS, "f.json")
+    assert check_example(_tf_example([0.0] * 8, 1), spec) == (1, "")
+    nan = float("nan")
+    assert check_example(_tf_example([0.0, nan] + [0.0] * 6, 1), spec) == (
+        -1,
+        "feature 'x': nan at index 1 (not finite)",
+    )
+    assert check_example(_tf_example([0.0] * 8, 1, y=float("-inf")), spec)[1] == (
+        "feature 'y': -inf at index 0 (not finite)"
+    )
+    # Without class_names, a label at or above max_label (default 10,000) is refused.
+    assert check_example(_tf_example([0.0] * 8, 9_999), spec) == (9_999, "")
+    reason = check_example(_tf_example([0.0] * 8, 3_000_000), spec)[1]
+    assert reason.startswith("label 3000000 at or above max_label 10000 (no class_names")
+    assert check_example(_tf_example([0.0] * 8, 5), spec, max_label=5)[1].startswith(
+        "label 5 at or above max_label 5"
+    )
+    # The int32 range is checked on the int64 as read, before any cast: 2**31 never wraps.
+    for label in (2**31, 2**63 - 1):
+        reason = check_example(_tf_example([0.0] * 8, label), spec, max_label=2**31)[1]
+        assert reason == (
+            f"label {label} above the int32 range (labels are int32, at most 2147483647)"
+        )
+    assert check_example(_tf_example([0.0] * 8, -(2**40)), spec)[1].startswith(
+        f"label {-(2**40)} outside 0..9999"
+    )
+    # Counted by kind: one count for every value of a bad label.
+    from distrain.datasets.tfrecord.spec import reason_kind
+
+    assert reason_kind("label 3000000 at or above max_label 10000 (x)") == (
+        "label at or above max_label 10000 (x)"
+    )
+    assert reason_kind("feature 'x': nan at index 1 (not finite)") == (
+        "feature 'x': nan at index 1 (not finite)"
+    )
+    with pytest.raises(ValueError, match="max_label must be in 1..2147483648"):
+        TfrecordPreprocessConfig("in", "out", max_label=2**31 + 1)
+
+
+@pytest.mark.case("integrity/non-finite", "integrity/label-bound")
+def test_check_examples_dead_letters_non_finite_values_and_labels_past_the_bound():
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from distrain.datasets.tfrecord.beam import CheckExamples
+
+    spec = FeatureSpec.from_dict(TWO_FLOATS, "f.json")
+    good = [_tf_example([float(i)] * 8, i % 3) for i in range(6)]
+    bad = [
+        _tf_example([float("inf")] + [0.0] * 7, 0),
+        _tf_example([0.0] * 8, 3_000_000),
+        _tf_example([0.0] * 8, 7_000_000),
+        _tf_example([0.0] * 8, 2**31),
+    ]
+    batch = ("test", "/raw/test-0.tfrecord", 1, [(r, True) for r in good + bad])
+    bound = "at or above max_label 10000 (no class_names in features.json: give class_names, "
+    bound += "or a larger --max-label)"
+    options = beam.options.pipeline_options.PipelineOptions(list(BEAM_ARGS))
+    with TestPipeline(options=options) as p:
+        out = p | beam.Create([batch]) | CheckExamples(spec, 0, 0.0, False)
+        assert_that(
+            out["dead_letter"],
+            equal_to(
+                [
+                    {
+                        "file": "test-0.tfrecord",
+                        "record": 7,
+                        "reason": "feature 'x': inf at index 0 (not finite)",
+                    },
+                    {"file": "test-0.tfrecord", "record": 8, "reason": f"label 3000000 {bound}"},
+                    {"file": "test-0.tfrecord", "record": 9, "reason": f"label 7000000 {bound}"},
+                    {
+                        "file": "test-0.tfrecord",
+                        "record": 10,
+                        "reason": f"label {2**31} above the int32 range (labels are int32, at "
+                        "most 2147483647)",
+                    },
+                ]
+            ),
+            label="DeadLetters",
+        )
+        assert_that(
+            out["stats"],
+            equal_to(
+                [
+                    {
+                        "by_file": {"test-0.tfrecord": {"read": 10, "rejected": 4}},
+                        # the bad labels' reasons counted as one, whatever their values
+                        "rejected": {
+                            "feature 'x': inf at index 0 (not finite)": 1,
+                            f"label {bound}": 2,
+                            "label above the int32 range (labels are int32, at most 2147483647)": 1,
+                        },
+                        "labels": {"test": {"0": 2, "1": 2, "2": 2}},
+                    }
+                ]
+            ),
+            label="Stats",
+        )
+        assert_that(
+            out["test"] | beam.Map(lambda batch: len(batch[1])), equal_to([6]), label="Kept"
+        )
+
+
+@pytest.mark.case("integrity/non-finite")
+def test_twenty_of_300_records_with_nan_or_inf_are_dead_lettered_and_the_rest_kept(tmp_path):
+    import tensorflow as tf
+
+    from distrain.datasets.testing import read_back
+
+    rng = np.random.default_rng(5)
+    poisoned = {int(i) for i in rng.choice(300, 20, replace=False)}
+    values = (float("nan"), float("inf"), float("-inf"))
+    records, expected = [], []
+    for i in range(300):
+        x, y = [float(v) for v in rng.normal(size=8)], 0.5
+        if i in poisoned:
+            value = values[i % 3]
+            if i % 2:
+                x[i % 8] = value
+                expected.append((i + 1, f"feature 'x': {value} at index {i % 8} (not finite)"))
+            else:
+                y = value
+                expected.append((i + 1, f"feature 'y': {value} at index 0 (not finite)"))
+        records.append(_tf_example(x, i % 4, y))
+    raw = _tf_folder(tmp_path, records)
+    # At the default 1 % the job fails, as for any other dead letter.
+    with pytest.raises(BadRecordsError, match="20 of 300 records rejected"):
+        preprocess_tfrecord(
+            TfrecordPreprocessConfig(str(raw), str(tmp_path / "a")), list(BEAM_ARGS)
+        )
+    out = tmp_path / "out"
+    cfg = TfrecordPreprocessConfig(str(raw), str(out), 0.1, 0, max_bad_ratio=0.1)
+    meta = preprocess_tfrecord(cfg, list(BEAM_ARGS))
+    letters = [json.loads(line) for f in (out / "dead_letter").iterdir() for line in f.open()]
+    name = "train-00000-of-00001.tfrecord"
+    assert letters == [{"file": name, "record": n, "reason": r} for n, r in expected]
+    assert meta["rejected"]["count"] == 20 and sum(meta["rejected"]["reasons"].values()) == 20
+    assert sum(meta["splits"].values()) == 280
+    # Read back by TensorFlow: 280 records, every value finite, none of the poisoned ones.
+    read_back(out, meta["shards"])
+    spec = {
+        "x": tf.io.FixedLenFeature([8], tf.float32),
+        "y": tf.io.FixedLenFeature([], tf.float32),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    files = [str(out / f["file"]) for fs in meta["shards"].values() for f in fs]
+    kept = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]
+    assert len(kept) == 280
+    assert all(np.isfinite(r["x"].numpy()).all() and np.isfinite(r["y"].numpy()) for r in kept)
+
+
+@pytest.mark.case("integrity/label-bound")
+def test_a_label_of_3000000_or_2_to_the_31_without_class_names_keeps_metadata_small(tmp_path):
+    records = [_tf_example([float(i % 4)] * 8, i % 4) for i in range(300)]
+    records[41] = _tf_example([0.0] * 8, 3_000_000)
+    records[242] = _tf_example([0.0] * 8, 2**31)
+    raw = _tf_folder(tmp_path, records)
+    out = tmp_path / "out"
+    meta = preprocess_tfrecord(TfrecordPreprocessConfig(str(raw), str(out)), list(BEAM_ARGS))
+    letters = [json.loads(line) for f in (out / "dead_letter").iterdir() for line in f.open()]
+    assert [(d["file"], d["record"], d["reason"]) for d in letters] == [
+        (
+            "train-00000-of-00001.tfrecord",
+            42,
+            "label 3000000 at or above max_label 10000 (no class_names in features.json: give "
+            "class_names, or a larger --max-label)",
+        ),
+        (
+            "train-00000-of-00001.tfrecord",
+            243,
+            f"label {2**31} above the int32 range (labels are int32, at most 2147483647)",
+        ),
+    ]
+    assert meta["num_classes"] == 4 and meta["rejected"]["count"] == 2
+    assert (out / "metadata.json").stat().st_size < 20_000

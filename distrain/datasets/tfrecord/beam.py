@@ -5,7 +5,9 @@
 Input: ``RAW/features.json``, ``RAW/train-*.tfrecord`` and optionally ``RAW/test-*.tfrecord``
 (either may be gzipped: a ``.gz`` suffix or gzip's magic bytes). Output:
 ``OUT/{train,validation,test}/part-*.tfrecord`` holding the good records as they came,
-``OUT/dead_letter/*.jsonl`` (each bad record's file, number from 1 and reason) and
+``OUT/dead_letter/*.jsonl`` (each bad record's file, number from 1 and reason: among
+them a NaN or infinite float value, naming the feature, and a label at or above
+``max_label`` without class_names, naming the value) and
 ``OUT/metadata.json`` (counts per split and per input file, the feature spec, the class
 histogram). Validation is held out of the training files by a hash of (file name, record
 number); without test files the same share of them is held out as the test split too.
@@ -23,6 +25,8 @@ import apache_beam as beam
 import numpy as np
 
 from distrain.datasets.tfrecord.spec import (
+    INT32_MAX,
+    MAX_LABEL,
     SOURCES,
     FeatureSpec,
     SpecError,
@@ -30,6 +34,7 @@ from distrain.datasets.tfrecord.spec import (
     check_first_frame,
     count_frames,
     read_frames,
+    reason_kind,
     source_files,
 )
 from distrain.preprocess.common import (
@@ -74,6 +79,10 @@ class TfrecordPreprocessConfig:
             ``batch_size`` is 0. A batch's memory is bounded by this; object stores read
             few large files far faster than many small ones.
         max_bad_ratio: Largest share of rejected records before the job fails (1 %).
+        max_label: Without ``class_names`` in features.json, labels must lie in ``0 ..
+            max_label - 1``; a record with a larger one is a dead letter naming it. The
+            class count (and metadata.json's histogram) follows the largest label, so
+            this bounds them whatever the data (at most 2**31: labels are int32).
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
@@ -85,12 +94,17 @@ class TfrecordPreprocessConfig:
     batch_size: int = 0
     range_mb: float = 32.0
     max_bad_ratio: float = 0.01  # as DBPedia's: the user's data may hold a few bad records
+    max_label: int = MAX_LABEL
     overwrite: bool = False
 
     def __post_init__(self) -> None:
         check_fraction("validation_fraction", self.validation_fraction, high_open=True)
         check_fraction("max_bad_ratio", self.max_bad_ratio)
         check_sharding(self.num_shards, self.range_mb, self.batch_size, "batch_size")
+        if not 1 <= self.max_label <= INT32_MAX + 1:
+            raise ValueError(
+                f"max_label must be in 1..{INT32_MAX + 1} (labels are int32), got {self.max_label}"
+            )
 
 
 class ReadRecordBatches(beam.DoFn):
@@ -125,8 +139,15 @@ def record_keys(path: str, numbers: np.ndarray) -> np.ndarray:
 class _CheckBatchFn(beam.DoFn):
     """Checks, splits and keeps one batch: ``(tag, value)`` pairs for :class:`ByTag`."""
 
-    def __init__(self, spec: dict, seed: int, validation_fraction: float, test_from_train: bool):
-        self.spec = spec
+    def __init__(
+        self,
+        spec: dict,
+        seed: int,
+        validation_fraction: float,
+        test_from_train: bool,
+        max_label: int = MAX_LABEL,
+    ):
+        self.spec, self.max_label = spec, max_label
         self.seed, self.fraction, self.test_from_train = seed, validation_fraction, test_from_train
 
     def setup(self):
@@ -151,10 +172,11 @@ class _CheckBatchFn(beam.DoFn):
         for (data, crc_ok), number, split in zip(frames, numbers.tolist(), targets, strict=True):
             label, reason = (-1, "the record's checksum does not match its bytes")
             if crc_ok:
-                label, reason = check_example(data, self._spec)
+                label, reason = check_example(data, self._spec, self.max_label)
             if reason:
+                kind = reason_kind(reason)  # counts stay few whatever the bad values
                 stats["by_file"][name]["rejected"] += 1
-                stats["rejected"][reason] = stats["rejected"].get(reason, 0) + 1
+                stats["rejected"][kind] = stats["rejected"].get(kind, 0) + 1
                 yield "dead_letter", {"file": name, "record": number, "reason": reason}
                 continue
             kept[str(split)].append(data)
@@ -173,17 +195,28 @@ class CheckExamples(beam.PTransform):
     Input: ``(source, file, first record number, [(data, checksum ok), ...])``. Output: a
     dict of PCollections: ``train``, ``validation``, ``test`` (batches ``((file, first
     number), [record, ...])``), ``dead_letter`` (``{"file", "record", "reason"}``) and
-    ``stats`` (one dict: records read and rejected per file, rejects per reason, label
-    counts per split).
+    ``stats`` (one dict: records read and rejected per file, rejects per reason (a
+    label's reason without its value, :func:`reason_kind`), label counts per split).
+    A record with a NaN or infinite float value, or (without class_names) a label at or
+    above ``max_label``, is a dead letter like any other.
     """
 
-    def __init__(self, spec: FeatureSpec, seed: int, fraction: float, test_from_train: bool):
+    def __init__(
+        self,
+        spec: FeatureSpec,
+        seed: int,
+        fraction: float,
+        test_from_train: bool,
+        max_label: int = MAX_LABEL,
+    ):
         super().__init__()
-        self.spec = spec.to_dict()
+        self.spec, self.max_label = spec.to_dict(), max_label
         self.seed, self.fraction, self.test_from_train = seed, fraction, test_from_train
 
     def expand(self, batches):
-        check = _CheckBatchFn(self.spec, self.seed, self.fraction, self.test_from_train)
+        check = _CheckBatchFn(
+            self.spec, self.seed, self.fraction, self.test_from_train, self.max_label
+        )
         outputs = (
             batches
             | "CheckBatches" >> beam.ParDo(check)
@@ -227,7 +260,7 @@ def _run_pipeline(cfg: TfrecordPreprocessConfig, spec, inputs, out: Path, beam_a
             | "Spread" >> beam.Reshuffle()
         )
         result = batches | "Check" >> CheckExamples(
-            spec, cfg.seed, cfg.validation_fraction, not inputs["test"]
+            spec, cfg.seed, cfg.validation_fraction, not inputs["test"], cfg.max_label
         )
         _ = result | "WriteOutputs" >> WriteOutputs(
             out, SPLITS, cfg.num_shards, lambda d: (d["file"], d["record"])

@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import os
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ SUFFIXES = (".tfrecord", ".tfrecord.gz")
 # features.json's dtypes, the Example list that holds each, and TensorFlow's dtype name.
 KINDS = {"float32": "float_list", "int64": "int64_list", "bytes": "bytes_list"}
 GZIP_MAGIC = b"\x1f\x8b"
+# Without class_names, labels must lie below this (the job's ``max_label``, declared
+# there with this default): the class count, the histogram and metadata.json grow with
+# the largest label, so one stray label of 3,000,000 made a 125 MB metadata.json.
+MAX_LABEL = 10_000
+# The parser casts labels to int32; a label above this would wrap.
+INT32_MAX = 2**31 - 1
 
 
 class SpecError(ValueError):
@@ -301,13 +308,19 @@ def _example_class():
     return _EXAMPLE
 
 
-def check_example(record: bytes, spec: FeatureSpec) -> tuple[int, str]:
+def check_example(record: bytes, spec: FeatureSpec, max_label: int = MAX_LABEL) -> tuple[int, str]:
     """Checks one serialised record against the spec.
+
+    Args:
+        record: The serialised ``tf.train.Example``.
+        spec: What features.json declares.
+        max_label: Without ``class_names``, labels must lie in ``0 .. max_label - 1``.
 
     Returns:
         ``(label, "")`` for a good record, ``(-1, reason)`` for a bad one (a missing
-        feature, a wrong dtype or number of values, a label outside the classes, bytes
-        that are not an ``Example``).
+        feature, a wrong dtype or number of values, a NaN or infinite float value, a
+        label outside the classes, above the int32 range or, without class_names, at or
+        above ``max_label``, bytes that are not an ``Example``).
     """
     from google.protobuf.message import DecodeError
 
@@ -329,8 +342,39 @@ def check_example(record: bytes, spec: FeatureSpec) -> tuple[int, str]:
                 f"feature {name!r}: {len(values)} values, features.json says {feature.size} "
                 f"(shape {list(feature.shape)})"
             )
-    label = int(found[spec.label].int64_list.value[0])
+        if kind == "float_list" and not all(map(math.isfinite, values)):
+            index = next(i for i, v in enumerate(values) if not math.isfinite(v))
+            return -1, f"feature {name!r}: {values[index]} at index {index} (not finite)"
+    return _check_label(int(found[spec.label].int64_list.value[0]), spec, max_label)
+
+
+def _check_label(label: int, spec: FeatureSpec, max_label: int) -> tuple[int, str]:
+    """``(label, "")`` when the label is a class index, else ``(-1, reason)``.
+
+    The int32 range is checked first, on the int64 as read: nothing is cast before it.
+    """
     classes = len(spec.class_names)
-    if label < 0 or (classes and label >= classes):
-        return -1, f"label {label} outside 0..{classes - 1 if classes else 'inf'}"
+    top = classes - 1 if classes else max_label - 1
+    if label < 0:
+        return -1, f"label {label} outside 0..{top}"
+    if label > INT32_MAX:
+        return -1, f"label {label} above the int32 range (labels are int32, at most {INT32_MAX})"
+    if classes and label >= classes:
+        return -1, f"label {label} outside 0..{top} (class_names has {classes})"
+    if not classes and label >= max_label:
+        return -1, (
+            f"label {label} at or above max_label {max_label} (no class_names in features.json: "
+            "give class_names, or a larger --max-label)"
+        )
     return label, ""
+
+
+def reason_kind(reason: str) -> str:
+    """A dead letter's reason without the record's own label value: what the job counts by.
+
+    A label's reason names its value (``label 3000000 at or above ...``), so counting by
+    the reason itself would make one count per distinct bad label, and metadata.json
+    would grow with the data. Every other reason is counted as it is (its values are
+    bounded by features.json: a feature, an index, nan or inf).
+    """
+    return re.sub(r"^label -?\d+ ", "label ", reason)
