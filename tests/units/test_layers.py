@@ -16,8 +16,9 @@
    set's parser, texts and models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
    contract test base): built on the learning layer, found through the registry.
-5. **settings** (``train.launch``, ``train.modes``, ``train.config``): the process launch, the
-   modes' registry and the typed training config.
+5. **settings** (``train.engine``, ``train.launch``, ``train.modes``, ``train.config``): a
+   mode's processes and their commands, the process launch, the modes' registry and the
+   typed training config.
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
 7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
    experiments and their reports.
@@ -90,7 +91,15 @@ LAYERS = [
         ],
     ),
     ("data sets", ["distrain.datasets.*"]),
-    ("settings", ["distrain.train.launch", "distrain.train.modes", "distrain.train.config"]),
+    (
+        "settings",
+        [
+            "distrain.train.engine",
+            "distrain.train.launch",
+            "distrain.train.modes",
+            "distrain.train.config",
+        ],
+    ),
     ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
     (
         "analysis",
