@@ -120,8 +120,8 @@ def plain(data: str, steps: int) -> dict:
     import numpy as np
     import tf_keras as keras
 
-    from distrain.datasets import load_info, model_spec
     from distrain.lm import recurrent_copy
+    from distrain.train.models import load_info, model_spec
 
     d = _defaults("gutenberg")
     # The precision ours resolves to here, as a tf-keras user would set its policy.

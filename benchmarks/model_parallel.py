@@ -27,13 +27,12 @@ def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
     from benchmarks.common import raw_sample
     from distrain.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
-    from distrain.datasets import load_info
     from distrain.memory import PeakProcessMemory
     from distrain.steps import preprocess
     from distrain.train.config import ConfigError, TrainConfig
     from distrain.train.driver import steady
     from distrain.train.launch import run_training
-    from distrain.train.models import build_model
+    from distrain.train.models import build_model, load_info
 
     bandwidth, latency = link
     rows = []

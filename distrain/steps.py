@@ -13,7 +13,7 @@ from pathlib import Path
 from distrain import datasets
 from distrain.compare import CompareConfig, write_comparison
 from distrain.costmodel import profile
-from distrain.datasets import get, is_user_model, load_info, model_spec
+from distrain.datasets import get, is_user_model
 from distrain.errors import StepError
 from distrain.experiments import ExperimentConfig
 from distrain.experiments.report import build_report, write_report
@@ -26,7 +26,7 @@ from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
 from distrain.train import usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
-from distrain.train.models import build_model
+from distrain.train.models import build_model, load_info, model_spec
 from distrain.train.usermodel import relocate
 
 STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
@@ -145,7 +145,7 @@ def check_parameters(
             problems.append(f"source: {err}")
     if plugin is not None:
         try:
-            plugin.model(model)
+            model_spec(plugin.name, model)
             if is_user_model(model):
                 usermodel.check_source(model, model_file)  # the training step builds it
         except (datasets.DataSetError, usermodel.UserModelError) as err:
@@ -465,7 +465,7 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
     """
     info = load_info(data_dir, model)
     plugin = get(info.dataset)
-    task = plugin.model(model or plugin.default_model).task
+    task = model_spec(info.dataset, model or plugin.default_model).task
     run, evaluation = task.baseline(info)
     evaluation["task"] = task.name
     run.update(mode="baseline", workers=0, dataset=info.dataset)

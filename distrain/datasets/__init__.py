@@ -23,15 +23,11 @@ import re
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from distrain import plugins
 from distrain.datasets.info import DataError, DatasetInfo, FeatureSpec
-
-if TYPE_CHECKING:
-    from distrain.train.tasks import Task
 
 # The runs a pipeline compares unless told otherwise (``--runs``, a pipeline's ``runs``).
 DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"]
@@ -42,7 +38,9 @@ DEFAULT_RUNS = ["single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=
 BUILT_IN = ("mnist", "dbpedia", "gutenberg", "tfrecord")
 
 # A model in the user's code: ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``, then an
-# optional ``@TASK`` (:mod:`distrain.train.usermodel` builds it).
+# optional ``@TASK``. The registry only tells one from a registered model's name: the learning
+# layer resolves it (:func:`distrain.train.models.model_spec`, :mod:`distrain.train.usermodel`
+# builds it), so that no import runs from the registry up to the code that uses it.
 USER_MODEL = re.compile(
     r"^(?P<where>(?:.+\.py)|(?:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*))"
     r":(?P<function>[A-Za-z_]\w*)(?:@(?P<task>[\w-]+))?$"
@@ -52,16 +50,6 @@ USER_MODEL = re.compile(
 def is_user_model(name: str) -> bool:
     """Whether ``name`` names a function in the user's code rather than a built-in model."""
     return bool(USER_MODEL.match(str(name)))
-
-
-def user_model(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
-    """The spec of a model in the user's code.
-
-    The user's code is resolved above this layer (:func:`distrain.train.usermodel.spec`:
-    it needs the tasks, which need the registry), loaded by name on first use as the
-    data sets' packages are, so the registry imports no training code.
-    """
-    return importlib.import_module("distrain.train.usermodel").spec(name, own)
 
 
 class DataSetError(ValueError):
@@ -92,7 +80,8 @@ class ModelSpec:
 
     Attributes:
         build: ``build(info, seed)`` returns the (built) tf-keras model.
-        task: What the model learns and how it is scored.
+        task: What the model learns and how it is scored (a :class:`distrain.train.tasks.Task`,
+            of the learning layer above this one).
         view: Which records the model reads (``""``: the data set's main records; else a
             view its preprocessing writes, e.g. Gutenberg's line ``pairs``).
         stages: Whether pipeline stages can cut it: a ``Sequential`` model of fixed-shape
@@ -104,7 +93,7 @@ class ModelSpec:
     """
 
     build: Callable
-    task: Task
+    task: object
     view: str = ""
     stages: bool = True
     summary: str = ""
@@ -240,15 +229,19 @@ class DataSet:
         return next(iter(self.models))
 
     def model(self, name: str) -> ModelSpec:
-        """The named model.
+        """The named model of the data set's own (its plugins' included).
 
-        ``name`` may name a function in the user's code (:func:`is_user_model`).
+        A model in the user's code (:func:`is_user_model`) is resolved above the registry,
+        by :func:`distrain.train.models.model_spec`.
 
         Raises:
             DataSetError: The data set has no such model.
         """
         if is_user_model(name):
-            return user_model(name, self.models)
+            raise DataSetError(
+                f"model {name!r} is the user's code: distrain.train.models.model_spec "
+                "resolves it, not the data-set registry"
+            )
         if name not in self.models:
             broken = plugins.broken_named(plugins.MODELS, name)
             if broken is not None:
@@ -364,43 +357,6 @@ def serving(experiment: str) -> list[DataSet]:
     if not found:
         raise DataSetError(f"experiment {experiment!r}: no registered data set serves it")
     return found
-
-
-def model_spec(dataset: str, model: str) -> ModelSpec:
-    """The spec of ``model`` on ``dataset`` (both checked)."""
-    return get(dataset).model(model)
-
-
-def find_model(name: str) -> ModelSpec:
-    """The spec of the model called ``name`` (model names are unique over the data sets).
-
-    Raises:
-        DataSetError: No data set has such a model.
-    """
-    if is_user_model(name):
-        return user_model(name, {})
-    for dataset in map(get, names()):
-        if name in dataset.models:
-            return dataset.models[name]
-    raise DataSetError(f"unknown model {name!r}")
-
-
-def load_info(data_dir: str | os.PathLike, model: str = ""):
-    """The preprocessed data as ``model`` reads it (its view of the data set's records).
-
-    ``model``: a model of the data set (default: its default model).
-    """
-    info = DatasetInfo.load(data_dir)
-    dataset = get(info.dataset)
-    spec = dataset.model(model or dataset.default_model)
-    info = info.view(spec.view) if spec.view else info
-    try:
-        features = dataset.feature_spec(info)
-    except DataError:
-        if is_user_model(model):
-            raise  # the user's model needs it; the data set's own models do not
-        features = None
-    return replace(info, feature_spec=features)
 
 
 def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:

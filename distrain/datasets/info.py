@@ -103,21 +103,25 @@ class DatasetInfo:
     metadata: dict
     view_name: str = ""
     # What the model reads (:meth:`distrain.datasets.DataSet.feature_spec`; None until
-    # :func:`distrain.datasets.load_info` fills it in).
+    # :func:`distrain.train.models.load_info` fills it in).
     feature_spec: FeatureSpec | None = None
 
     @property
     def features(self) -> dict:
         """The model's input features by name (:class:`Feature`)."""
         if self.feature_spec is None:
-            raise DataError(f"{self.data_dir}: no feature spec (load it with datasets.load_info)")
+            raise DataError(
+                f"{self.data_dir}: no feature spec (load it with distrain.train.models.load_info)"
+            )
         return self.feature_spec.features
 
     @property
     def label(self) -> str:
         """The label's name."""
         if self.feature_spec is None:
-            raise DataError(f"{self.data_dir}: no feature spec (load it with datasets.load_info)")
+            raise DataError(
+                f"{self.data_dir}: no feature spec (load it with distrain.train.models.load_info)"
+            )
         return self.feature_spec.label
 
     @classmethod

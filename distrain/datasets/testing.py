@@ -13,6 +13,7 @@ from pathlib import Path
 
 from distrain import datasets
 from distrain.train.inputs import make_dataset
+from distrain.train.models import load_info
 
 # The local Beam runner, named: in Beam 2.77 the DirectRunner first tries to download the
 # Prism runner binary (distrain.preprocess.runners.job_pipeline).
@@ -70,7 +71,7 @@ class DataSetTestCase:
         for model, spec in plugin.models.items():
             views.setdefault(spec.view, model)  # one model per view of the records
         for model in views.values():
-            info = datasets.load_info(out, model)
+            info = load_info(out, model)
             for split in info.splits:
                 info.split_files(split)  # every file listed, of its size and record count
                 seen = sum(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from distrain import datasets
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.train.models import model_spec
 
 SCALES = ("tiny", "small", "full")
 # Experiments that ship with distrain, in the order the CLI lists them.
@@ -175,9 +176,8 @@ class ExperimentConfig:
         for p in self.points:
             if p.dataset not in sources:
                 raise ConfigError(f"point {p.model} {p.run}: no data source for {p.dataset}")
-            plugin = datasets.get(p.dataset)
             try:
-                plugin.model(p.model)
+                model_spec(p.dataset, p.model)
             except ValueError as err:  # an unknown model, with the data set's list
                 raise ConfigError(f"point {p.model} {p.run}: {err}") from err
             try:  # the settings' own checks, as the training step will make them

@@ -17,7 +17,7 @@ Which shape a run takes is its mode's choice (:meth:`distrain.train.modes.Mode.k
   exit on their own: the launcher deletes them.
 
 Pods run the images' entrypoint (``distrain``) with the same subcommands as local
-processes (:func:`distrain.train.launch.worker_args` / ``server_args``).
+processes (:func:`distrain.train.engine.worker_args` / ``server_args``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from distrain.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
-from distrain.train.launch import server_args, worker_args
+from distrain.train.engine import server_args, worker_args
 from distrain.train.ps.roles import tf_config
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ frozen container, a machine swapping itself to death. A rank that merely waits o
 stopped peer keeps beating, so the launcher names the right one.
 
 What the launcher does with a process that stopped beating is its engine's choice
-(:attr:`distrain.train.launch.Engine.when_stalled`): a synchronous run cannot go on
+(:attr:`distrain.train.engine.Engine.when_stalled`): a synchronous run cannot go on
 without any rank and fails within the bound, naming it; an elastic one drops it; in the
 parameter-server modes the others go on by design and their own timeouts hold.
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from distrain.errors import ConfigError, TrainingError
 from distrain.k8s.objects import mpijob, trainjob
-from distrain.train.launch import Engine, Process, worker_args, worker_command
+from distrain.train.engine import Engine, Process, worker_args, worker_command
 from distrain.train.runtime import die_with_parent
 
 if TYPE_CHECKING:

@@ -1,12 +1,22 @@
 """Model builders shared by the data sets (tf-keras, Keras 2), and the lookups over them.
 
 Each data set's module (:mod:`distrain.datasets`) names its models; the builders that
-more than one model uses live here.
+more than one model uses live here. So do the lookups of a model by the name a run's
+settings give (:func:`model_spec`, :func:`find_model`, :func:`load_info`): a data set's
+model, asked of the registry, or a model in the user's code (``FILE.py:FUNCTION``,
+:mod:`distrain.train.usermodel`), resolved here, above the registry, which imports no
+training code.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 from distrain import datasets
+from distrain.datasets import DataSetError, ModelSpec, is_user_model
+from distrain.datasets.info import DataError
+from distrain.train import usermodel
 from distrain.train.inputs import DatasetInfo
 
 
@@ -56,8 +66,63 @@ def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int,
     return keras.Sequential(layers, name=name)
 
 
+def model_spec(dataset: str, model: str) -> ModelSpec:
+    """The spec of ``model`` on ``dataset`` (both checked); the user's code too.
+
+    A model in the user's code reads the records as the data set's first own model of its
+    task does (:func:`distrain.train.usermodel.spec`).
+
+    Raises:
+        DataSetError: No such data set, or no such model for it.
+        UserModelError: A malformed reference to the user's code (an unknown task).
+    """
+    plugin = datasets.get(dataset)
+    if is_user_model(model):
+        return usermodel.spec(model, plugin.models)
+    return plugin.model(model)
+
+
+def find_model(name: str) -> ModelSpec:
+    """The spec of the model called ``name`` (model names are unique over the data sets).
+
+    A model in the user's code is found too (read as the main records).
+
+    Raises:
+        DataSetError: No data set has such a model.
+    """
+    if is_user_model(name):
+        return usermodel.spec(name, {})
+    for dataset in map(datasets.get, datasets.names()):
+        if name in dataset.models:
+            return dataset.models[name]
+    raise DataSetError(f"unknown model {name!r}")
+
+
+def load_info(data_dir: str | os.PathLike, model: str = "") -> DatasetInfo:
+    """The preprocessed data as ``model`` reads it (its view of the data set's records).
+
+    ``model``: a model of the data set or of the user's code (default: the data set's
+    default model). The feature spec is filled in when the data set gives one; a model
+    in the user's code needs it.
+
+    Raises:
+        DataError: The model is the user's and the data set gives no feature spec.
+    """
+    info = DatasetInfo.load(data_dir)
+    dataset = datasets.get(info.dataset)
+    spec = model_spec(info.dataset, model or dataset.default_model)
+    info = info.view(spec.view) if spec.view else info
+    try:
+        features = dataset.feature_spec(info)
+    except DataError:
+        if is_user_model(model):
+            raise  # the user's model needs it; the data set's own models do not
+        features = None
+    return replace(info, feature_spec=features)
+
+
 def _spec(info: DatasetInfo, name: str):
-    return datasets.model_spec(info.dataset, name)
+    return model_spec(info.dataset, name)
 
 
 def models_for(dataset: str) -> list[str]:

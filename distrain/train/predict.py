@@ -25,7 +25,7 @@ def predict_split(model_path: str | os.PathLike, info: DatasetInfo, split: str =
 
     Args:
         model_path: The trained model file.
-        info: The preprocessed data (:func:`distrain.datasets.load_info`).
+        info: The preprocessed data (:func:`distrain.train.models.load_info`).
         split: Which split to predict.
 
     Returns:

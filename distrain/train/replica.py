@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from distrain import lm
-from distrain.datasets import load_info, model_spec
 from distrain.datasets import texts as read_texts
 from distrain.lm import StreamScorer, random_resets, stream_batches_per_epoch, stream_dataset
 from distrain.train import precision
@@ -23,6 +22,7 @@ from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.fingerprint import SETTINGS, differences
 from distrain.train.fingerprint import settings as run_settings
 from distrain.train.inputs import make_dataset, shard_size
+from distrain.train.models import load_info, model_spec
 from distrain.train.nonfinite import LossWatch, check_weights
 from distrain.train.tasks import CLASSIFICATION
 

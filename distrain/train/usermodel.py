@@ -107,7 +107,7 @@ def _users_code(fallback: str, source: str = "", suffix: str = ""):
 
 
 def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
-    """The spec of a model in the user's code (:func:`distrain.datasets.user_model`).
+    """The spec of a model in the user's code (:func:`distrain.train.models.model_spec`).
 
     It reads the records as the data set's first own model of its task does (``own``:
     the data set's models). A split mode checks the built model before any process

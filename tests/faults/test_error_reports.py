@@ -124,7 +124,8 @@ def test_the_table_of_permanent_and_transient_causes(cause, exc, transient):
 @pytest.mark.case("integrity/errors")
 def test_a_parameter_server_records_its_error_for_the_launcher(tmp_path, monkeypatch):
     from distrain.cli import main
-    from distrain.train.launch import WorkerFailed, process_failure, server_args
+    from distrain.train.engine import server_args
+    from distrain.train.launch import WorkerFailed, process_failure
 
     out = tmp_path / "run"
     bad = {"cluster": {"ps": ["localhost:1"]}, "task": {"type": "ps", "index": "first"}}

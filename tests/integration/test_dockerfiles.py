@@ -14,7 +14,7 @@ from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import build_objects
 from distrain.train.config import TrainConfig
-from distrain.train.launch import LOCAL_PREFIX, server_command, worker_command
+from distrain.train.engine import LOCAL_PREFIX, server_command, worker_command
 from tests.conftest import ROOT, VENV_BIN
 
 KINDS = ["beam", "trainer", "trainer-gpu"]

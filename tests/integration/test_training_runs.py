@@ -12,9 +12,10 @@ import pytest
 
 from distrain.train import horovod, launch
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.engine import worker_command
 from distrain.train.horovod import MPIRUN_OPTIONS, horovod_env, sync_controller
 from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
-from distrain.train.launch import launch_command, launch_env, run_training, worker_command
+from distrain.train.launch import launch_command, launch_env, run_training
 
 
 def test_shard_size_matches_dataset_shard():
@@ -332,7 +333,7 @@ def test_a_dead_parameter_server_is_named_even_when_the_chief_fails_right_after(
     mnist_examples, tmp_path, monkeypatch
 ):
     """Both end between two of the launcher's looks: the cause named is the server."""
-    from distrain.train.launch import Process
+    from distrain.train.engine import Process
     from distrain.train.modes.asynchronous import Async
 
     def processes(self, cfg, config_path, logs):

@@ -17,6 +17,7 @@ from distrain import datasets
 from distrain.k8s.config import KubernetesConfig
 from distrain.steps import preprocess
 from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.train.models import find_model, load_info
 from distrain.train.modes import Mode, Process, mode_class, mode_for, mode_names
 
 # A run spec of each mode, with the options its mode requires (the others take defaults).
@@ -115,7 +116,7 @@ def test_a_data_set_declares_its_name_summary_and_models(name):
     for model, spec in dataset.models.items():
         assert callable(spec.build) and spec.task is not None, model
         assert spec.summary.strip(), f"{name}/{model}: no summary"
-        assert datasets.find_model(model) is spec  # model names are unique over data sets
+        assert find_model(model) is spec  # model names are unique over data sets
 
 
 @pytest.fixture(scope="module", params=DATA_SETS)
@@ -141,7 +142,7 @@ def test_a_data_sets_sample_is_its_raw_files(sample):
 def test_every_model_of_a_data_set_builds_on_its_preprocessed_sample(sample):
     name, _, examples = sample
     for model, spec in datasets.get(name).models.items():
-        built = spec.build(datasets.load_info(examples, model), 0)
+        built = spec.build(load_info(examples, model), 0)
         assert built.count_params() > 0, f"{name}/{model}"
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from distrain import datasets
-from distrain.datasets import DataSetError, find_model
+from distrain.datasets import DataSetError
 from distrain.datasets.gutenberg.beam import line_pairs
 from distrain.steps import StepError, check_parameters, fetch
+from distrain.train.models import find_model, load_info
 from distrain.train.tasks import NEXT_CHARACTER, RECONSTRUCTION, TRANSLATION, markdown
 from tests.conftest import ROOT
 
@@ -26,6 +27,10 @@ def test_registry_lists_each_data_set_once_and_model_names_are_unique():
         datasets.get("imagenet")
     with pytest.raises(DataSetError, match="no such model for mnist.*mlp, cnn"):
         datasets.get("mnist").model("lstm")
+    # The user's code is resolved above the registry, which only tells it from a name.
+    with pytest.raises(DataSetError, match="user's code: distrain.train.models.model_spec"):
+        datasets.get("mnist").model("m.py:build")
+    assert find_model("m.py:build@reconstruction").task is RECONSTRUCTION
 
 
 def _names_compared(tree) -> set[str]:
@@ -113,7 +118,6 @@ def gutenberg_examples(tmp_path_factory):
 
 
 def test_gutenberg_writes_line_pairs_the_seq2seq_view_reads(gutenberg_examples):
-    from distrain.datasets import load_info
     from distrain.datasets.gutenberg.beam import read_texts
     from distrain.train.inputs import make_dataset
 
@@ -135,7 +139,6 @@ def test_gutenberg_writes_line_pairs_the_seq2seq_view_reads(gutenberg_examples):
 
 
 def test_reconstruction_view_pairs_each_image_with_itself(mnist_examples):
-    from distrain.datasets import load_info
     from distrain.train.inputs import make_dataset
 
     x, y = next(iter(make_dataset(load_info(mnist_examples, "convae"), "test", 8)))
@@ -150,7 +153,7 @@ def test_mean_image_baseline_is_the_training_mean(mnist_examples):
 
     result = baseline(mnist_examples, "convae")
     assert result["run"]["name"] == "mean image" and result["run"]["mode"] == "baseline"
-    info = datasets.load_info(mnist_examples, "convae")
+    info = load_info(mnist_examples, "convae")
     mean = split_labels(info, "train").mean(axis=0)
     test = split_labels(info, "test")
     want = float(((test - mean) ** 2).mean())

@@ -350,8 +350,8 @@ def test_no_import_cycle_in_distrain_train():
 
 def test_every_mode_names_an_engine_and_inherits_no_other_mode():
     """Modes choose an engine (one process, Horovod, parameter servers), not a parent mode."""
+    from distrain.train.engine import Engine
     from distrain.train.horovod import Horovod
-    from distrain.train.launch import Engine
     from distrain.train.modes import mode_class, mode_names
     from distrain.train.ps.mode import ParameterServers
 

@@ -7,7 +7,9 @@
    transforms, the one-line failure reports.
 2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
    preprocessed directory holds. It imports its plugins by name on the first lookup, so
-   every layer above may ask it and none of its plugins is below it.
+   every layer above may ask it and none of its plugins is below it. It tells a model in
+   the user's code (``FILE.py:FUNCTION``) from a registered one and no more: the learning
+   layer resolves it (``train.models``).
 3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.layers``, ``train.predict``,
    ``train.tasks``, ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``,
    ``train.heartbeat``, ``train.usermodel``, ``train.precision``): what a run reads, the
@@ -16,8 +18,9 @@
    set's parser, texts and models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
    contract test base): built on the learning layer, found through the registry.
-5. **settings** (``train.launch``, ``train.modes``, ``train.config``): the process launch, the
-   modes' registry and the typed training config.
+5. **settings** (``train.engine``, ``train.launch``, ``train.modes``, ``train.config``): a
+   mode's processes and their commands, the process launch, the modes' registry and the
+   typed training config.
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
 7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
    experiments and their reports.
@@ -25,8 +28,11 @@
    and the CLI's commands call.
 9. **front** (``cli``, ``__main__``).
 
-Every import counts, inside functions too (not those under ``if TYPE_CHECKING:``): an import
-may go to its own layer or below, never up, and the whole graph has no cycle. A module that
+Every import counts (:func:`module_imports`): inside functions too, those under
+``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
+that import a literal name (``importlib.import_module("distrain.train.usermodel")``). An
+import may go to its own layer or below, never up, and the whole graph has no cycle (a
+failure lists every circle with its lines). A module that
 no layer names fails the test (add it to :data:`LAYERS`). A package's ``__init__`` is not
 counted as imported by its submodules (Python runs it first; it may import them).
 
@@ -90,7 +96,15 @@ LAYERS = [
         ],
     ),
     ("data sets", ["distrain.datasets.*"]),
-    ("settings", ["distrain.train.launch", "distrain.train.modes", "distrain.train.config"]),
+    (
+        "settings",
+        [
+            "distrain.train.engine",
+            "distrain.train.launch",
+            "distrain.train.modes",
+            "distrain.train.config",
+        ],
+    ),
     ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
     (
         "analysis",
@@ -131,53 +145,80 @@ def _modules() -> dict[str, object]:
     }
 
 
+def _dynamic_name(node: ast.AST) -> str | None:
+    """The module a call imports by a literal name, as ``importlib.import_module("distrain.x")``.
+
+    ``import_module`` called as an attribute or a bare name, or ``__import__``; a name that
+    is not a string literal (``f"{__name__}.{package}"``: a registry importing its plugins
+    by name) is not counted.
+    """
+    if not (isinstance(node, ast.Call) and node.args):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    if name in ("import_module", "__import__") and isinstance(first, ast.Constant):
+        return first.value if isinstance(first.value, str) else None
+    return None
+
+
+def module_imports(tree: ast.Module) -> list[tuple[int, list[str], bool, bool]]:
+    """A module's imports of every kind: ``(line, names it may bind, in a function, typing)``.
+
+    ``import`` and ``from ... import`` statements, those under ``if TYPE_CHECKING:`` too
+    (``typing``: they run only for a type checker, yet tie the modules as much), and calls
+    that import a literal name (:func:`_dynamic_name`).
+    """
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    top_level = {
+        id(inner)
+        for statement in tree.body
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for inner in ast.walk(statement)
+    }
+    # Class bodies run at import too: their imports (not their methods') are top-level.
+    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+        for statement in cls.body:
+            if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                top_level.update(id(inner) for inner in ast.walk(statement))
+    rows = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif (dynamic := _dynamic_name(node)) is not None:
+            names = [dynamic]
+        else:
+            continue
+        rows.append((node.lineno, names, id(node) not in top_level, id(node) in typing_only))
+    return rows
+
+
 @cache
-def _imports() -> dict[str, list[tuple[int, list[str], bool]]]:
-    """Each module's imports: ``(line, names it may bind, whether inside a function)``."""
-    found = {}
-    for module, path in _modules().items():
-        tree = ast.parse(path.read_text())
-        typing_only = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for statement in node.body
-            for inner in ast.walk(statement)
-        }
-        top_level = {
-            id(inner)
-            for statement in tree.body
-            if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-            for inner in ast.walk(statement)
-        }
-        # Class bodies run at import too: their imports (not their methods') are top-level.
-        for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
-            for statement in cls.body:
-                if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
-                    top_level.update(id(inner) for inner in ast.walk(statement))
-        rows = []
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            rows.append((node.lineno, names, id(node) not in top_level))
-        found[module] = rows
-    return found
+def _imports() -> dict[str, list[tuple[int, list[str], bool, bool]]]:
+    """Each module's imports (:func:`module_imports`)."""
+    return {m: module_imports(ast.parse(p.read_text())) for m, p in _modules().items()}
 
 
-def _graph(local: bool = True) -> dict[str, dict[str, int]]:
-    """Module -> the package's modules it imports (-> a line that does), top-level only or all."""
+def _graph(local: bool = True, typing: bool = True) -> dict[str, dict[str, int]]:
+    """Module -> the package's modules it imports (-> a line that does).
+
+    Every kind of import by default; ``local=False``: not those inside functions;
+    ``typing=False``: not those for type checking only.
+    """
     modules = _modules()
     graph = {}
     for module, rows in _imports().items():
         deps = {}
-        for line, names, in_function in rows:
-            if in_function and not local:
+        for line, names, in_function, typing_only in rows:
+            if (in_function and not local) or (typing_only and not typing):
                 continue
             for name in names:
                 if name in modules and name != module:
@@ -217,22 +258,52 @@ def test_imports_go_down_the_layers():
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
 
 
-def test_no_import_cycle_in_the_package():
-    """Every import counts, inside functions too (not those only for type checking)."""
-    graph = _graph()
-    done: set[str] = set()
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each circle of ``graph``: a set of modules that all reach each other, sorted.
 
-    def visit(module, trail):
-        if module in trail:
-            raise AssertionError(" -> ".join([*trail[trail.index(module) :], module]))
-        if module in done:
-            return
+    Its strongly connected components of more than one module (Tarjan's algorithm).
+    """
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
         for dep in sorted(graph.get(module, ())):
-            visit(dep, [*trail, module])
-        done.add(module)
+            if dep not in index:
+                visit(dep)
+                low[module] = min(low[module], low[dep])
+            elif dep in stack:
+                low[module] = min(low[module], index[dep])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
 
-    for module in graph:
-        visit(module, [])
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_no_import_cycle_in_the_package():
+    """Every import counts: inside functions, for type checking, by a literal name."""
+    graph = _graph()
+    path_of = _modules()
+    report = []
+    for circle in circles(graph):
+        report.append(f"a circle of {len(circle)} modules:")
+        report += [
+            f"  {path_of[m].relative_to(ROOT)}:{line}: {m} imports {dep}"
+            for m in circle
+            for dep, line in sorted(graph[m].items())
+            if dep in circle
+        ]
+    assert not report, "\n".join(report)
 
 
 @cache
@@ -277,7 +348,7 @@ def _lazy_names(node: ast.Import | ast.ImportFrom) -> bool:
 
 def _loads_lazy(module: str) -> bool:
     """Whether importing ``module`` of the package loads a :data:`LAZY` library."""
-    top = _graph(local=False)
+    top = _graph(local=False, typing=False)
     seen, todo = set(), [module]  # a walk, not a recursion: it ends on a cycle too
     while todo:
         name = todo.pop()
@@ -295,7 +366,7 @@ def other_local_imports() -> list[str]:
     modules = _modules()
     found = []
     for module, rows in _imports().items():
-        for line, names, in_function in rows:
+        for line, names, in_function, _ in rows:
             if not in_function:
                 continue
             ours = [n for n in names if n in modules]
@@ -310,7 +381,7 @@ def other_local_imports() -> list[str]:
 
 
 def test_function_level_imports_keep_heavy_libraries_out_and_cannot_grow_unseen():
-    lazy = sum(inside for rows in _imports().values() for _, _, inside in rows)
+    lazy = sum(inside for rows in _imports().values() for _, _, inside, _ in rows)
     other = other_local_imports()
     print(f"function-level imports: {lazy}, of which {len(other)} load no heavy library")
     assert len(other) <= OTHER_LOCAL_IMPORTS, (
@@ -323,7 +394,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(monkeypatch):
     """The layer check sees a low module importing a high one; the cycle check a loop."""
     graph = {m: dict(d) for m, d in _graph().items()}
     graph["distrain.errors"]["distrain.cli"] = 1
-    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda local=True: graph)
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda local=True, typing=True: graph)
     try:
         test_imports_go_down_the_layers()
     except AssertionError as err:
@@ -336,6 +407,29 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(monkeypatch):
         assert "distrain.errors" in str(err)
     else:
         raise AssertionError("the cycle went unseen")
+
+
+def test_every_kind_of_import_is_counted():
+    """Imports for type checking and by a literal name tie modules as much as the others."""
+    source = (
+        "import importlib\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from distrain.train.tasks import Task\n"
+        "def spec(name):\n"
+        "    return importlib.import_module('distrain.train.usermodel').spec(name)\n"
+        "def plugin(package):\n"
+        "    return importlib.import_module(f'distrain.datasets.{package}')\n"
+    )
+    rows = {
+        names[0]: (inside, typing) for _, names, inside, typing in module_imports(ast.parse(source))
+    }
+    assert rows == {
+        "importlib": (False, False),
+        "typing": (False, False),
+        "distrain.train.tasks": (False, True),
+        "distrain.train.usermodel": (True, False),
+    }
 
 
 MAX_LINES = 700

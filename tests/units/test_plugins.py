@@ -7,6 +7,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from distrain import datasets, plugins
+from distrain.train.models import find_model
 from distrain.train.tasks import CLASSIFICATION
 
 SPEC = datasets.ModelSpec(lambda info, seed: None, CLASSIFICATION, summary="probe")
@@ -50,7 +51,7 @@ def test_a_plugins_data_set_and_model_join_the_registry(entry_points):
     assert datasets.names()[-1] == "probe-set"
     assert isinstance(datasets.get("probe-set"), ProbeSet)
     assert datasets.get("tfrecord").model("probe-model") is SPEC
-    assert datasets.find_model("probe-model") is SPEC
+    assert find_model("probe-model") is SPEC
     assert plugins.origin(plugins.MODELS, "probe-model") == f"{__name__}:PROBE_MODEL"
     assert plugins.origin(plugins.DATASETS, "mnist") == plugins.BUILT_IN
 

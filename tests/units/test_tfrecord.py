@@ -26,6 +26,7 @@ from distrain.preprocess.records import (
     float_feature,
     int64_feature,
 )
+from distrain.train.models import load_info
 
 PLUGIN = datasets.get("tfrecord")
 
@@ -173,7 +174,7 @@ def test_the_parser_gives_a_dict_of_the_features_by_name_and_the_label(tmp_path)
     write_frames(raw / "train-0.tfrecord", records)
     write_frames(raw / "test-0.tfrecord", records[:8])
     PLUGIN.preprocess(str(raw), str(tmp_path / "out"), 0.2, 0, list(BEAM_ARGS))
-    info = datasets.load_info(tmp_path / "out")
+    info = load_info(tmp_path / "out")
     assert info.class_names == ["a", "b", "c", "d"] and info.splits["test"] == 8
     features, labels = next(iter(make_dataset(info, "test", 4)))
     assert sorted(features) == ["bucket", "tag", "x"]

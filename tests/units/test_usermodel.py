@@ -15,6 +15,7 @@ from distrain.steps import StepError, check_parameters, check_user_model
 from distrain.train import usermodel
 from distrain.train.config import ConfigError, TrainConfig
 from distrain.train.inputs import DataError, Feature, FeatureSpec
+from distrain.train.models import find_model, load_info, model_spec
 from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
 from distrain.train.usermodel import ModelReference, UserModelError
 from tests.conftest import ROOT
@@ -42,7 +43,7 @@ def test_references_name_a_file_or_a_module_a_function_and_a_task(text, where, f
 @pytest.mark.parametrize("name", ["mlp", "fc-x2", "cnn-seed", "vgg11"])
 def test_built_in_model_names_are_not_references(name):
     assert not datasets.is_user_model(name)
-    assert datasets.find_model(name).summary  # still found as before
+    assert find_model(name).summary  # still found as before
 
 
 def test_an_unknown_task_is_refused_naming_the_tasks():
@@ -55,9 +56,8 @@ def test_a_reference_is_a_valid_model_setting_and_takes_its_tasks_view():
     assert cfg.model == "m.py:build"
     with pytest.raises(ConfigError, match="unknown model 'resnet'"):
         TrainConfig(data_dir="-", output_dir="-", model="resnet")
-    mnist = datasets.get("mnist")
-    assert mnist.model("m.py:build").task is CLASSIFICATION
-    autoencoder = mnist.model("m.py:build@reconstruction")
+    assert model_spec("mnist", "m.py:build").task is CLASSIFICATION
+    autoencoder = model_spec("mnist", "m.py:build@reconstruction")
     # It reads the records as the data set's own autoencoder does.
     assert autoencoder.task is RECONSTRUCTION and autoencoder.view == "reconstruction"
 
@@ -81,7 +81,7 @@ def test_feature_spec_reads_the_features_json_form_and_leaves_the_label_out():
 
 
 def test_the_user_model_gets_the_data_sets_feature_spec(mnist_examples):
-    info = datasets.load_info(mnist_examples, "m.py:build")
+    info = load_info(mnist_examples, "m.py:build")
     assert info.features == {"image": Feature("float32", (28, 28))}
     assert (info.label, info.num_classes, info.feature_spec.as_dict) == ("label", 10, False)
 
@@ -91,7 +91,7 @@ def test_the_example_builds_on_mnist_and_on_a_dict_of_features(mnist_examples):
 
     import numpy as np
 
-    info = datasets.load_info(mnist_examples, f"{EXAMPLE}:build")
+    info = load_info(mnist_examples, f"{EXAMPLE}:build")
     for function in ("build", "cnn"):
         model = usermodel.build(ModelReference.parse(f"{EXAMPLE}:{function}"), info, 0)
         assert model(np.zeros((2, 28, 28), "float32")).shape == (2, 10)
@@ -420,7 +420,7 @@ def test_a_split_mode_refuses_a_layer_it_cannot_split_before_any_process(
 def test_a_chain_of_layers_is_cut_into_stages_whatever_its_form(mnist_examples):
     from distrain.train.modes.pipeline import chain_breaker
 
-    info = datasets.load_info(mnist_examples, f"{EXAMPLE}:build")
+    info = load_info(mnist_examples, f"{EXAMPLE}:build")
     for function in ("build", "cnn"):  # functional models of one chain
         model = usermodel.build(ModelReference.parse(f"{EXAMPLE}:{function}"), info, 0)
         assert chain_breaker(model) == ""

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from distrain import plugins
 from distrain.errors import ConfigError
-from distrain.train.launch import ONE_PROCESS, Engine, Process
+from distrain.train.engine import ONE_PROCESS, Engine, Process
 
 # The modules of the built-in modes, in the order the comparison lists them.
 BUILT_IN = (
@@ -142,7 +142,7 @@ class Mode:
     #: models (:mod:`distrain.lm`) then train on contiguous streams, one per batch row.
     #: Modes that do not carry it train them on shuffled windows from a zero state.
     carries_state: ClassVar[bool] = False
-    #: How the run's processes start and exchange (:class:`distrain.train.launch.Engine`).
+    #: How the run's processes start and exchange (:class:`distrain.train.engine.Engine`).
     engine: ClassVar[Engine] = ONE_PROCESS
 
     def __init__(self, spec):

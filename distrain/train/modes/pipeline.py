@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
-from distrain.datasets import find_model
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
+from distrain.train.models import find_model
 from distrain.train.modes import Mode, register
 from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
 from distrain.train.replica import Group

@@ -6,7 +6,7 @@ import time
 
 from distrain.train import nonfinite
 from distrain.train.driver import EpochDriver
-from distrain.train.launch import ONE_PROCESS
+from distrain.train.engine import ONE_PROCESS
 from distrain.train.modes import Mode, register
 from distrain.train.replica import Replica
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from distrain.datasets import model_spec
 from distrain.train.config import TrainConfig
+from distrain.train.models import model_spec
 from distrain.train.ps.roles import Role
 from distrain.train.ps.transport import arrived, by_server, moved_as_one
 

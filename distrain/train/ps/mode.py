@@ -12,12 +12,12 @@ import os
 import sys
 import traceback
 
-from distrain.datasets import load_info
 from distrain.errors import ConfigError
 from distrain.failures import Failure
 from distrain.k8s.objects import ps_objects
 from distrain.train.driver import EpochDriver
-from distrain.train.launch import Engine, Process, server_command, worker_command
+from distrain.train.engine import Engine, Process, server_command, worker_command
+from distrain.train.models import load_info
 from distrain.train.modes import Mode
 from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefEngine
 from distrain.train.ps.roles import Role, cluster_spec, tf_config

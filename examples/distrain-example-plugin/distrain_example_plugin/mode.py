@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
-from distrain.train.launch import ONE_PROCESS
+from distrain.train.engine import ONE_PROCESS
 from distrain.train.modes import Mode
 from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import Replica
