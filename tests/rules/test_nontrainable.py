@@ -11,6 +11,7 @@ mean and variance on the parameter servers after a step is known (docs/modes.md,
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from distrain.train.config import TrainConfig
 from distrain.train.launch import free_ports
@@ -28,6 +29,19 @@ import tf_keras as keras
 def build(info, seed):
     inputs = keras.Input((2, 2))
     x = keras.layers.Flatten()(inputs)
+    x = keras.layers.BatchNormalization(momentum={MOMENTUM}, name="bn")(x)
+    return keras.Model(inputs, keras.layers.Dense(info.num_classes)(x))
+"""
+
+# A perceptron over MNIST's images with batch norm after its hidden layer.
+MNIST_MODEL = f"""
+import tf_keras as keras
+
+
+def build(info, seed):
+    inputs = info.feature_spec.keras_inputs(keras)
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Dense(16, activation="relu")(x)
     x = keras.layers.BatchNormalization(momentum={MOMENTUM}, name="bn")(x)
     return keras.Model(inputs, keras.layers.Dense(info.num_classes)(x))
 """
@@ -193,3 +207,93 @@ def test_easgd_pulls_the_centres_statistics_toward_the_copies_at_each_exchange(t
     other = moved(*moved(*START, batch(2)), batch(3))
     centre = tuple(s + alpha * (x - s) for s, x in zip(centre, other, strict=True))
     close(c.statistics(), centre)
+
+
+_SYNC = """
+import json, sys
+from types import SimpleNamespace
+import distrain  # noqa: F401
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from distrain.train.config import TrainConfig
+from distrain.train.horovod import start_horovod
+from distrain.train.modes.single import share_state
+from distrain.train.modes.sync import SyncSteps
+from distrain.train.replica import Group, Replica
+from distrain.train.runtime import configure_tensorflow
+
+cfg = TrainConfig.from_json(open(sys.argv[2]).read())
+configure_tensorflow(cfg)
+hvd, _ = start_horovod(False)
+r = hvd.rank()
+group = Group(r, hvd.size(), hvd)
+out = {"rank": r}
+
+# Known values: each rank's BN layer steps on its own batch, then the rule.
+bn = keras.layers.BatchNormalization(momentum=%(momentum)s)
+x = np.arange(8, dtype=np.float32).reshape(4, 2) * (r + 1) + r
+bn(x, training=True)
+out["own"] = [bn.moving_mean.numpy().tolist(), bn.moving_variance.numpy().tolist()]
+model = keras.Sequential([keras.Input((2,)), bn])
+share_state(SimpleNamespace(group=group, tf=tf, model=model))
+out["shared"] = [bn.moving_mean.numpy().tolist(), bn.moving_variance.numpy().tolist()]
+
+# The mode's steps: each rank on its shard, rank 0's statistics every rank's at the end.
+replica = Replica(cfg, group)
+steps = SyncSteps(replica)
+steps.start()
+steps.run(0, 0, 4)
+layer = replica.model.get_layer("bn")
+out["run"] = [layer.moving_mean.numpy().tolist(), layer.moving_variance.numpy().tolist()]
+open(f"{sys.argv[1]}/result-{r}.json", "w").write(json.dumps(out))
+"""
+
+
+@pytest.mark.horovod
+def test_sync_ranks_take_rank_0s_moving_statistics_at_each_segment_end(mnist_examples, tmp_path):
+    from tests.rules.ranks import run_on_ranks
+
+    path = tmp_path / "bn_model.py"
+    path.write_text(MNIST_MODEL)
+    cfg = TrainConfig(
+        data_dir=str(mnist_examples),
+        output_dir=str(tmp_path / "out"),
+        run="sync:2",
+        model=f"{path}:build",
+    )
+    config = cfg.save(tmp_path / "config.json")
+    results = run_on_ranks(tmp_path, _SYNC % {"momentum": MOMENTUM}, str(config))
+    x0 = np.arange(8, dtype=np.float32).reshape(4, 2)
+    rank0 = moved(np.zeros(2), np.ones(2), x0)
+    for result in results:
+        close(result["shared"], rank0)  # rank 0's own, exactly, on every rank
+    assert results[1]["own"] != results[0]["own"]  # the ranks' own differed before
+    run0, run1 = results[0]["run"], results[1]["run"]
+    assert run0 == run1  # the same statistics on both ranks after the segment
+    assert run0[0] != [0.0] * len(run0[0]) and run0[1] != [1.0] * len(run0[1])  # and moved
+
+
+def test_pipeline_refuses_batch_norm_naming_the_layer_and_tensor_and_hybrid_take_it(
+    mnist_examples, tmp_path
+):
+    from distrain.failures import Failure
+    from distrain.steps import check_user_model
+    from distrain.train.config import ConfigError
+
+    path = tmp_path / "bn_model.py"
+    path.write_text(MNIST_MODEL)
+
+    def cfg(run):
+        out = str(tmp_path / "o")
+        return TrainConfig(
+            data_dir=str(mnist_examples), output_dir=out, run=run, model=f"{path}:build"
+        )
+
+    with pytest.raises(ConfigError) as err:
+        check_user_model(cfg("pipeline:2"))
+    line = str(err.value)
+    assert "layer bn (BatchNormalization) of model" in line and "micro-batches" in line
+    assert "\n" not in line and Failure.of("train", err.value).exit_code == 2
+    for run in ("tensor:2", "hybrid:2:2"):
+        check_user_model(cfg(run))  # taken: no refusal
