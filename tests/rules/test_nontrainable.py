@@ -274,6 +274,7 @@ def test_sync_ranks_take_rank_0s_moving_statistics_at_each_segment_end(mnist_exa
     assert run0[0] != [0.0] * len(run0[0]) and run0[1] != [1.0] * len(run0[1])  # and moved
 
 
+@pytest.mark.case("usermodel/batch-norm-pipeline")
 def test_pipeline_refuses_batch_norm_naming_the_layer_and_tensor_and_hybrid_take_it(
     mnist_examples, tmp_path
 ):
