@@ -46,6 +46,7 @@ CASES: list[tuple[str, str]] = [
     ("params/data-dir", "Parameters: missing data directory refused before any work"),
     ("usermodel/exit", "User model: sys.exit/os._exit in its code exits 2, naming file:line"),
     ("usermodel/error-permanent", "User model: an error through its code is permanent, named"),
+    ("usermodel/batch-norm-pipeline", "User model: batch norm refused by pipeline, layer named"),
     ("train/no-result", "A process or step that exited 0 with no result fails, named"),
     ("train/checkpoints", "Training: chief checkpoints every k steps, atomically"),
     ("train/kill-resume", "Training: whole run killed mid-epoch resumes, same total steps"),

@@ -21,6 +21,11 @@ class AsyncRule(PushRule):
     A refusal's increment, given back a moment later, can make a concurrent step near the
     limit be refused too (it goes again after the chief raises the limit): the count of
     granted updates never passes the limit, so checkpoints stay exact.
+
+    Non-trainable state (batch norm's moving statistics) lives on the parameter servers
+    with the weights: a granted step adds its forward pass's change to it with its
+    gradient's update, computed, like the gradient, on the values the step read; a step
+    refused at the limit changes nothing (it is computed again).
     """
 
     def push(self, g: PSGraph, grads, read_version, record):
@@ -31,7 +36,9 @@ class AsyncRule(PushRule):
 
         def apply():
             update = g.optimizer.apply_gradients(zip(grads, g.variables, strict=True))
-            with tf.control_dependencies([update]):
+            # [async] the step's forward pass moves batch norm's statistics with its update
+            moved = g.apply_forward_state()
+            with tf.control_dependencies([update, *moved]):
                 return g.count_applied()
 
         def give_back():

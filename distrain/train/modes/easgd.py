@@ -24,6 +24,11 @@ class EASGDRule(PushRule):
     lock, as the seed's parameter exchanger: concurrent exchanges add their differences.
     The centre is the model the chief evaluates, checkpoints and saves.
 
+    Non-trainable state (batch norm's moving statistics) is part of each copy: a
+    worker's step moves its copy's, and every exchange pulls them and the centre's
+    together by the same elastic difference as the weights, so the centre's statistics
+    are the elastic average of the copies'.
+
     A step is counted (and refused at the chief's limit) as async's is: an epoch is a
     pass's worth of steps over all workers.
 
@@ -81,6 +86,8 @@ class EASGDRule(PushRule):
         update = self.optimizer.apply_gradients(
             zip(grads, self.model.trainable_variables, strict=True)
         )
+        # [easgd] the forward pass's writes to the copy's own statistics run with its step
+        update = tf.group(update, *[u.op for u in g.forward])
         with tf.control_dependencies([update]):
             # The period: steps, or (adaptive) the summed loss.
             grown = self.since.read_value() + (1.0 if self.tau else g.step_loss)

@@ -52,6 +52,35 @@ def check_chain(cfg, model) -> None:
         )
 
 
+def batch_statistics_layer(model) -> str:
+    """The first layer that normalises by its batch's statistics ('' when there is none).
+
+    A ``BatchNormalization`` (or a subclass) in a stage sees micro-batches: it would
+    normalise each by the micro-batch's mean and variance and move its moving statistics
+    once per micro-batch, so a step would not be the unsplit model's step on the batch.
+    """
+    import tf_keras as keras
+
+    for layer in model.submodules:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            return f"{layer.name} ({type(layer).__name__})"
+    return ""
+
+
+def check_batch_statistics(cfg, model) -> None:
+    """Refuses a model with a batch-normalising layer, naming it.
+
+    Raises:
+        ConfigError: One line naming the layer.
+    """
+    layer = batch_statistics_layer(model)
+    if layer:
+        raise ConfigError(
+            f"{cfg.run.name}: layer {layer} of model {cfg.model!r} normalises by its batch's "
+            "statistics, which pipeline's micro-batches would change; use tensor or hybrid for it"
+        )
+
+
 class PipelineReplica(SplitReplica):
     """[pipeline] This rank's stage: consecutive layers of the model, and GPipe's schedule.
 
@@ -274,6 +303,7 @@ class Pipeline(Mode):
 
     def check_model(self, cfg, model) -> None:
         check_chain(cfg, model)
+        check_batch_statistics(cfg, model)  # [pipeline] micro-batches are not the batch
 
     def check_config(self, cfg) -> None:
         micro = self.spec.option("micro")

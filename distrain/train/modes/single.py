@@ -14,6 +14,28 @@ from distrain.train.replica import Replica
 STEPS_PER_CALL = 16
 
 
+def share_state(replica) -> None:
+    """[sync] [hybrid] Every rank of the data-parallel group takes its rank 0's non-trainable state.
+
+    Each rank's forward passes move its own copy of batch norm's moving statistics on its
+    own shard, as Horovod leaves them (its examples save rank 0's model; its
+    ``SyncBatchNormalization`` is a layer of the user's choosing). At the end of each
+    segment, before the driver evaluates, checkpoints or saves, rank 0's are made every
+    rank's: the ranks' validation shares score one model, the one saved. Sent as a sum
+    of rank 0's values and zeros, exact.
+    """
+    group = replica.group
+    tf = replica.tf
+    variables = [v for v in replica.model.non_trainable_variables if v.dtype.is_numeric]
+    if group.hvd is None or group.size < 2 or not variables:
+        return
+    hvd = group.hvd
+    keep = 1 if group.rank == 0 else 0
+    for v in variables:
+        kept = v * tf.cast(keep, v.dtype)
+        v.assign(hvd.allreduce(kept, op=hvd.Sum, **group.collectives))
+
+
 class LocalSteps:
     """The epoch driver's engine for one process: steps on this process's shard.
 

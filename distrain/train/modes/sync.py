@@ -7,7 +7,7 @@ from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
 from distrain.train.modes import Mode, register
 from distrain.train.modes.elastic import ElasticSync
-from distrain.train.modes.single import LocalSteps
+from distrain.train.modes.single import LocalSteps, share_state
 from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
@@ -38,6 +38,11 @@ class SyncSteps(LocalSteps):
             [*r.model.variables, *r.optimizer.variables, r.version, r.epoch_var], root_rank=0
         )
         super().start()
+
+    def run(self, epoch: int, position: int, stop: int):
+        out = super().run(epoch, position, stop)
+        share_state(self.replica)  # [sync] rank 0's moving statistics are every rank's
+        return out
 
     def history(self) -> dict:
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from distrain.train.config import ConfigError
 from distrain.train.modes import register
+from distrain.train.ps import state
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
 from distrain.train.ps.rules import PushRule
@@ -23,6 +24,11 @@ class SyncReplicasRule(PushRule):
     (lazy Adam) one on the rows some gradient touched, as when a single worker's sparse
     gradient is applied, so every mode follows the same rule. All of it runs inside the
     lock, so no gradient can land between the mean and the version's advance.
+
+    Non-trainable state (batch norm's moving statistics) follows the gradients: each
+    accepted step's change is accumulated, and the update adds their mean, so one update
+    moves the statistics once, by the mean of its ``aggregate`` steps' changes; a stale
+    step's change is dropped with its gradient.
 
     Args:
         aggregate: Gradients averaged into one update.
@@ -44,6 +50,13 @@ class SyncReplicasRule(PushRule):
                 self.touched.append(
                     tf.Variable(tf.zeros(rows, tf.int32), trainable=False, name="grad_rows")
                 )
+        # [syncreplicas] the non-trainable state's changes, accumulated as the gradients
+        self.state_sums = {}
+        for var in g.model.non_trainable_variables:
+            with tf.compat.v1.device(var.device):
+                self.state_sums[var.ref()] = tf.Variable(
+                    tf.zeros(var.shape, var.dtype), trainable=False, name="state_sum"
+                )
         with tf.compat.v1.device("/job:ps/task:0"):
             self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="grad_count")
             # One token per gradient that waits in the accumulators for the update it
@@ -51,7 +64,7 @@ class SyncReplicasRule(PushRule):
             self.tokens = tf.queue.FIFOQueue(
                 2**30, [tf.int64], shapes=[[]], shared_name="distrain_tokens", name="tokens"
             )
-        return [*self.sums, *self.touched, self.count]
+        return [*self.sums, *self.touched, *self.state_sums.values(), self.count]
 
     def waiter(self, g: PSGraph):
         with g.tf.compat.v1.device("/job:ps/task:0"):
@@ -77,6 +90,11 @@ class SyncReplicasRule(PushRule):
                         adds.append(touched.scatter_max(tf.IndexedSlices(mark, grad.indices)))
                     else:
                         adds.append(total.assign_add(grad * weight))
+            moved = state.changes(g.forward)  # [syncreplicas] dropped with a stale gradient
+            for var, change in moved:
+                total = self.state_sums[var.ref()]
+                with tf.compat.v1.device(total.device):
+                    adds.append(total.assign_add(change * tf.cast(accept, change.dtype)))
             count = self.count.read_value() + tf.cast(accept, tf.int64)
 
             def mean_of(total, touched, is_sparse):
@@ -91,8 +109,15 @@ class SyncReplicasRule(PushRule):
                     mean_of(*args) for args in zip(self.sums, self.touched, sparse, strict=True)
                 ]
                 update = g.optimizer.apply_gradients(zip(mean, g.variables, strict=True))
+                # [syncreplicas] the state moves by the mean of the aggregated steps' changes
+                sums = [(var, self.state_sums[var.ref()]) for var, _ in moved]
+                for var, total in sums:
+                    with tf.compat.v1.device(var.device):
+                        share = tf.cast(total.read_value() / agg, var.dtype)
+                        update = tf.group(update, var.assign_add(share))
                 with tf.control_dependencies([update]):
                     zero = [total.assign(tf.zeros_like(total)) for total in self.sums]
+                    zero += [total.assign(tf.zeros_like(total)) for _, total in sums]
                     zero += [
                         touched.assign(tf.zeros_like(touched))
                         for touched, is_sparse in zip(self.touched, sparse, strict=True)

@@ -10,7 +10,7 @@ from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
 from distrain.train.models import build_model
 from distrain.train.modes import Mode, register
-from distrain.train.modes.single import LocalSteps
+from distrain.train.modes.single import LocalSteps, share_state
 from distrain.train.replica import Group, Replica
 
 
@@ -105,6 +105,13 @@ class SplitSteps(LocalSteps):
     def dataset(self):
         r = self.replica
         return r.train_shard(self.cfg.seed + r.group.rank)  # [tensor] same for the group
+
+    def run(self, epoch: int, position: int, stop: int):
+        out = super().run(epoch, position, stop)
+        # [hybrid] data group 0's moving statistics are every group's ([tensor]: one group,
+        # whose ranks normalise the same activations: theirs are equal already)
+        share_state(self.replica)
+        return out
 
     def finish(self) -> None:
         import numpy as np

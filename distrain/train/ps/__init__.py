@@ -34,6 +34,8 @@ Its modules, one concern each (each imports only those listed before it):
   local cluster's addresses, and its TensorFlow server.
 * :mod:`~distrain.train.ps.transport`: how gradients and parameters travel between
   processes (packed one tensor per server).
+* :mod:`~distrain.train.ps.state`: the writes of a step's forward pass to non-trainable
+  variables (batch norm's moving statistics), applied by the rules with the gradient.
 * :mod:`~distrain.train.ps.graph`: the shared graph: variables, counters, the lock.
 * :mod:`~distrain.train.ps.rules`: :class:`~distrain.train.ps.rules.PushRule`, what a
   step does with its gradient (each mode's rule is in its module).

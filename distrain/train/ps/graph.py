@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from distrain.train.config import TrainConfig
 from distrain.train.models import model_spec
+from distrain.train.ps import state
 from distrain.train.ps.roles import Role
 from distrain.train.ps.transport import arrived, by_server, moved_as_one
 
@@ -100,6 +101,19 @@ class PSGraph:
             self.state = [*self.model.variables, *self.optimizer.variables]
         # A worker's step's mean loss per label (set by the worker before its push).
         self.step_loss = None
+        # The writes of the worker's forward pass to the model's non-trainable variables
+        # (batch norm's moving statistics; set by the worker before its push,
+        # :mod:`distrain.train.ps.state`): the shared model's staged to the parameter
+        # servers, an easgd worker's to its own copy.
+        self.forward: list = []
+
+    def apply_forward_state(self) -> list:
+        """Ops moving the shared non-trainable state by the step's forward pass.
+
+        [ps] A rule builds them where it applies the step's gradient: the state moves
+        with the update, and not for a step refused at the limit or dropped as stale.
+        """
+        return state.apply(self.forward)
 
     def push(self, grads, read_version, record):
         """The mode's push of ``grads`` (:meth:`PushRule.push`), its conds built inline.

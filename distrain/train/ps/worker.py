@@ -7,6 +7,7 @@ import time
 from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.inputs import make_dataset
 from distrain.train.nonfinite import LossWatch, NonFiniteLoss, is_finite
+from distrain.train.ps import state
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mirror import Mirror
 from distrain.train.ps.roles import Role, start_server
@@ -18,26 +19,38 @@ WAIT_SECONDS = 0.005
 
 
 class Worker:
-    """A worker's loop: its own steps against the parameter servers, until the chief stops it."""
+    """A worker's loop: its own steps against the parameter servers, until the chief stops it.
 
-    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
+    Args:
+        cfg: The run's configuration.
+        info: The data set.
+        role: This worker's role.
+        rule: The mode's rule.
+        inputs: Builds ``(x, y)`` in the worker's graph instead of its training split
+            (the exact tests feed known batches); None: the split.
+    """
+
+    def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule, inputs=None):
         import tensorflow as tf
 
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
         with g.graph.as_default(), tf.compat.v1.device(f"/job:worker/task:{role.index}"):
-            # [ps] every worker reads the whole split in its own order; an epoch is a number
-            # of updates in total, made by whichever workers are there.
-            ds = make_dataset(
-                info,
-                "train",
-                cfg.batch_size,
-                shuffle=True,
-                seed=cfg.seed + 1009 * (role.index + 1),
-                repeat=True,
-                drop_remainder=True,
-            )
-            x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+            if inputs is not None:
+                x, y = inputs()
+            else:
+                # [ps] every worker reads the whole split in its own order; an epoch is a
+                # number of updates in total, made by whichever workers are there.
+                ds = make_dataset(
+                    info,
+                    "train",
+                    cfg.batch_size,
+                    shuffle=True,
+                    seed=cfg.seed + 1009 * (role.index + 1),
+                    repeat=True,
+                    drop_remainder=True,
+                )
+                x, y = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
             with tf.compat.v1.device("/job:ps/task:0"):
                 one = tf.IndexedSlices(tf.ones([1], tf.int64), [role.index])
                 begin = g.begun.scatter_add(one)  # beside the step, not before it
@@ -46,8 +59,12 @@ class Worker:
             shared = variables is g.variables
             stream = g.spec.stream  # a language model's clipping, as in every mode
             clip = stream.clip_norm if stream else 0.0
+            built = len(g.graph.get_operations())
             with tf.control_dependencies([read]):  # [ps] parameters read after the version
                 loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
+            # [ps] the forward pass's writes to batch norm's moving statistics (and any
+            # non-trainable variable): nothing in a graph runs them; the rule applies them.
+            forward = state.forward_updates(g.graph, model.non_trainable_variables, built)
             self.mirror = None
             if shared and Mirror.fits(model, grads):
                 # [ps] the step differentiates a copy, filled by one read per server (the
@@ -57,8 +74,12 @@ class Worker:
                 with tf.control_dependencies([self.mirror.refresh]):
                     loss_sum, correct, grads = batch_gradients(model, variables, x, y, g.task, clip)
             g.step_loss = loss_sum / tf.cast(tf.size(y), tf.float32)  # per label, for the rule
+            g.forward = forward
             if shared:
-                grads = g.staged(grads)  # [ps] onto the parameter servers before the push
+                # [ps] onto the parameter servers before the push, the state's changes first
+                g.forward = state.staged(forward)
+                with tf.control_dependencies([u.value for u in g.forward]):
+                    grads = g.staged(grads)
 
             def record(update, counted, recorded, delay):
                 return g.record(role.index, update, counted, recorded, delay, loss_sum, correct)
