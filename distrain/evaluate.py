@@ -1,14 +1,18 @@
-"""Classification metrics in plain numpy.
+"""Classification and regression metrics in plain numpy.
 
 Accuracy, per-class and macro precision, recall and F1, the confusion matrix, and the
-majority-class baseline.
+majority-class baseline; a regression's mean squared and absolute errors and R², each with
+its 95 % interval over the examples (the normal approximation), and the mean predictor's.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from distrain.verdict import Z95
 
 
 def _validate(y_true, y_pred, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,4 +111,97 @@ def metrics_markdown(metrics: dict, title: str) -> str:
             f"| {row['class']} | {row['precision']:.4f} | {row['recall']:.4f} | "
             f"{row['f1']:.4f} | {row['support']} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def mean_interval(values) -> tuple[float, float] | None:
+    """The 95 % interval of a mean over examples, by the normal approximation.
+
+    ``mean ± 1.96 · s / √n``, ``s`` the values' sample standard deviation; None for
+    fewer than two values.
+    """
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if values.size < 2:
+        return None
+    half = Z95 * float(np.std(values, ddof=1)) / math.sqrt(values.size)
+    centre = float(np.mean(values))
+    return centre - half, centre + half
+
+
+def regression_metrics(y_true, y_pred) -> dict:
+    """Scores predicted values against true ones, each score with its 95 % interval.
+
+    MSE and MAE are means over the examples (:func:`mean_interval`). R² is ``1 - MSE /
+    var``, ``var`` the true values' variance about their own mean; its interval is the delta
+    method's for that ratio, ``R² ± 1.96 · s_d / (var · √n)`` with ``d_i = e_i² - (MSE /
+    var) · (y_i - ȳ)²``. R² is None when the true values are all equal.
+
+    Args:
+        y_true: True values.
+        y_pred: Predicted values, one per true value.
+
+    Returns:
+        ``num_examples, mse, mae, rmse, r2`` and ``mse_interval, mae_interval,
+        r2_interval`` (``[low, high]``, None for one example), ``label_mean, label_std``.
+
+    Raises:
+        ValueError: Lengths differ, nothing to score, or a value is NaN or infinite.
+    """
+    y_true = np.asarray(y_true, dtype=np.float64).ravel()
+    y_pred = np.asarray(y_pred, dtype=np.float64).ravel()
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"y_true has {y_true.size} values but y_pred has {y_pred.size}")
+    if y_true.size == 0:
+        raise ValueError("no examples to score")
+    for name, y in (("y_true", y_true), ("y_pred", y_pred)):
+        bad = int(np.sum(~np.isfinite(y)))
+        if bad:
+            raise ValueError(f"{name}: {bad} of {y.size} values are NaN or infinite")
+    squared = (y_pred - y_true) ** 2
+    absolute = np.abs(y_pred - y_true)
+    centred = (y_true - y_true.mean()) ** 2
+    mse, variance = float(squared.mean()), float(centred.mean())
+    r2 = r2_interval = None
+    if variance > 0:
+        r2 = 1.0 - mse / variance
+        if y_true.size > 1:
+            spread = float(np.std(squared - (mse / variance) * centred, ddof=1))
+            half = Z95 * spread / (variance * math.sqrt(y_true.size))
+            r2_interval = [r2 - half, r2 + half]
+
+    def listed(interval):
+        return list(interval) if interval else None
+
+    return {
+        "num_examples": int(y_true.size),
+        "mse": mse,
+        "mse_interval": listed(mean_interval(squared)),
+        "mae": float(absolute.mean()),
+        "mae_interval": listed(mean_interval(absolute)),
+        "rmse": math.sqrt(mse),
+        "r2": r2,
+        "r2_interval": r2_interval,
+        "label_mean": float(y_true.mean()),
+        "label_std": math.sqrt(variance),
+    }
+
+
+def mean_baseline(train_mean: float, y_true) -> dict:
+    """Metrics of always predicting the training labels' mean (``train_mean`` recorded)."""
+    y_true = np.asarray(y_true, dtype=np.float64)
+    scores = regression_metrics(y_true, np.full(y_true.shape, float(train_mean)))
+    scores["train_label_mean"] = float(train_mean)
+    return scores
+
+
+def regression_markdown(metrics: dict, title: str) -> str:
+    """A Markdown section: the regression scores with their 95 % intervals."""
+    lines = [f"## {title}", "", f"- examples: {metrics['num_examples']}"]
+    for key, label in (("mse", "MSE"), ("mae", "MAE"), ("r2", "R²")):
+        value, interval = metrics.get(key), metrics.get(f"{key}_interval")
+        if value is None:
+            lines.append(f"- {label}: — (the true values are all equal)")
+            continue
+        span = f" (95 % interval {interval[0]:.4f}–{interval[1]:.4f})" if interval else ""
+        lines.append(f"- {label}: {value:.4f}{span}")
     return "\n".join(lines) + "\n"

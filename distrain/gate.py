@@ -4,7 +4,7 @@ A gate is one or more conditions joined by ``,`` or ``and``, each ``[SCOPE.]METR
 
 * ``METRIC``: a numeric column of the comparison (``accuracy``, ``bits_per_char``,
   ``speedup``, ``efficiency``, ``train_seconds``, ``examples_per_second``,
-  ``time_to_target``, ``staleness_mean``, ...);
+  ``time_to_target``, ``staleness_mean``, a regression's ``mse``, ``mae``, ``r2``, ...);
 * ``OP``: ``>=``, ``>``, ``<=``, ``<`` or ``==``;
 * ``SCOPE``: ``all`` (default: every trained run must meet it) or ``best`` (the best run).
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 _CONDITION = re.compile(
-    r"^\s*(?:(?P<scope>all|best)\.)?(?P<metric>[a-z_]+)\s*(?P<op>>=|<=|==|>|<)\s*"
+    r"^\s*(?:(?P<scope>all|best)\.)?(?P<metric>[a-z_][a-z0-9_]*)\s*(?P<op>>=|<=|==|>|<)\s*"
     r"(?P<value>[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$"
 )
 

@@ -424,7 +424,7 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     (accuracy, precision/recall/F1, confusion matrix); language models on ``validation``
     (nats and bits per character, perplexity, next-character accuracy, and a generated
     sample); the encoder-decoder per target character; the autoencoder by reconstruction
-    error on ``test``.
+    error on ``test``; a regression by MSE, MAE and R² with their intervals on ``test``.
 
     Args:
         data_dir: Preprocessed data.
@@ -457,7 +457,7 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
     smoothing, fitted on the training text and scored as the models are
     (:mod:`distrain.lm`: each validation character once); its order is in the row's name.
     The encoder-decoder: the same over the target lines alone. The autoencoder: the
-    training images' mean image.
+    training images' mean image. A regression: the training labels' mean.
 
     Args:
         data_dir: Preprocessed data.

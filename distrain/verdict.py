@@ -89,7 +89,11 @@ class Summary:
     values: list[float | None]
 
 
-def summarize(values: list[float | None], binomial_n: int | None = None) -> Summary:
+def summarize(
+    values: list[float | None],
+    binomial_n: int | None = None,
+    example_intervals: list | None = None,
+) -> Summary:
     """The median and 95 % interval of a number over repeats (None values left out).
 
     Args:
@@ -97,6 +101,10 @@ def summarize(values: list[float | None], binomial_n: int | None = None) -> Summ
         binomial_n: For a proportion (accuracy), the examples it was measured on: the
             interval is then at least the Wilson interval at the median, so that one
             repeat still has one and several never claim less noise than the test set has.
+        example_intervals: For a mean over test examples (a regression's MSE), each
+            repeat's own 95 % interval over its examples: the interval is then at least
+            the median repeat's (the two middle ones' hull for an even count), as an
+            accuracy's is at least the Wilson interval.
     """
     present = [float(v) for v in values if v is not None]
     if not present:
@@ -105,6 +113,14 @@ def summarize(values: list[float | None], binomial_n: int | None = None) -> Summ
     interval = t_interval(present)
     if binomial_n:
         interval = hull(interval, wilson(min(max(centre, 0.0), 1.0), binomial_n))
+    if example_intervals:
+        ranked = sorted(
+            (float(v), tuple(i) if i else None)
+            for v, i in zip(values, example_intervals, strict=True)
+            if v is not None
+        )
+        middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
+        interval = hull(interval, *(i for _, i in middle))
     return Summary(centre, interval, list(values))
 
 
@@ -158,6 +174,7 @@ WORDS = {
     "accuracy": ("test accuracy", "more accurate", "{:.4f}", ""),
     "bits_per_char": ("bits per character", "better (fewer bits per character)", "{:.3f}", ""),
     "reconstruction_mse": ("reconstruction error", "better (lower error)", "{:.4f}", ""),
+    "mse": ("test mean squared error", "better (lower MSE)", "{:.4g}", ""),
 }
 
 

@@ -129,6 +129,7 @@ def _interval_plots(comparison: dict) -> list[tuple[str, str]]:
         ("accuracy", "test accuracy"),
         ("bits_per_char", "bits per character"),
         ("reconstruction_mse", "reconstruction MSE"),
+        ("mse", "test MSE"),
     ):
         shown = [r for r in rows if r.get(key) is not None]
         if not shown:

@@ -13,7 +13,7 @@ import numpy as np
 
 from distrain.train.driver import steady
 from distrain.train.modes import mode_class, mode_names
-from distrain.train.tasks import QUALITY_KEYS, quality_of
+from distrain.train.tasks import QUALITY_KEYS, TASKS, quality_of
 from distrain.verdict import Candidate, decide, summarize
 
 # Rows that are not training runs (a majority class, an n-gram): listed last.
@@ -36,6 +36,10 @@ COLUMNS = [
     # Autoencoders: mean squared error per pixel and the peak signal-to-noise ratio.
     ("reconstruction_mse", "recon MSE", "{:.4f}"),
     ("psnr", "PSNR dB", "{:.1f}"),
+    # Regressions: the test set's mean squared and absolute errors and R².
+    ("mse", "MSE", "{:.4f}"),
+    ("mae", "MAE", "{:.4f}"),
+    ("r2", "R²", "{:.4f}"),
     ("train_seconds", "train s", "{:.1f}"),
     ("epoch_seconds", "s/epoch", "{:.2f}"),
     ("examples_per_second", "examples/s", "{:,.0f}"),
@@ -210,6 +214,9 @@ SUMMARIZED = (
     "bits_per_char",
     "reconstruction_mse",
     "psnr",
+    "mse",
+    "mae",
+    "r2",
     "train_seconds",
     "epoch_seconds",
     "examples_per_second",
@@ -217,6 +224,12 @@ SUMMARIZED = (
     "time_to_target",
     "steps_to_target",
 )
+
+
+# Means over the test examples whose evaluation gives their own 95 % interval
+# (``KEY_interval``, :func:`distrain.evaluate.regression_metrics`): a row's interval is at
+# least that of its median repeat, as an accuracy's is at least its Wilson interval.
+OWN_INTERVAL = ("mse", "mae", "r2")
 
 
 def _seed(report: dict):
@@ -234,6 +247,8 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
         "row_bits_per_char_max": ev.get("row_bits_per_char_max"),
         "reconstruction_mse": ev.get("reconstruction_mse"),
         "psnr": ev.get("psnr"),
+        **{key: ev.get(key) for key in OWN_INTERVAL},
+        "example_intervals": {key: ev.get(f"{key}_interval") for key in OWN_INTERVAL},
         "sample": ev.get("sample"),
         "prompt": ev.get("prompt"),
         "test_examples": ev.get("num_examples"),
@@ -291,11 +306,14 @@ def _summarized(repeats: list[dict]) -> dict:
         # An accuracy is a proportion of the test set: its binomial interval holds even
         # with one repeat, and repeats never claim less noise than the test set has.
         n = row.get("test_examples") if key == "accuracy" else None
-        summary = summarize(values, binomial_n=n)
+        own = [r["example_intervals"][key] for r in repeats] if key in OWN_INTERVAL else None
+        summary = summarize(values, binomial_n=n, example_intervals=own)
         row[key] = summary.median
         row[f"{key}_interval"] = list(summary.interval) if summary.interval else None
         row["repeat_values"][key] = summary.values
-    if row["mode"] != BASELINE:
+    row.pop("example_intervals")
+    task = TASKS.get(row.get("task") or "")
+    if row["mode"] != BASELINE and (task is None or task.accuracy_target):
         reached = sum(r.get("time_to_target") is not None for r in repeats)
         row["target_reached"] = f"{reached}/{len(repeats)}"
         row["reached"] = reached
@@ -313,6 +331,7 @@ def verdict_of(rows: list[dict]) -> dict:
 
     On time to the target where a run reached it in every repeat; otherwise on the quality
     itself (the quality its task declares, and which way is better: :func:`quality_of`).
+    A task without an accuracy target (a regression) is decided on its quality, and says so.
     """
     trained = [r for r in rows if r["mode"] != BASELINE]
     if not trained:
@@ -343,9 +362,16 @@ def verdict_of(rows: list[dict]) -> dict:
         for r in trained
     ]
     verdict = decide(candidates, key, lower_is_better=lower)
-    verdict["reason"] = (
-        "No run reached the target; decided on the quality itself. " + verdict["reason"]
-    )
+    task = TASKS.get(trained[0].get("task") or "")
+    if task is not None and not task.accuracy_target:
+        direction = "lower" if lower else "higher"
+        why = (
+            f"A {task.name} has no accuracy target; decided on test {key.upper()} "
+            f"({direction} is better). "
+        )
+    else:
+        why = "No run reached the target; decided on the quality itself. "
+    verdict["reason"] = why + verdict["reason"]
     return verdict
 
 

@@ -2,7 +2,7 @@
 
 Every mode's step asks the model's task for its per-label losses and hits (the
 "correct" count behind a run's accuracy), so a classifier, a language model, an
-autoencoder and an encoder-decoder train through the same steps; the evaluation and
+autoencoder, an encoder-decoder and a regression train through the same steps; the evaluation and
 baseline steps ask it how to score a trained model and what to compare it with.
 
 A *label* is what one loss term is about: an example's class, a next character, a
@@ -17,7 +17,14 @@ import os
 import numpy as np
 
 from distrain.datasets import texts as read_texts
-from distrain.evaluate import classification_metrics, majority_baseline, metrics_markdown
+from distrain.evaluate import (
+    classification_metrics,
+    majority_baseline,
+    mean_baseline,
+    metrics_markdown,
+    regression_markdown,
+    regression_metrics,
+)
 from distrain.lm import language_model_scores, score_ngrams
 from distrain.train.predict import (
     evaluate_language_model,
@@ -38,6 +45,8 @@ class Task:
         quality: The evaluation key that says how good a model is (what the comparison
             ranks and decides on when no run reached the target).
         lower_is_better: Which way :attr:`quality` is better.
+        accuracy_target: Whether its hits make an accuracy that can reach the comparison's
+            target (time to target); without, the verdict decides on :attr:`quality`.
     """
 
     name = ""
@@ -45,6 +54,7 @@ class Task:
     metrics: tuple[str, ...] = ()
     quality = "accuracy"
     lower_is_better = False
+    accuracy_target = True
     #: Whether validation scores a contiguous text rather than records
     #: (:meth:`distrain.train.replica.Replica.evaluate_text`).
     text_scoring = False
@@ -70,6 +80,17 @@ class Task:
     def evaluate(self, model_path: str | os.PathLike, info, split: str) -> dict:
         """Scores a trained model on a split of ``info``'s records."""
         raise NotImplementedError
+
+    def check_model(self, model, info) -> str:
+        """What is wrong with a user's built model for this task and data ("": nothing)."""
+        return ""
+
+    def first_guess_loss(self, info) -> float:
+        """A label's loss under a guess that knows nothing: ln of the classes (at least 2).
+
+        The scale of the loss, e.g. for the adaptive period of ``easgd``.
+        """
+        return math.log(max(info.num_classes, 2))
 
     def baseline(self, info) -> tuple[dict, dict]:
         """``(run, evaluation)`` of the task's count-based baseline on ``info``'s data."""
@@ -107,6 +128,14 @@ class Classification(Task):
 
     def hits(self, y, outputs):
         return _argmax_hits(y, outputs)
+
+    def check_model(self, model, info):
+        if info.metadata.get("label_dtype") == "float32":
+            return (
+                f"the data set's label {info.metadata.get('label')!r} is float32, a regression "
+                "target, not a class: name the task, FILE.py:FUNCTION@regression"
+            )
+        return ""
 
     def evaluate(self, model_path, info, split):
         y_true, y_pred = predict_split(model_path, info, split)
@@ -296,11 +325,83 @@ def reconstruction_scores(mse: float, bce: float, pixel_accuracy: float, split: 
     }
 
 
+class Regression(Task):
+    """One float target per example; the model outputs one value (``[batch]`` or ``[batch, 1]``).
+
+    The loss is the squared error; scored on ``test`` by MSE, MAE and R², each with its
+    95 % interval over the examples (:func:`distrain.evaluate.regression_metrics`), against
+    the mean of the training labels. A regression has no hits (its accuracy is 0): the
+    verdict decides on test MSE, lower being better.
+    """
+
+    name = "regression"
+    metrics = ("mse", "mae", "r2")
+    quality = "mse"
+    lower_is_better = True
+    accuracy_target = False
+
+    def losses(self, y, outputs):
+        import tensorflow as tf
+
+        y = tf.cast(y, tf.float32)
+        return tf.square(tf.reshape(tf.cast(outputs, tf.float32), tf.shape(y)) - y)
+
+    def hits(self, y, outputs):
+        import tensorflow as tf
+
+        return tf.zeros(tf.shape(y), tf.float32)
+
+    def first_guess_loss(self, info) -> float:
+        """The training labels' variance: the squared error of predicting their mean (else 1)."""
+        std = ((info.metadata.get("target_summary") or {}).get("train") or {}).get("std")
+        return float(std) ** 2 if std else 1.0
+
+    def check_model(self, model, info):
+        outputs = model.outputs or []
+        if len(outputs) != 1:
+            return f"a regression model has one output, this one has {len(outputs)}"
+        shape = tuple(outputs[0].shape)
+        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[-1] != 1):
+            return (
+                f"a regression model outputs one value per example ([batch] or [batch, 1]), "
+                f"this one {list(shape)}"
+            )
+        return ""
+
+    def evaluate(self, model_path, info, split):
+        y_true, y_pred = [], []
+        for y, outputs in targets_and_outputs(load_model(model_path), info, split):
+            y_true.append(y.reshape(-1))
+            y_pred.append(outputs.reshape(len(y), -1)[:, 0])
+        if not y_true:
+            raise ValueError(f"{info.data_dir}: split {split!r} is empty")
+        evaluation = regression_metrics(np.concatenate(y_true), np.concatenate(y_pred))
+        evaluation["split"] = split
+        return evaluation
+
+    def baseline(self, info):
+        """The training labels' mean, whatever the input: what knowing no feature gives."""
+        train = split_labels(info, "train")
+        if not train.size:
+            raise ValueError(f"{info.data_dir}: split 'train' is empty")
+        evaluation = mean_baseline(
+            float(np.mean(train, dtype=np.float64)), split_labels(info, self.split)
+        )
+        evaluation["split"] = self.split
+        return {"name": "mean", "model": "training label mean"}, evaluation
+
+    def markdown(self, evaluation, title):
+        return regression_markdown(evaluation, title)
+
+
 CLASSIFICATION = Classification()
 NEXT_CHARACTER = NextCharacter()
 TRANSLATION = Translation()
 RECONSTRUCTION = Reconstruction()
-TASKS = {t.name: t for t in (CLASSIFICATION, NEXT_CHARACTER, TRANSLATION, RECONSTRUCTION)}
+REGRESSION = Regression()
+TASKS = {
+    t.name: t for t in (CLASSIFICATION, NEXT_CHARACTER, TRANSLATION, RECONSTRUCTION, REGRESSION)
+}
 # Every task's quality key, in the order of TASKS.
 QUALITY_KEYS = tuple(dict.fromkeys(t.quality for t in TASKS.values()))
 

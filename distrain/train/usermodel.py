@@ -252,7 +252,9 @@ def build(ref: ModelReference, info, seed: int):
 
     Raises:
         UserModelError: Building raised (the user's file and line named), the result is
-            not a tf-keras model, or a classifier's logits are not ``num_classes`` wide.
+            not a tf-keras model, or not one its task takes (:meth:`Task.check_model`: a
+            regression's one value per example), or a classifier's logits are not
+            ``num_classes`` wide.
     """
     import tf_keras
 
@@ -264,6 +266,9 @@ def build(ref: ModelReference, info, seed: int):
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         hint = " (a Keras 3 model: build it with tf_keras)" if "keras" in kind else ""
         raise UserModelError(f"{at}: {ref.function} returned a {kind}, not a tf-keras model{hint}")
+    problem = TASKS[ref.task].check_model(model, info)
+    if problem:
+        raise UserModelError(f"{at}: {ref.function}'s model: {problem}")
     if ref.task == CLASSIFICATION.name and model.outputs:
         if len(model.outputs) != 1:
             raise UserModelError(

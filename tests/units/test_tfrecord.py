@@ -59,8 +59,12 @@ def test_the_spec_is_read_and_its_mistakes_named(tmp_path):
         FeatureSpec.from_dict({**bad, "label": "y"}, "f.json")
     with pytest.raises(SpecError, match="label 'z' is not one of the features"):
         FeatureSpec.from_dict({**SPEC, "label": "z"}, "f.json")
-    with pytest.raises(SpecError, match="label 'x' must be int64 with one value"):
-        FeatureSpec.from_dict({**SPEC, "label": "x"}, "f.json")
+    one_value = r"must be int64 \(a class\) or float32 \(a regression target\) with one value"
+    with pytest.raises(SpecError, match=f"label 'x' {one_value}"):
+        FeatureSpec.from_dict({**SPEC, "label": "x"}, "f.json")  # float32, 8 values
+    text = {"features": {**SPEC["features"], "t": {"dtype": "bytes"}}, "label": "t"}
+    with pytest.raises(SpecError, match=f"label 't' {one_value} .*got bytes"):
+        FeatureSpec.from_dict(text, "f.json")
     with pytest.raises(SpecError, match=r"features.json: not found"):
         FeatureSpec.load(tmp_path)
 

@@ -47,8 +47,11 @@ def test_built_in_model_names_are_not_references(name):
 
 
 def test_an_unknown_task_is_refused_naming_the_tasks():
-    with pytest.raises(UserModelError, match="unknown task 'regression'; expected one of"):
-        ModelReference.parse("m.py:build@regression")
+    with pytest.raises(
+        UserModelError, match="unknown task 'ranking'; expected one of .*regression"
+    ):
+        ModelReference.parse("m.py:build@ranking")
+    assert ModelReference.parse("m.py:build@regression").task == "regression"
 
 
 def test_a_reference_is_a_valid_model_setting_and_takes_its_tasks_view():

@@ -4,7 +4,8 @@ The raw folder holds ``features.json`` (``{"features": {NAME: {"dtype": "float32
 "int64" | "bytes", "shape": [...]}}, "label": NAME}``), ``train-*.tfrecord`` files and
 optionally ``test-*.tfrecord`` files (either gzipped or not). The parser gives a model a
 dict of the non-label features keyed by name (float32, int64 or string tensors of shape
-``[batch, *shape]``) and the label (int32 ``[batch]``).
+``[batch, *shape]``) and the label (int32 ``[batch]``: a class; or float32 ``[batch]`` when
+features.json declares a float32 label, a regression's target).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Tfrecord(DataSet):
         ("tfrecord/wrong-length", "TFRecords: a wrong length or dtype dead-lettered, named"),
         ("tfrecord/no-spec", "TFRecords: a folder without features.json or train files refused"),
         ("tfrecord/framing", "TFRecords: a file that is not whole TFRecords refused, named"),
+        ("tfrecord/float-label", "TFRecords: a NaN or infinite float label dead-lettered, named"),
     )
     summary = "your tf.train.Example TFRecords (gzip or not), described by features.json"
     sample_size = 2000
@@ -95,7 +97,7 @@ class Tfrecord(DataSet):
         """A dict of the non-label features by name (``[batch, *shape]``), and the label.
 
         float32 features stay float32, int64 ones int64, bytes ones strings; the label is
-        int32 ``[batch]``.
+        int32 ``[batch]`` (a class), or float32 ``[batch]`` for a float32 label.
         """
         import tensorflow as tf
 
@@ -105,11 +107,14 @@ class Tfrecord(DataSet):
             name: tf.io.FixedLenFeature(f["shape"], getattr(tf, TF_DTYPES[f["dtype"]]))
             for name, f in features.items()
         }
-        spec[label] = tf.io.FixedLenFeature([], tf.int64)  # checked: one value
+        regression = info.metadata.get("label_dtype") == "float32"
+        # Checked by the job: one value.
+        spec[label] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
+        target_dtype = tf.float32 if regression else tf.int32
 
         def parse(records):
             parsed = tf.io.parse_example(records, spec)
-            target = tf.cast(parsed.pop(label), tf.int32)
+            target = tf.cast(parsed.pop(label), target_dtype)
             return parsed, target
 
         return parse

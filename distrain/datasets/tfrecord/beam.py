@@ -9,8 +9,10 @@ Input: ``RAW/features.json``, ``RAW/train-*.tfrecord`` and optionally ``RAW/test
 them a NaN or infinite float value, naming the feature, and a label at or above
 ``max_label`` without class_names, naming the value) and
 ``OUT/metadata.json`` (counts per split and per input file, the feature spec, the class
-histogram). Validation is held out of the training files by a hash of (file name, record
-number); without test files the same share of them is held out as the test split too.
+histogram; for a float32 label, a regression's target, no classes but the label's count,
+mean and standard deviation per split). Validation is held out of the training files by a
+hash of (file name, record number); without test files the same share of them is held out
+as the test split too.
 File-level problems (no features.json, a file that is not TFRecords) stop the job before
 Beam starts, with an error naming the file; per-record problems go to the dead letters.
 """
@@ -168,7 +170,8 @@ class _CheckBatchFn(beam.DoFn):
         name = Path(path).name
         stats: dict = {"by_file": {name: {"read": len(frames), "rejected": 0}}, "rejected": {}}
         kept: dict[str, list[bytes]] = {split: [] for split in SPLITS}
-        labels: dict[str, dict[str, int]] = {}
+        labels: dict[str, dict] = {}
+        regression = self._spec.label_dtype == "float32"
         for (data, crc_ok), number, split in zip(frames, numbers.tolist(), targets, strict=True):
             label, reason = (-1, "the record's checksum does not match its bytes")
             if crc_ok:
@@ -181,8 +184,12 @@ class _CheckBatchFn(beam.DoFn):
                 continue
             kept[str(split)].append(data)
             counts = labels.setdefault(str(split), {})
-            counts[str(label)] = counts.get(str(label), 0) + 1
-        stats["labels"] = labels
+            if regression:  # a target value: summed, never counted by value
+                for key, add in (("count", 1), ("sum", label), ("sum_squares", label * label)):
+                    counts[key] = counts.get(key, 0) + add
+            else:
+                counts[str(label)] = counts.get(str(label), 0) + 1
+        stats["target_sums" if regression else "labels"] = labels
         for split, records in kept.items():
             if records:
                 yield split, ((name, start), records)
@@ -196,9 +203,10 @@ class CheckExamples(beam.PTransform):
     dict of PCollections: ``train``, ``validation``, ``test`` (batches ``((file, first
     number), [record, ...])``), ``dead_letter`` (``{"file", "record", "reason"}``) and
     ``stats`` (one dict: records read and rejected per file, rejects per reason (a
-    label's reason without its value, :func:`reason_kind`), label counts per split).
-    A record with a NaN or infinite float value, or (without class_names) a label at or
-    above ``max_label``, is a dead letter like any other.
+    label's reason without its value, :func:`reason_kind`), label counts per split, or
+    for a float32 label its count, sum and sum of squares per split). A record with a NaN
+    or infinite float value, or (without class_names) a label at or above ``max_label``,
+    is a dead letter like any other.
     """
 
     def __init__(
@@ -299,14 +307,20 @@ def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, ou
             done = by_file.get(Path(path).name, {"read": 0, "rejected": 0})
             rejected = int(done["rejected"])
             check_accounting(path, count, int(done["read"]) - rejected, rejected)
-    labels = stats.get("labels", {})
-    seen = [int(label) for counts in labels.values() for label in counts]
-    num_classes = len(spec.class_names) or (max(seen) + 1 if seen else 0)
-    histogram = {
-        split: [int(labels.get(split, {}).get(str(c), 0)) for c in range(num_classes)]
-        for split in SPLITS
-    }
-    counts = {split: sum(h) for split, h in histogram.items()}
+    if spec.label_dtype == "float32":
+        target = _target_summary(stats.get("target_sums", {}))
+        counts = {split: target[split]["count"] for split in SPLITS}
+        num_classes, label_info = 0, {"target_summary": target}
+    else:
+        labels = stats.get("labels", {})
+        seen = [int(label) for counts in labels.values() for label in counts]
+        num_classes = len(spec.class_names) or (max(seen) + 1 if seen else 0)
+        histogram = {
+            split: [int(labels.get(split, {}).get(str(c), 0)) for c in range(num_classes)]
+            for split in SPLITS
+        }
+        counts = {split: sum(h) for split, h in histogram.items()}
+        label_info = {"class_histogram": histogram}
     rejected = int(sum(stats.get("rejected", {}).values()))
     total_in = sum(count for items in inputs.values() for _, count in items)
     check_bad_ratio(cfg.input_dir, total_in, rejected, cfg.max_bad_ratio, cfg.output_dir)
@@ -315,7 +329,7 @@ def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, ou
         "num_classes": num_classes,
         "class_names": list(spec.class_names) or [str(c) for c in range(num_classes)],
         "splits": counts,
-        "class_histogram": histogram,
+        **label_info,
         "input_records": {Path(p).name: n for items in inputs.values() for p, n in items},
         "rejected": {"count": rejected, "reasons": stats.get("rejected", {})},
         "files": {s: f"{s}/part-*.tfrecord" for s in SPLITS},
@@ -323,10 +337,23 @@ def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, ou
         "dead_letter": "dead_letter/part-*.jsonl",
         "features": {n: f.to_dict() for n, f in spec.features.items()},
         "label": spec.label,
+        "label_dtype": spec.label_dtype,
         "feature_spec": spec.to_dict(),
         "test_from_train": not inputs["test"],
         "config": asdict(cfg),
     }
+
+
+def _target_summary(sums: dict) -> dict:
+    """A float label's count, mean and standard deviation per split, from the job's sums."""
+    out = {}
+    for split in SPLITS:
+        own = sums.get(split, {})
+        n = int(own.get("count", 0))
+        mean = own.get("sum", 0.0) / n if n else None
+        variance = max(own.get("sum_squares", 0.0) / n - mean * mean, 0.0) if n else None
+        out[split] = {"count": n, "mean": mean, "std": variance**0.5 if n else None}
+    return out
 
 
 def run(argv: list[str] | None = None) -> dict:

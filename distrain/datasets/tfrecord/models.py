@@ -16,8 +16,14 @@ def mlp(info, seed: int, hidden: tuple[int, ...] = (64, 64)):
     of your own, ``--model FILE.py:FUNCTION``, can embed them).
 
     Raises:
-        DataSetError: A feature is bytes.
+        DataSetError: A feature is bytes, or the label is a float (no classes to output).
     """
+    if info.metadata.get("label_dtype") == "float32":
+        raise DataSetError(
+            f"the tfrecord default model (feature-mlp) is a classifier; the label "
+            f"{info.metadata.get('label')!r} is float32, a regression target: give a model "
+            "of your own with one output, --model FILE.py:FUNCTION@regression"
+        )
     keras = keras_module()
     init = keras.initializers.GlorotUniform
     features = info.metadata["features"]

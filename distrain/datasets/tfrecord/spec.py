@@ -27,6 +27,9 @@ SOURCES = ("train", "test")
 SUFFIXES = (".tfrecord", ".tfrecord.gz")
 # features.json's dtypes, the Example list that holds each, and TensorFlow's dtype name.
 KINDS = {"float32": "float_list", "int64": "int64_list", "bytes": "bytes_list"}
+# A label's dtypes: int64 (a class index, for classification) or float32 (a target value,
+# for regression: no classes).
+LABEL_DTYPES = ("int64", "float32")
 GZIP_MAGIC = b"\x1f\x8b"
 # Without class_names, labels must lie below this (the job's ``max_label``, declared
 # there with this default): the class count, the histogram and metadata.json grow with
@@ -64,14 +67,17 @@ class FeatureSpec:
 
     Attributes:
         features: The non-label features, in the file's order.
-        label: The label feature (int64, one value per record: the class index).
+        label: The label feature (one value per record).
         class_names: Optional names of the classes; then labels must lie in
             ``0 .. len(class_names) - 1``.
+        label_dtype: ``int64`` (the class index) or ``float32`` (a regression's target:
+            a finite number, no classes).
     """
 
     features: dict[str, Feature]
     label: str
     class_names: tuple[str, ...] = ()
+    label_dtype: str = "int64"
 
     @classmethod
     def from_dict(cls, raw: object, where: str) -> FeatureSpec:
@@ -101,20 +107,26 @@ class FeatureSpec:
         label = raw.get("label")
         if label not in features:
             raise SpecError(f"{where}: label {label!r} is not one of the features")
-        if features[label].dtype != "int64" or features[label].size != 1:
+        if features[label].dtype not in LABEL_DTYPES or features[label].size != 1:
             raise SpecError(
-                f"{where}: label {label!r} must be int64 with one value (shape [] or [1]), "
-                f"got {features[label].dtype} {list(features[label].shape)}"
+                f"{where}: label {label!r} must be int64 (a class) or float32 (a regression "
+                f"target) with one value (shape [] or [1]), got {features[label].dtype} "
+                f"{list(features[label].shape)}"
             )
         if len(features) < 2:
             raise SpecError(f"{where}: no feature besides the label {label!r}")
         names = raw.get("class_names", [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise SpecError(f"{where}: class_names must be a list of strings")
+        if names and features[label].dtype == "float32":
+            raise SpecError(
+                f"{where}: label {label!r} is float32 (a regression target): no class_names"
+            )
         return cls(
             {n: f for n, f in features.items() if n != label},
             label,
             tuple(names),
+            features[label].dtype,
         )
 
     @classmethod
@@ -138,7 +150,7 @@ class FeatureSpec:
 
     def every_feature(self) -> dict[str, Feature]:
         """The features and the label, as records hold them."""
-        return {**self.features, self.label: Feature(self.label, "int64", ())}
+        return {**self.features, self.label: Feature(self.label, self.label_dtype, ())}
 
     def to_dict(self) -> dict:
         """The spec as features.json writes it (the label among the features)."""
@@ -308,7 +320,9 @@ def _example_class():
     return _EXAMPLE
 
 
-def check_example(record: bytes, spec: FeatureSpec, max_label: int = MAX_LABEL) -> tuple[int, str]:
+def check_example(
+    record: bytes, spec: FeatureSpec, max_label: int = MAX_LABEL
+) -> tuple[int | float, str]:
     """Checks one serialised record against the spec.
 
     Args:
@@ -317,10 +331,11 @@ def check_example(record: bytes, spec: FeatureSpec, max_label: int = MAX_LABEL) 
         max_label: Without ``class_names``, labels must lie in ``0 .. max_label - 1``.
 
     Returns:
-        ``(label, "")`` for a good record, ``(-1, reason)`` for a bad one (a missing
-        feature, a wrong dtype or number of values, a NaN or infinite float value, a
-        label outside the classes, above the int32 range or, without class_names, at or
-        above ``max_label``, bytes that are not an ``Example``).
+        ``(label, "")`` for a good record (an int class, or a float32 label's value),
+        ``(-1, reason)`` for a bad one (a missing feature, a wrong dtype or number of
+        values, a NaN or infinite float value, a label outside the classes, above the
+        int32 range or, without class_names, at or above ``max_label``, a float label that
+        is NaN or infinite, bytes that are not an ``Example``).
     """
     from google.protobuf.message import DecodeError
 
@@ -345,6 +360,11 @@ def check_example(record: bytes, spec: FeatureSpec, max_label: int = MAX_LABEL) 
         if kind == "float_list" and not all(map(math.isfinite, values)):
             index = next(i for i, v in enumerate(values) if not math.isfinite(v))
             return -1, f"feature {name!r}: {values[index]} at index {index} (not finite)"
+    if spec.label_dtype == "float32":
+        value = float(found[spec.label].float_list.value[0])
+        if not math.isfinite(value):
+            return -1, f"label {value}: a regression target must be a finite number"
+        return value, ""
     return _check_label(int(found[spec.label].int64_list.value[0]), spec, max_label)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from distrain.train.config import ConfigError
 from distrain.train.models import build_model
 from distrain.train.modes import register
@@ -62,8 +60,8 @@ class EASGDRule(PushRule):
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
         self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
         if not self.tau and self.threshold is None:
-            # Four steps' worth of a first guess's loss (ln of the classes) at the start.
-            self.threshold = 4 * math.log(max(g.info.num_classes, 2))
+            # Four steps' worth of a first guess's loss at the start (its task's).
+            self.threshold = 4 * g.task.first_guess_loss(g.info)
         self.optimizer = Adam(g.cfg.effective_learning_rate)
         self.optimizer.build(self.model.trainable_variables)
         # Steps, or summed loss, since the last exchange.
@@ -201,7 +199,8 @@ class EASGD(ParameterServerMode):
         "tau": "steps between a worker's exchanges, or adaptive (required)",
         "alpha": "moving rate (default 0.9 / workers)",
         "threshold": "adaptive period: summed training loss between exchanges "
-        "(default 4 ln(classes): about 4 steps at the start, more as the loss falls)",
+        "(default 4 ln(classes), a regression's 4 label variances: about 4 steps at the start, "
+        "more as the loss falls)",
     }
 
     @classmethod
