@@ -19,6 +19,7 @@ from distrain.datasets.tfrecord.spec import FeatureSpec, SpecError, check_exampl
 from distrain.evaluate import mean_baseline, mean_interval, regression_metrics
 from distrain.gate import check_gate
 from distrain.preprocess.records import example, float_feature, int64_feature
+from distrain.train.models import load_info, model_spec
 from distrain.train.tasks import REGRESSION, TASKS, markdown, quality_of
 from distrain.verdict import Z95, summarize
 
@@ -201,7 +202,10 @@ def _float_raw(tmp_path, labels, test_labels=()):
     (raw / "features.json").write_text(json.dumps(spec))
 
     def records(values):
-        return [example({"x": float_feature([v, 1.0]), "y": float_feature([v])}) for v in values]
+        def x(v):  # the feature stays finite: a non-finite label is the case under test
+            return float_feature([v if math.isfinite(v) else 0.0, 1.0])
+
+        return [example({"x": x(v), "y": float_feature([v])}) for v in values]
 
     write_frames(raw / "train-00000-of-00001.tfrecord", records(labels))
     if test_labels:
@@ -244,7 +248,7 @@ def test_the_job_counts_a_float_labels_splits_without_classes_and_the_parser_giv
     assert meta["splits"]["test"] == 3 and sum(meta["splits"].values()) == 43
     summary = meta["target_summary"]
     assert summary["test"] == {"count": 3, "mean": 1.5, "std": pytest.approx(math.sqrt(2 / 3))}
-    info = datasets.load_info(out)
+    info = load_info(out)
     from distrain.train.predict import split_labels
 
     labels = split_labels(info, "test")
@@ -282,9 +286,9 @@ def test_the_default_classifier_refuses_a_float_label_in_one_line(tmp_path):
     raw, _ = _float_raw(tmp_path, [float(v) for v in range(40)])
     out = tmp_path / "out"
     preprocess_tfrecord(TfrecordPreprocessConfig(str(raw), str(out)), BEAM_ARGS)
-    info = datasets.load_info(out)
+    info = load_info(out)
     with pytest.raises(datasets.DataSetError, match="label 'y' is float32, a regression target"):
-        datasets.model_spec("tfrecord", "feature-mlp").build(info, 0)
+        model_spec("tfrecord", "feature-mlp").build(info, 0)
 
 
 def test_a_first_guess_loss_is_the_training_labels_variance(tmp_path):

@@ -357,7 +357,8 @@ def check_example(
                 f"feature {name!r}: {len(values)} values, features.json says {feature.size} "
                 f"(shape {list(feature.shape)})"
             )
-        if kind == "float_list" and not all(map(math.isfinite, values)):
+        checked = kind == "float_list" and name != spec.label  # a float label: below
+        if checked and not all(map(math.isfinite, values)):
             index = next(i for i, v in enumerate(values) if not math.isfinite(v))
             return -1, f"feature {name!r}: {values[index]} at index {index} (not finite)"
     if spec.label_dtype == "float32":
