@@ -162,10 +162,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
     comparison = json.loads((out / "comparison.json").read_text())
+    if (out / "serving").is_dir():  # docs/production.md (before the table the tests read)
+        print(f"\nthe picked run, exported for serving (with its InferenceService): {out}/serving")
     print()
     print(render_text_table(comparison))
-    if (out / "serving").is_dir():  # docs/production.md
-        print(f"\nthe picked run, exported for serving (with its InferenceService): {out}/serving")
     _finished(out, "pipeline", "comparison", "table and plots", start, args.open)
     return 0
 
