@@ -147,16 +147,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         "runs": [str(s) for s in specs],
         "repeats": args.repeats,
         "sample_size": args.sample_size,
+        "serving_dir": str(out / "serving"),  # the export of the picked run, pushed
         **given(args, PIPELINE_FIELDS),  # the others: the pipeline's defaults
     }
     if params.get("model"):  # the user's model imported now, its file's path made absolute
         params["model"] = usermodel.resolve(params["model"])
     if args.target_accuracy is not None:
         params["target_accuracy"] = args.target_accuracy
-    if args.gate:
-        params["gate"] = args.gate
-    if args.plan:
-        params["plan"] = args.plan
+    params.update({key: getattr(args, key) for key in ("gate", "plan") if getattr(args, key)})
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
     start = time.perf_counter()
     task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
@@ -164,6 +162,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
     comparison = json.loads((out / "comparison.json").read_text())
+    if (out / "serving").is_dir():  # docs/production.md (before the table the tests read)
+        print(f"\nthe picked run, exported for serving (with its InferenceService): {out}/serving")
     print()
     print(render_text_table(comparison))
     _finished(out, "pipeline", "comparison", "table and plots", start, args.open)

@@ -74,6 +74,8 @@ CASES: list[tuple[str, str]] = [
     ("k8s/network-policy", "Cluster: no pod reaches a step or run pod; runs reach only DNS"),
     ("k8s/stall", "Cluster: a stopped rank ends the run within the bound, rank and pod named"),
     ("k8s/request-timeouts", "Kubernetes: every API call (and submit's) has a request timeout"),
+    ("serving/refused", "Push: a name or InferenceService KServe refuses, refused before copying"),
+    ("serving/versions", "Push: each push a new version folder, renamed into place whole"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

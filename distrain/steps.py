@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
+
+import yaml
 
 from distrain import datasets
 from distrain.compare import CompareConfig, write_comparison
@@ -19,6 +22,8 @@ from distrain.experiments import ExperimentConfig
 from distrain.experiments.report import build_report, write_report
 from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS, KubernetesConfig
 from distrain.k8s.objects import check_cluster_run
+from distrain.k8s.serving import inference_service, push_version, storage_uri
+from distrain.k8s.validate import ManifestError, validate_object
 from distrain.machine import describe
 from distrain.memory import PeakTreeMemory
 from distrain.plan import Plan
@@ -26,6 +31,7 @@ from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
 from distrain.train import usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
+from distrain.train.export import EXPORT_DIR, export_saved_model, model_metadata, pick_run
 from distrain.train.models import build_model, load_info, model_spec
 from distrain.train.usermodel import relocate
 
@@ -384,10 +390,22 @@ def _train(
         except (ConfigError, TypeError) as err:
             raise StepError(f"kubernetes settings: {err}") from err
         if needs_cluster(cfg):
-            return train_on_cluster(cfg, k)
+            return _exported(cfg, train_on_cluster(cfg, k))
     from distrain.train.launch import run_training
 
-    return run_training(cfg)
+    return _exported(cfg, run_training(cfg))
+
+
+def _exported(cfg: TrainConfig, history: dict) -> dict:
+    """The run's history, after its SavedModel is exported when ``cfg.export`` says so."""
+    if cfg.export:
+        info = load_info(cfg.data_dir, cfg.model)
+        out = Path(cfg.output_dir, EXPORT_DIR)
+        if out.exists():  # a resumed or retried run exports its final weights again
+            shutil.rmtree(out)
+        task = model_spec(info.dataset, cfg.model).task.name
+        history["export"] = export_saved_model(Path(cfg.output_dir, "model.keras"), info, task, out)
+    return history
 
 
 # Where a training step keeps the user's model file, in its output (beside model.keras).
@@ -446,6 +464,85 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     # predict step times from what the run measured.
     evaluation["model_profile"] = profile(build_model(info, model, history["config"]["seed"]))
     return {"run": history["run"], "history": history, "evaluation": evaluation}
+
+
+@_timed
+def export(
+    data_dir: str | os.PathLike,
+    trained: list[str | os.PathLike],
+    reports: list[dict],
+    comparison: dict,
+    output_dir: str | os.PathLike,
+    gate: str = "",
+) -> dict:
+    """Exports the run the comparison's verdict picks as a SavedModel; returns its metadata.
+
+    The run is :func:`distrain.train.export.pick_run`'s; its training step's output (among
+    ``trained``, found by its run name and seed) is exported to ``output_dir`` with the
+    serving signatures (:mod:`distrain.train.export`). The metadata (framework, run,
+    verdict, accuracy with its interval, input spec) is also written into the export, as
+    ``assets.extra/distrain.json``.
+
+    Raises:
+        StepError: No training output of the picked run.
+    """
+    report, why = pick_run(comparison, reports)
+    seed = (report["history"].get("config") or {}).get("seed")
+    for model_dir in map(Path, trained):
+        history = json.loads((model_dir / "history.json").read_text())
+        if history["run"]["name"] == report["run"]["name"] and history["config"]["seed"] == seed:
+            break
+    else:
+        raise StepError(f"no training output of {report['run']['name']} (seed {seed}) to export")
+    model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
+    info = load_info(data_dir, model)
+    task = model_spec(info.dataset, model).task.name
+    spec = export_saved_model(model_dir / "model.keras", info, task, output_dir)
+    metadata = model_metadata(report, comparison, why, spec, gate)
+    Path(output_dir, "assets.extra", "distrain.json").write_text(json.dumps(metadata, indent=2))
+    return metadata
+
+
+@_timed
+def push(
+    model_dir: str | os.PathLike,
+    serving_dir: str | os.PathLike,
+    name: str,
+    *,
+    namespace: str = "",
+    uri: str = "",
+    mount_path: str = "",
+    claim: str = "",
+    annotations: dict | None = None,
+) -> dict:
+    """Copies an exported model to ``serving_dir/name/VERSION`` and renders its InferenceService.
+
+    As TFX's Pusher: the next version folder TF Serving serves (:mod:`distrain.k8s.serving`),
+    and KServe's ``InferenceService`` reading the model base path ``serving_dir/name``
+    (``uri``, or ``pvc://CLAIM/...`` under ``mount_path``, else ``file://...``), checked
+    against KServe's CRD schema. Also writes it beside, as ``serving_dir/name.yaml``.
+
+    Returns:
+        ``{"version", "path", "storage_uri", "inference_service"}``.
+
+    Raises:
+        ConfigError: The name, the URI or the object is one KServe refuses.
+    """
+    base = Path(serving_dir, name)
+    uri = uri or storage_uri(base, mount_path, claim)
+    isvc = inference_service(name, namespace, uri, annotations=annotations)
+    try:
+        validate_object(isvc)
+    except ManifestError as err:
+        raise ConfigError(str(err)) from None
+    path = push_version(model_dir, serving_dir, name)
+    Path(serving_dir, f"{name}.yaml").write_text(yaml.safe_dump(isvc, sort_keys=False))
+    return {
+        "version": int(path.name),
+        "path": str(path),
+        "storage_uri": uri,
+        "inference_service": isvc,
+    }
 
 
 @_timed

@@ -1,7 +1,8 @@
 """One pipeline shape for every data set.
 
 fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> evaluate;
-the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate.
+the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate ->
+export the run the verdict picks -> push it (:mod:`distrain.pipelines.serving`).
 """
 
 import inspect
@@ -17,6 +18,7 @@ from distrain.components.train import train
 from distrain.datasets import PipelineDefaults
 from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
+from distrain.pipelines.serving import SERVING_SUBDIR, export_and_push
 
 # Where the shared volume claim is mounted in training steps and in the pods they launch.
 # The cluster parameters' defaults are KubernetesConfig's, declared there once
@@ -107,6 +109,9 @@ def build_pipeline(
         tolerations: list = [],  # noqa: B006
         volume_claim: str = KubernetesConfig.volume_claim,
         gate: str = "",
+        export: bool = d.export,
+        serving_dir: str = f"{MOUNT_PATH}/{SERVING_SUBDIR}" if cluster else "",
+        model_name: str = f"distrain-{d.dataset}",
         model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:
         shipped = {} if model_file is None else {"model_file": model_file}
@@ -125,6 +130,7 @@ def build_pipeline(
             repeats=repeats,
             seed=seed,
             plan=plan,
+            export=export,
             **shipped,
         ).set_display_name("check parameters")
         checked.set_container_image(beam_image)
@@ -198,7 +204,22 @@ def build_pipeline(
             target_accuracy=target_accuracy,
             plan=plan,
         ).set_display_name("compare")
-        quality_gate(comparison=result.outputs["comparison"], gate=gate).set_display_name(GATE_TASK)
+        gated = quality_gate(comparison=result.outputs["comparison"], gate=gate)
+        export_and_push(
+            export=export,
+            examples=prep.outputs["examples"],
+            trained=trained.outputs["trained"],
+            reports=scored.outputs["report"],
+            comparison=result.outputs["comparison"],
+            gate_task=gated.set_display_name(GATE_TASK),
+            gate=gate,
+            serving_dir=serving_dir,
+            model_name=model_name,
+            namespace=namespace,
+            volume_claim=volume_claim,
+            mount_path=MOUNT_PATH,
+            cluster=cluster,
+        )
         return result.outputs["comparison"]
 
     pipeline.__doc__ = f"{d.description} Returns the comparison directory."

@@ -72,6 +72,8 @@ class PipelineDefaults:
     # Runs stop on a validation plateau of this patience (epochs are then the most), so
     # that the comparison judges converged runs, not the slowest to converge (0: off).
     until_plateau: int = 3
+    # The pipeline exports the run its verdict picks and pushes it (TrainConfig.export).
+    export: bool = True
 
 
 @dataclass(frozen=True)

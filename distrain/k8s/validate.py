@@ -9,6 +9,10 @@ and ``TrainingRuntime`` (``trainer.kubeflow.org/v1alpha1``) are checked against 
 way the API server's ``fieldValidation=Strict`` is (an unknown field is an error, where the
 schema does not keep unknown fields), plus the CEL rules on names that JSON Schema cannot
 express; a runtime's pod templates are also checked as Kubernetes ``PodTemplateSpec``s.
+KServe's ``InferenceService`` (``serving.kserve.io/v1beta1``, :mod:`distrain.k8s.serving`)
+is checked the same strict way against the ``openAPIV3Schema`` of KServe v0.20.0's CRD
+(``schemas/inferenceservice-v1beta1.json``, trimmed to what distrain renders: its
+``$comment`` says what was left out), plus the name rule of KServe's webhook.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ TRAINER_SCHEMAS = {
     "ClusterTrainingRuntime": "clustertrainingruntime-v1alpha1.json",
     "TrainingRuntime": "trainingruntime-v1alpha1.json",
 }
+# KServe's kinds and their vendored schema files (trimmed; see the file's $comment).
+KSERVE_SCHEMAS = {"InferenceService": "inferenceservice-v1beta1.json"}
+KSERVE_GROUP_VERSION = "serving.kserve.io/v1beta1"
 # The TrainJob CRD's CEL rules on metadata.name (x-kubernetes-validations).
 _RFC1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -82,12 +89,12 @@ def _strict(node):
 
 @functools.cache
 def trainer_schema(kind: str) -> dict:
-    """The strict JSON schema of a Kubeflow Trainer v2.3 kind (vendored from its CRD).
+    """The strict JSON schema of a Kubeflow Trainer v2.3 or KServe kind (vendored CRDs).
 
     Raises:
-        KeyError: Not a Trainer kind.
+        KeyError: Neither a Trainer nor a KServe kind.
     """
-    path = f"schemas/{TRAINER_SCHEMAS[kind]}"
+    path = f"schemas/{(TRAINER_SCHEMAS | KSERVE_SCHEMAS)[kind]}"
     return _strict(json.loads(resources.files("distrain.k8s").joinpath(path).read_text()))
 
 
@@ -139,6 +146,18 @@ def _trainer_object(obj: dict, version: str) -> None:
                 raise ManifestError(f"{_name(obj)} {path}: {err}") from err
 
 
+def _kserve_object(obj: dict) -> None:
+    if obj.get("apiVersion") != KSERVE_GROUP_VERSION:
+        raise ManifestError(f"{_name(obj)}: apiVersion must be {KSERVE_GROUP_VERSION}")
+    _jsonschema(obj, trainer_schema(obj["kind"]))
+    name = (obj.get("metadata") or {}).get("name", "")
+    if not _RFC1035_LABEL.match(name) or len(name) > 63:  # KServe's IsvcNameFmt
+        raise ManifestError(
+            f"{_name(obj)}: metadata.name must be lower-case letters, digits and '-', "
+            "start with a letter and end with a letter or digit (KServe's webhook rule)"
+        )
+
+
 def validate_object(obj: dict, version: str = KUBERNETES_VERSION) -> None:
     """Checks one object against its kind's schema.
 
@@ -147,6 +166,9 @@ def validate_object(obj: dict, version: str = KUBERNETES_VERSION) -> None:
     """
     if obj.get("kind") in TRAINER_SCHEMAS:
         _trainer_object(obj, version)
+        return
+    if obj.get("kind") in KSERVE_SCHEMAS:
+        _kserve_object(obj)
         return
     if obj.get("kind") == "MPIJob":
         import jsonschema

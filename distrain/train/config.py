@@ -29,6 +29,7 @@ PIPELINE_SETTINGS = (
     "learning_rate",
     "seed",
     "controller",
+    "export",
 )
 # TrainConfig's fields that say where and what, not how: every other field is a setting.
 _NOT_SETTINGS = ("data_dir", "output_dir", "run")
@@ -299,6 +300,13 @@ class TrainConfig:
         "continue trains on, as Keras without TerminateOnNaN, and the log and history.json "
         "say so",
         choices=ON_NAN,
+    )
+    export: bool = setting(
+        False,
+        "export a SavedModel with serving signatures on the data set's serialized "
+        "tf.train.Examples (docs/production.md): distrain train exports its run into "
+        "OUTPUT/saved_model; a pipeline (on there by default) exports the run its verdict "
+        "picks, after the gate, and pushes it to serving_dir",
     )
     dump_rank_weights: bool = setting(
         False,

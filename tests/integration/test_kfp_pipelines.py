@@ -391,3 +391,54 @@ def test_beam_args_reach_the_preprocessing_step_in_kfp_local(tmp_path, mnist_raw
     metadata = list((tmp_path / "root").rglob("examples/metadata.json"))
     assert len(metadata) == 1
     assert json.loads(metadata[0].read_text())["input_records"] == {"train": 1500, "test": 300}
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_compiled_pipelines_export_the_picked_run_and_push_it(tmp_path, dataset):
+    """After the gate: the export step's own Model artifact, then push under `export`."""
+    from kfp import compiler
+
+    from distrain.pipelines.dataset_pipelines import PIPELINES
+
+    out = tmp_path / f"{dataset}.yaml"
+    compiler.Compiler().compile(PIPELINES[dataset], str(out))
+    spec = _load(out)
+    _check_ir(spec, dataset)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["export"]["defaultValue"] is True
+    assert params["serving_dir"]["defaultValue"] == "/mnt/distrain/serving"
+    assert params["model_name"]["defaultValue"] == f"distrain-{dataset}"
+    tasks = spec["root"]["dag"]["tasks"]
+    export = tasks["export-model"]
+    assert "quality-gate" in export["dependentTasks"]
+    artifacts = export["inputs"]["artifacts"]
+    assert (
+        artifacts["trained"]["taskOutputArtifact"]["outputArtifactKey"]
+        == "pipelinechannel--train-trained"
+    )
+    assert artifacts["reports"]["taskOutputArtifact"]["outputArtifactKey"] == (
+        "pipelinechannel--evaluate-report"
+    )
+    assert export["inputs"]["parameters"]["export"] == {"componentInputParameter": "export"}
+    component = spec["components"][export["componentRef"]["name"]]
+    model = component["outputDefinitions"]["artifacts"]["model"]["artifactType"]
+    assert model["schemaTitle"] == "system.Model"
+    # The push step: in the branch the `export` parameter opens, reading the exported model.
+    condition = next(t for name, t in tasks.items() if name.startswith("condition"))
+    assert condition["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--export'] == true"
+    )
+    branch = spec["components"][condition["componentRef"]["name"]]["dag"]["tasks"]
+    push = branch["push"]
+    assert push["inputs"]["artifacts"]["model"]["componentInputArtifact"] == (
+        "pipelinechannel--export-model-model"
+    )
+    assert push["inputs"]["parameters"]["serving_dir"] == {
+        "componentInputParameter": "pipelinechannel--serving_dir"
+    }
+    pushed = spec["components"][push["componentRef"]["name"]]["outputDefinitions"]["artifacts"]
+    assert pushed["pushed"]["artifactType"]["schemaTitle"] == "system.Model"
+    assert "inference_service" in pushed
+    # It mounts the shared volume, where serving_dir is by default.
+    mounts = spec["_platform"]["deploymentSpec"]["executors"]["exec-push"]["pvcMount"]
+    assert mounts[0]["mountPath"] == "/mnt/distrain"

@@ -1,0 +1,176 @@
+"""Serving does not trust the trainer: the export, scored by plain TensorFlow in a fresh process.
+
+A Python process that imports TensorFlow alone loads the SavedModel (``tf.saved_model.load``),
+feeds it every raw test record as bytes (the records of ``EXAMPLES/test/`` the evaluate step
+reads) through ``serving_default``, and its classes must be the evaluate step's predictions,
+one for one, and their confusion matrix the one the evaluate step reported
+(docs/production.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distrain.datasets import load_info
+from distrain.k8s.validate import validate_object
+from distrain.steps import evaluate, fetch, preprocess, train
+from distrain.train.export import PARSED_SIGNATURE
+from distrain.train.predict import predict_split
+from tests.conftest import ROOT
+
+# Run by a fresh interpreter: TensorFlow and the standard library only.
+SERVE = r"""
+import json, sys
+import tensorflow as tf
+
+args = json.loads(sys.argv[1])
+serve = tf.saved_model.load(args["model"]).signatures["serving_default"]
+records = [r.numpy() for r in tf.data.TFRecordDataset(args["files"])]
+
+
+def without_label(record):
+    example = tf.train.Example.FromString(record)
+    del example.features.feature[args["label"]]
+    return example.SerializeToString()
+
+
+ids, unlabelled, totals = [], [], []
+for start in range(0, len(records), 128):
+    batch = records[start : start + 128]
+    out = serve(examples=tf.constant(batch))
+    ids += out["class_ids"].numpy().tolist()
+    totals += out["probabilities"].numpy().sum(axis=1).tolist()
+    bare = serve(examples=tf.constant([without_label(r) for r in batch]))
+    unlabelled += bare["class_ids"].numpy().tolist()
+loaded = sorted({m.split(".")[0] for m in sys.modules} & {"distrain", "tf_keras"})
+print(json.dumps({"ids": ids, "unlabelled": unlabelled, "totals": totals, "loaded": loaded}))
+"""
+
+
+def served(model_dir: Path, files: list[str], label: str, cwd: Path) -> dict:
+    """What plain TensorFlow in a fresh process serves for ``files``' records."""
+    # Nor distrain's settings: TF_USE_LEGACY_KERAS (set by ``import distrain``) has
+    # TensorFlow load tf-keras as its Keras.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_USE_LEGACY_KERAS")}
+    args = json.dumps({"model": str(model_dir), "files": files, "label": label})
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE, args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == [], "the serving process loaded distrain or tf-keras"
+    return result
+
+
+def check_serving(saved_model: Path, model_file: Path, data_dir, model: str, report: dict, cwd):
+    """The export serves the evaluate step's predictions, all of them, one for one."""
+    info = load_info(data_dir, model)
+    files = info.split_files("test")
+    result = served(saved_model, files, info.label, cwd)
+    y_true, y_pred = predict_split(model_file, info, "test")  # what the evaluate step scores
+    assert len(result["ids"]) == len(y_pred) == info.splits["test"] > 0
+    assert result["ids"] == y_pred.tolist()
+    assert result["unlabelled"] == result["ids"]  # a request need not carry the label
+    np.testing.assert_allclose(result["totals"], 1.0, atol=1e-4)
+    evaluation = report["evaluation"]
+    n = len(evaluation["class_names"])
+    confusion = np.zeros((n, n), dtype=int)
+    np.add.at(confusion, (y_true, np.array(result["ids"])), 1)
+    assert confusion.tolist() == evaluation["confusion_matrix"]
+    assert evaluation["accuracy"] == pytest.approx(float(np.mean(y_true == result["ids"])))
+    _check_parsed_signature(saved_model, info, result["ids"])
+
+
+def _check_parsed_signature(saved_model: Path, info, ids: list[int]) -> None:
+    """``serving_parsed`` on the parser's features gives the same classes."""
+    import tensorflow as tf
+
+    from distrain import datasets
+
+    parse = datasets.get(info.dataset).parser(info)
+    signature = tf.saved_model.load(str(saved_model)).signatures[PARSED_SIGNATURE]
+    names = sorted(signature.structured_input_signature[1])
+    got = []
+    for records in tf.data.TFRecordDataset(info.split_files("test")).batch(128):
+        features, _ = parse(records)
+        flat = tf.nest.flatten(features)
+        feed = dict(features) if isinstance(features, dict) else dict(zip(names, flat, strict=True))
+        got += signature(**feed)["class_ids"].numpy().tolist()
+    assert got == ids
+
+
+def _one(out: Path, pattern: str) -> Path:
+    found = sorted(out.rglob(pattern))
+    assert len(found) == 1, f"{pattern}: {found}"
+    return found[0]
+
+
+@pytest.mark.slow
+def test_a_gated_mnist_run_exports_what_plain_tensorflow_serves(tmp_path, mnist_raw):
+    """``distrain run mnist --gate ...``: the blessed run pushed, served, its service valid."""
+    from distrain.cli import main
+
+    out = tmp_path / "out"
+    argv = ["run", "mnist", "--data", str(mnist_raw), "--output", str(out), "--runs", "single:1"]
+    assert main([*argv, "--epochs", "2", "--gate", "accuracy>=0.5"]) == 0
+    version = out / "serving" / "distrain-mnist" / "1"
+    assert (version / "saved_model.pb").is_file()
+    service = __import__("yaml").safe_load((out / "serving" / "distrain-mnist.yaml").read_text())
+    validate_object(service)
+    assert service["spec"]["predictor"]["model"]["storageUri"] == (
+        f"file://{out / 'serving' / 'distrain-mnist'}"
+    )
+    metadata = json.loads((version / "assets.extra" / "distrain.json").read_text())
+    assert (metadata["framework"], metadata["run"], metadata["dataset"]) == (
+        "tensorflow",
+        "single:1",
+        "mnist",
+    )
+    low, high = metadata["accuracy_interval"]
+    assert 0.5 <= low < metadata["accuracy"] < high
+    report = json.loads(_one(out / "kfp", "evaluate/report").read_text())
+    assert metadata["accuracy"] == report["evaluation"]["accuracy"]
+    trained = _one(out / "kfp", "train/trained/model.keras")
+    examples = _one(out / "kfp", "preprocess/examples/metadata.json").parent
+    check_serving(version, trained, examples, "mlp", report, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dataset, size, model",
+    [
+        ("dbpedia", 1400, "fasttext"),
+        ("tfrecord", 600, str(ROOT / "examples" / "my_model.py") + ":build"),
+    ],
+    ids=["dbpedia", "tfrecord-user-model"],
+)
+def test_distrain_train_export_serves_the_evaluate_steps_predictions(
+    tmp_path, dataset, size, model
+):
+    """``distrain train --export``: DBPedia, and a user's model on a ``tfrecord`` data set."""
+    fetch(dataset, "sample", tmp_path / "raw", sample_size=size, seed=3)
+    preprocess(dataset, tmp_path / "raw", tmp_path / "examples", validation_fraction=0.1)
+    trained = tmp_path / "trained"
+    history = train(tmp_path / "examples", trained, "single:1", model=model, epochs=2, export=True)
+    assert history["export"]["outputs"] == ["class_ids", "classes", "probabilities"]
+    report = evaluate(tmp_path / "examples", trained)
+    check_serving(
+        trained / "saved_model",
+        trained / "model.keras",
+        tmp_path / "examples",
+        model,
+        report,
+        tmp_path,
+    )
