@@ -384,10 +384,15 @@ def unsplittable(model) -> list[str]:
     """The layers of ``model`` that a column split cannot handle, each with why.
 
     Recurrent layers other than ``LSTM`` and ``SimpleRNN`` (``GRU``, wrappers such as
-    ``Bidirectional``), and those with dropout or state kept across batches. Empty: the
-    model can be split.
+    ``Bidirectional``), and those with dropout or state kept across batches; a subclassed
+    model (its own ``call``), named whole. Empty: the model can be split.
     """
     keras = _keras()
+    if not isinstance(model, keras.Sequential) and not model._is_graph_network:  # noqa: SLF001
+        return [
+            f"{model.name} ({type(model).__name__}): a subclassed model, whose own call a "
+            "column split cannot rewrite"
+        ]
     refused = []
     for layer in model.layers:
         if isinstance(layer, keras.layers.RNN | keras.layers.Bidirectional):

@@ -23,6 +23,8 @@ def chain_breaker(model) -> str:
 
     if isinstance(model, keras.Sequential):
         return ""
+    if not model._is_graph_network:  # noqa: SLF001 (tf-keras's mark of a subclassed model)
+        return model.name  # its own call orders its layers
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         return f"{model.name} (inputs {len(model.inputs)}, outputs {len(model.outputs)})"
     before = None
@@ -44,12 +46,40 @@ def check_chain(cfg, model) -> None:
     Raises:
         ConfigError: One line naming the layer.
     """
+    layer, why = stage_problem(model)
+    if layer:
+        raise ConfigError(f"{cfg.run.name}: layer {layer!r} of model {cfg.model!r} {why}")
+
+
+def stage_problem(model) -> tuple[str, str]:
+    """The layer that keeps ``model`` from being cut into stages, and why (``("", "")``: none).
+
+    A subclassed model (its own ``call`` orders its layers), inputs given as a dict of
+    features by name or more than one input (stages pass one tensor on), or a layer that
+    does not read just the one before it.
+    """
+    import tf_keras as keras
+
+    if isinstance(model, keras.Sequential):
+        return "", ""
+    if not model._is_graph_network:  # noqa: SLF001 (tf-keras's mark of a subclassed model)
+        return model.name, (
+            f"is a subclassed {type(model).__name__}: its own call orders its layers, which "
+            "pipeline stages cannot cut (use a data-parallel mode for it)"
+        )
+    names = list(model.input_names)
+    if len(names) > 1 or isinstance(model._nested_inputs, dict):  # noqa: SLF001
+        return names[-1], (
+            f"is an input of a dict of features by name ({', '.join(names)}); pipeline stages "
+            "pass one tensor from stage to stage (use tensor for it)"
+        )
     breaker = chain_breaker(model)
     if breaker:
-        raise ConfigError(
-            f"{cfg.run.name}: layer {breaker!r} of model {cfg.model!r} does not read just the "
-            "layer before it; pipeline stages cut a chain of layers (use tensor for it)"
+        return breaker, (
+            "does not read just the layer before it; pipeline stages cut a chain of layers "
+            "(use tensor for it)"
         )
+    return "", ""
 
 
 def batch_statistics_layer(model) -> str:
