@@ -97,3 +97,21 @@ def server():
     s = Server()
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def zoo_raw(tmp_path_factory) -> Path:
+    """The zoo's tiny tfrecord folder, written with ``tf.io.TFRecordWriter`` (tests/zoo)."""
+    from tests.zoo.data import write_raw
+
+    return write_raw(tmp_path_factory.mktemp("zoo_raw"))
+
+
+@pytest.fixture(scope="session")
+def zoo_examples(zoo_raw, tmp_path_factory) -> Path:
+    """The zoo's folder after the tfrecord job: what the zoo's models train on."""
+    from distrain.steps import preprocess
+
+    out = tmp_path_factory.mktemp("zoo_examples") / "out"
+    preprocess("tfrecord", zoo_raw, out, validation_fraction=0.1, seed=0)
+    return out
