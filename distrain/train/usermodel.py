@@ -44,6 +44,7 @@ from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
 from distrain.failures import add_user_code
+from distrain.train.choices import NAMES, Choices
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
@@ -120,7 +121,13 @@ def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
     def build_it(info, seed):
         return build(ref, info, seed)
 
-    return ModelSpec(build_it, task, view=view, summary=f"the user's {ref}")
+    return ModelSpec(
+        build_it,
+        task,
+        view=view,
+        summary=f"the user's {ref}",
+        choices=Choices(lambda: choices(ref)),
+    )
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,40 @@ def load_function(ref: ModelReference):
     if not callable(function):
         raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
     return function
+
+
+def choices(ref: ModelReference) -> dict:
+    """The training choices the reference's module defines (:mod:`distrain.train.choices`).
+
+    Returns:
+        ``{name: (function, "FILE:LINE")}`` for each of ``loss``, ``optimizer`` and
+        ``class_weights`` the module defines; each function runs as the user's code
+        (:func:`_users_code`: what it raises names its file and line).
+
+    Raises:
+        UserModelError: As :func:`load_function`, or one of the names is not a function.
+    """
+    function = load_function(ref)
+    module = sys.modules.get(function.__module__)
+    found = {}
+    for name in NAMES:
+        chosen = getattr(module, name, None)
+        if chosen is None:
+            continue
+        if not (inspect.isfunction(chosen) or inspect.ismethod(chosen)):
+            where = getattr(module, "__file__", None) or ref.where
+            raise UserModelError(
+                f"{where}: {name} is a {type(chosen).__name__}; define a function {name}(info) "
+                "that returns it"
+            )
+        at = _defined_at(chosen)
+
+        def guarded(info, chosen=chosen, at=at, name=name):
+            with _users_code(at, _source_file(chosen), f" (in {name})"):
+                return chosen(info)
+
+        found[name] = (guarded, at)
+    return found
 
 
 def _source_file(function) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.driver import next_checkpoint
 from distrain.train.nonfinite import NonFiniteLoss
+from distrain.train.optim import initializer
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.ps.rules import PushRule
@@ -68,7 +69,8 @@ class Chief:
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
         with g.graph.as_default(), tf.compat.v1.device("/job:chief/task:0"):
-            self.init = tf.compat.v1.global_variables_initializer()
+            # (A user's schedule's current rate is initialised after the step it reads.)
+            self.init = initializer(tf.compat.v1.global_variables(), g.optimizer)
             with tf.compat.v1.device("/job:ps/task:0"):
                 self.init_lock = g.lock.enqueue(tf.constant(0))
             remote = [*g.state, g.version, g.epoch_var]
