@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from distrain.train.choices import make_optimizer
 from distrain.train.config import ConfigError
 from distrain.train.models import build_model
 from distrain.train.modes import register
@@ -53,7 +54,6 @@ class EASGDRule(PushRule):
         if g.role.job != "worker":
             return g.model, g.variables
         tf = g.tf
-        from distrain.train.choices import make_optimizer
         from distrain.train.optim import initializer
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from distrain.train.config import TrainConfig, TrainingError
 from distrain.train.driver import next_checkpoint
 from distrain.train.nonfinite import NonFiniteLoss
-from distrain.train.optim import initializer
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.ps.rules import PushRule
@@ -65,6 +64,8 @@ class Chief:
 
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
+
+        from distrain.train.optim import initializer
 
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
