@@ -94,6 +94,7 @@ def _cfg(tmp_path, data, run: str, text: str, task: str = "") -> TrainConfig:
     )
 
 
+@pytest.mark.case("usermodel/choices-refused")
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_what_a_mode_cannot_honour_is_one_line_before_any_process(case, tmp_path, mnist_examples):
     run, body, says = REFUSED[case]
@@ -109,6 +110,7 @@ def test_what_a_mode_cannot_honour_is_one_line_before_any_process(case, tmp_path
     assert Failure.of(f"train {run}", err.value).exit_code == 2
 
 
+@pytest.mark.case("usermodel/choices-refused")
 def test_a_loss_for_another_task_is_refused(tmp_path, mnist_examples):
     body = "def loss(info):\n    return keras.losses.MeanSquaredError()\n"
     cfg = _cfg(tmp_path, mnist_examples, "single:1", MODEL + "\n\n" + body, "@reconstruction")
