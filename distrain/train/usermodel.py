@@ -12,6 +12,10 @@ it: ``info.features`` (name -> :class:`~distrain.train.inputs.Feature`), ``info.
 ``info.num_classes`` and ``info.feature_spec.as_dict`` (whether the model is called with
 a dict of the features keyed by name, or with the one feature's tensor).
 
+The same module may define the user's own training choices, ``loss(info)``,
+``optimizer(info)`` and ``class_weights(info)`` (:func:`choices`; what they may be and how
+every mode applies them: :mod:`distrain.train.choices`); a model's spec carries them.
+
 Whatever goes wrong in the user's code (a syntax or import error, a missing function, an
 exception while building, a return that is not a tf-keras model, logits of the wrong
 width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
