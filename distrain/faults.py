@@ -47,6 +47,10 @@ CASES: list[tuple[str, str]] = [
     ("usermodel/exit", "User model: sys.exit/os._exit in its code exits 2, naming file:line"),
     ("usermodel/error-permanent", "User model: an error through its code is permanent, named"),
     ("usermodel/batch-norm-pipeline", "User model: batch norm refused by pipeline, layer named"),
+    (
+        "usermodel/choices-refused",
+        "User model: a loss/optimizer/class weights a mode cannot honour: one line, exit 2",
+    ),
     ("train/no-result", "A process or step that exited 0 with no result fails, named"),
     ("train/checkpoints", "Training: chief checkpoints every k steps, atomically"),
     ("train/kill-resume", "Training: whole run killed mid-epoch resumes, same total steps"),

@@ -29,7 +29,7 @@ from distrain.memory import PeakTreeMemory
 from distrain.plan import Plan
 from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
-from distrain.train import usermodel
+from distrain.train import choices, usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
 from distrain.train.export import EXPORT_DIR, export_saved_model, model_metadata, pick_run
 from distrain.train.models import build_model, load_info, model_spec
@@ -429,8 +429,11 @@ def check_user_model(cfg: TrainConfig) -> None:
     import tf_keras
 
     ref = usermodel.ModelReference.parse(cfg.model)
-    model = usermodel.build(ref, load_info(cfg.data_dir, cfg.model), cfg.seed)
+    info = load_info(cfg.data_dir, cfg.model)
+    model = usermodel.build(ref, info, cfg.seed)
     cfg.run.impl.check_model(cfg, model)  # a split mode: a layer it cannot split
+    # The file's loss, optimizer and class weights, each made once and checked.
+    choices.check(model_spec(info.dataset, cfg.model), info, cfg.run.impl, cfg)
     tf_keras.backend.clear_session()
 
 

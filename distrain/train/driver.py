@@ -326,9 +326,13 @@ class EpochDriver:
     def log_start(self) -> None:
         """The run's opening line: data, model, spec, batch, rate, threads."""
         cfg, r = self.cfg, self.replica
+        optimizer = getattr(r, "optimizer", None)
+        rate = f"lr {cfg.effective_learning_rate:g}"
+        if getattr(optimizer, "is_users", False):  # its own rate: the setting does not apply
+            rate = f"the model file's {type(optimizer.optimizer).__name__} (its own rate)"
         r.log(
             f"{r.info.dataset}/{cfg.model}: {r.info.splits['train']} train examples, "
-            f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
+            f"{cfg.run}, batch {cfg.batch_size} per worker, {rate}, "
             f"{cfg.threads} thread(s) per worker"
         )
 
@@ -426,6 +430,8 @@ class EpochDriver:
             history["until_plateau"] = self.plateau.to_dict()
         if self.restarted is not None:  # this run started over (--restart), from step 0
             history["restarted"] = self.restarted
+        if getattr(r, "user_choices", None):  # the model file's loss, optimizer, class weights
+            history["user_choices"] = r.user_choices
         notes = [*self.earlier_notes, *getattr(r, "notes", [])]
         if notes:  # what a resume could not check (a checkpoint of an older distrain)
             history["resume_notes"] = notes

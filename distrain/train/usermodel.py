@@ -12,6 +12,10 @@ it: ``info.features`` (name -> :class:`~distrain.train.inputs.Feature`), ``info.
 ``info.num_classes`` and ``info.feature_spec.as_dict`` (whether the model is called with
 a dict of the features keyed by name, or with the one feature's tensor).
 
+The same module may define the user's own training choices, ``loss(info)``,
+``optimizer(info)`` and ``class_weights(info)`` (:func:`choices`; what they may be and how
+every mode applies them: :mod:`distrain.train.choices`); a model's spec carries them.
+
 Whatever goes wrong in the user's code (a syntax or import error, a missing function, an
 exception while building, a return that is not a tf-keras model, logits of the wrong
 width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
@@ -44,6 +48,7 @@ from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
 from distrain.failures import add_user_code
+from distrain.train.choices import NAMES, Choices
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
@@ -120,7 +125,13 @@ def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
     def build_it(info, seed):
         return build(ref, info, seed)
 
-    return ModelSpec(build_it, task, view=view, summary=f"the user's {ref}")
+    return ModelSpec(
+        build_it,
+        task,
+        view=view,
+        summary=f"the user's {ref}",
+        choices=Choices(lambda: choices(ref)),
+    )
 
 
 @dataclass(frozen=True)
@@ -228,6 +239,40 @@ def load_function(ref: ModelReference):
     if not callable(function):
         raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
     return function
+
+
+def choices(ref: ModelReference) -> dict:
+    """The training choices the reference's module defines (:mod:`distrain.train.choices`).
+
+    Returns:
+        ``{name: (function, "FILE:LINE")}`` for each of ``loss``, ``optimizer`` and
+        ``class_weights`` the module defines; each function runs as the user's code
+        (:func:`_users_code`: what it raises names its file and line).
+
+    Raises:
+        UserModelError: As :func:`load_function`, or one of the names is not a function.
+    """
+    function = load_function(ref)
+    module = sys.modules.get(function.__module__)
+    found = {}
+    for name in NAMES:
+        chosen = getattr(module, name, None)
+        if chosen is None:
+            continue
+        if not (inspect.isfunction(chosen) or inspect.ismethod(chosen)):
+            where = getattr(module, "__file__", None) or ref.where
+            raise UserModelError(
+                f"{where}: {name} is a {type(chosen).__name__}; define a function {name}(info) "
+                "that returns it"
+            )
+        at = _defined_at(chosen)
+
+        def guarded(info, chosen=chosen, at=at, name=name):
+            with _users_code(at, _source_file(chosen), f" (in {name})"):
+                return chosen(info)
+
+        found[name] = (guarded, at)
+    return found
 
 
 def _source_file(function) -> str:

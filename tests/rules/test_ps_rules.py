@@ -53,7 +53,7 @@ def tiny_info(tmp_path, classes: int) -> DatasetInfo:
 class Cluster:
     """Servers of a whole cluster in this process, and one graph per role."""
 
-    def __init__(self, tmp_path, rule_for, sparse: bool = False):
+    def __init__(self, tmp_path, rule_for, sparse: bool = False, model: str = ""):
         import tensorflow as tf
 
         ports = free_ports(5)
@@ -63,8 +63,13 @@ class Cluster:
             "chief": [f"localhost:{ports[4]}"],
         }
         info = tiny_info(tmp_path, 2)
+        chosen = {"model": model} if model else {}  # a model file's (default: MNIST's)
         self.cfg = TrainConfig(
-            data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:3", learning_rate=LR
+            data_dir=str(tmp_path),
+            output_dir=str(tmp_path),
+            run="async:3",
+            learning_rate=LR,
+            **chosen,
         )
         self.tf = tf
         self.servers = {}

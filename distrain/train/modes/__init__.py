@@ -203,6 +203,15 @@ class Mode:
             ConfigError: One line naming the layer the mode cannot handle.
         """
 
+    def check_optimizer(self, cfg, optimizer) -> None:
+        """Refuses a model file's tf-keras optimizer this mode cannot apply (default: none).
+
+        The training step asks it before any process starts (:func:`distrain.train.choices.check`).
+
+        Raises:
+            ConfigError: One line naming the mode and the optimizer's setting.
+        """
+
     @property
     def parameter_servers(self) -> int:
         """Parameter-server processes the run has."""

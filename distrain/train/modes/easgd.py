@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distrain.train.choices import make_optimizer
 from distrain.train.config import ConfigError
 from distrain.train.models import build_model
 from distrain.train.modes import register
@@ -14,7 +15,8 @@ class EASGDRule(PushRule):
     """[easgd] Each worker trains its own copy; every period it exchanges with the centre.
 
     Asynchronous EASGD (Zhang, Choromanska and LeCun 2015): a worker's step updates its
-    own copy ``x_i`` of the model (on the worker, with its own Adam). After every ``tau``
+    own copy ``x_i`` of the model (on the worker, with its own optimizer: Adam, or the
+    model file's). After every ``tau``
     of its steps (or, adaptive, once its summed training loss since the last exchange
     reaches ``threshold``: seed 001's rule, the period grows as the loss falls) it pulls
     its copy toward the centre ``c`` on the parameter servers and the centre toward it,
@@ -55,19 +57,20 @@ class EASGDRule(PushRule):
         if g.role.job != "worker":
             return g.model, g.variables
         tf = g.tf
-        from distrain.train.optim import Adam
+        from distrain.train.optim import initializer
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
         self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
         if not self.tau and self.threshold is None:
             # Four steps' worth of a first guess's loss at the start (its task's).
             self.threshold = 4 * g.task.first_guess_loss(g.info)
-        self.optimizer = Adam(g.cfg.effective_learning_rate)
+        # (distrain's Adam, or the model file's own optimizer: each copy has its own)
+        self.optimizer = make_optimizer(g.spec, g.info, g.cfg.effective_learning_rate)
         self.optimizer.build(self.model.trainable_variables)
         # Steps, or summed loss, since the last exchange.
         self.since = tf.Variable(0.0, trainable=False, name="easgd_since")
         own = [*self.model.variables, *self.optimizer.variables, self.since]
-        self.init_own = tf.compat.v1.variables_initializer(own)
+        self.init_own = initializer(own, self.optimizer)
         pairs = zip(self.model.variables, g.model.variables, strict=True)
         self.from_centre = tf.group([mine.assign(centre) for mine, centre in pairs])
         return self.model, self.model.trainable_variables

@@ -65,10 +65,13 @@ class Chief:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
+        from distrain.train.optim import initializer
+
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
         with g.graph.as_default(), tf.compat.v1.device("/job:chief/task:0"):
-            self.init = tf.compat.v1.global_variables_initializer()
+            # (A user's schedule's current rate is initialised after the step it reads.)
+            self.init = initializer(tf.compat.v1.global_variables(), g.optimizer)
             with tf.compat.v1.device("/job:ps/task:0"):
                 self.init_lock = g.lock.enqueue(tf.constant(0))
             remote = [*g.state, g.version, g.epoch_var]

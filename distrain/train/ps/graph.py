@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from distrain.train.choices import make_optimizer, training_task
 from distrain.train.config import TrainConfig
 from distrain.train.models import model_spec
 from distrain.train.ps import state
@@ -37,11 +38,10 @@ class PSGraph:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule):
         import tensorflow as tf
 
-        from distrain.train.optim import Adam
-
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
         self.spec = model_spec(info.dataset, cfg.model)
-        self.task = self.spec.task
+        # The model's task, with the user's loss and class weights when the file has them.
+        self.task = training_task(self.spec, info)
         # Updates per epoch, as the chief counts them: a step's loss goes to its epoch's.
         self.per_epoch = max(
             1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
@@ -61,7 +61,11 @@ class PSGraph:
                 # A language model's decay or anneal, over the updates the chief counts.
                 stream = self.spec.stream
                 schedule = stream.schedule(self.per_epoch, cfg.epochs) if stream else {}
-                self.optimizer = Adam(cfg.effective_learning_rate, **schedule)
+                # [ps] distrain's Adam, or the model file's own optimizer: either way its
+                # slots and step live on the parameter servers, which apply its updates.
+                self.optimizer = make_optimizer(
+                    self.spec, info, cfg.effective_learning_rate, **schedule
+                )
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
 
@@ -151,6 +155,9 @@ class PSGraph:
             # (calls that wait on purpose pass their own, shorter, RunOptions timeout).
             operation_timeout_in_ms=self.cfg.operation_timeout * 1000,
         )
+        # [ps] A user's tf-keras optimizer updates as one function call whose ops run on
+        # the parameter servers that hold its variables (:class:`KerasOptimizer`).
+        config.experimental.share_cluster_devices_in_session = self.optimizer.needs_cluster_devices
         return tf.compat.v1.Session(server.target, graph=self.graph, config=config)
 
     # ---- inside a critical section -----------------------------------------------------------
