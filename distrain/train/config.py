@@ -285,11 +285,22 @@ class TrainConfig:
     )
     until_plateau: int = setting(
         0,
-        "patience: stop when the validation loss has not improved for this many epochs (3 "
-        "if the flag has no value) and give the model the best epoch's weights back (epochs "
-        "is then the most); 0: off, train every epoch. Every epoch is validated",
+        "patience: stop when the validation loss has not improved over this many "
+        "evaluations whose scored weights changed (3 if the flag has no value; an epoch "
+        "whose scored weights no exchange moved, as an EASGD centre's, is not counted) and "
+        "give the model the best epoch's weights back (epochs is then the most); 0: off, "
+        "train every epoch. Every epoch is validated; history.json's until_plateau.reason "
+        "says why the run stopped",
         check=(lambda v: v >= 0, "must be 0 (off) or a patience"),
         flag={"nargs": "?", "const": 3, "metavar": "PATIENCE"},
+    )
+    min_exchanges: int = setting(
+        0,
+        "until plateau: no stop before the scored weights have taken this many exchanges "
+        "(every update in most modes; EASGD's centre and averaged replicas move only at "
+        "an exchange); 0: the mode's rule, two epochs' worth at the mode's period "
+        "(docs/modes.md)",
+        check=(lambda v: v >= 0, "must be 0 (the mode's rule) or a number of exchanges"),
     )
     on_nan: str = setting(
         "stop",
