@@ -241,6 +241,14 @@ class TrainConfig:
         "multiply the learning rate by the number of workers whose gradients are combined per "
         "step (sync: N; syncreplicas: the aggregate), as Horovod recommends",
     )
+    warmup_epochs: float = setting(
+        0.0,
+        "linear scaling's gradual warm-up (Goyal et al. 2017): the rate rises linearly from "
+        "the base learning rate to the scaled one (scale_learning_rate) over this many "
+        "epochs' updates, then stays; 0: none. With scale_learning_rate it is the "
+        "lr_scaling=linear rule for sync:N (docs/modes.md)",
+        check=(lambda v: v >= 0, "must be 0 (none) or a number of epochs"),
+    )
     seed: int = setting(0, "seed of the initial weights and the data order")
     threads_per_worker: int = setting(
         0,
@@ -298,7 +306,7 @@ class TrainConfig:
         0,
         "until plateau: no stop before the scored weights have taken this many exchanges "
         "(every update in most modes; EASGD's centre and averaged replicas move only at "
-        "an exchange); 0: the mode's rule, two epochs' worth at the mode's period "
+        "an exchange); 0: the mode's rule, one epoch's worth at the mode's period "
         "(docs/modes.md)",
         check=(lambda v: v >= 0, "must be 0 (the mode's rule) or a number of exchanges"),
     )
@@ -403,6 +411,19 @@ class TrainConfig:
         if not self.scale_learning_rate:
             return self.learning_rate
         return self.learning_rate * self.run.impl.gradients_per_update()
+
+    def rate_schedule(self, updates_per_epoch: int) -> dict:
+        """The optimizer's warm-up arguments (:class:`distrain.train.optim.Adam`).
+
+        Goyal et al.'s gradual warm-up: from the base rate to :attr:`effective_learning_rate`
+        over ``warmup_epochs`` epochs of ``updates_per_epoch`` updates (none: empty).
+        """
+        if not self.warmup_epochs:
+            return {}
+        return {
+            "warmup_updates": max(1, round(self.warmup_epochs * updates_per_epoch)),
+            "warmup_from": self.learning_rate,
+        }
 
     def to_json(self) -> str:
         """Serialises the config (the run spec as a dict)."""

@@ -139,8 +139,8 @@ def test_a_centre_unchanged_for_several_epochs_is_not_stopped(tmp_path):
     # The centre reaches 10 at epoch 14: the best; epochs 15-17 are worse, and it stops.
     assert len(epochs) == 17 and plateau["stopped_early"]
     assert plateau["best_epoch"] == 14 and plateau["unchanged_epochs"] == [4, 5, 6, 7]
-    # The mode's minimum: two epochs' worth at the adaptive period's start (4 steps).
-    assert plateau["min_exchanges"] == 2 * 8 // 4 and plateau["exchanges"] == 13
+    # The mode's minimum: one epoch's worth at the adaptive period's start (4 steps).
+    assert plateau["min_exchanges"] == 8 // 4 and plateau["exchanges"] == 13
     assert plateau["reason"].startswith(
         "stopped: validation loss did not improve over 3 evaluations whose weights "
         "changed (epochs 15-17); best 0.2000 at epoch 14; 13 exchanges"
@@ -152,10 +152,10 @@ def test_a_centre_unchanged_for_several_epochs_is_not_stopped(tmp_path):
 def test_min_exchanges_is_a_setting_with_the_modes_rule_by_default(tmp_path):
     from distrain.train.config import RunSpec
 
-    assert RunSpec.parse("easgd:2:tau=4").impl.min_exchanges(40) == 20
-    assert RunSpec.parse("easgd:2:tau=adaptive").impl.min_exchanges(40) == 20
-    assert RunSpec.parse("avg:2:period=8").impl.min_exchanges(20) == 6  # 3 an epoch
-    assert RunSpec.parse("async:2").impl.min_exchanges(20) == 40  # every update
+    assert RunSpec.parse("easgd:2:tau=4").impl.min_exchanges(40) == 10
+    assert RunSpec.parse("easgd:2:tau=adaptive").impl.min_exchanges(140) == 35
+    assert RunSpec.parse("avg:2:period=8").impl.min_exchanges(20) == 3  # 8, 16, 20
+    assert RunSpec.parse("async:2").impl.min_exchanges(20) == 20  # every update
     cfg = TrainConfig(data_dir="d", output_dir="o", min_exchanges=7)
     assert cfg.min_exchanges == 7
     with pytest.raises(ConfigError, match="min_exchanges must be 0"):

@@ -207,8 +207,8 @@ class Average(Mode):
         return 1  # [avg] each replica steps on its own batch: the learning rate is not scaled
 
     def min_exchanges(self, updates_per_epoch: int) -> int:
-        """[avg] Two epochs' worth of averagings at the period, and at each epoch's end."""
-        return 2 * -(-updates_per_epoch // int(self.spec.option("period")))  # (ceiling)
+        """[avg] One epoch's worth of averagings: at the period, and at the epoch's end."""
+        return -(-updates_per_epoch // int(self.spec.option("period")))  # (ceiling)
 
     def short_name(self) -> str:
         spec = self.spec

@@ -272,10 +272,14 @@ class EASGD(ParameterServerMode):
         return f"{self.spec.mode}:{self.spec.workers}:tau={self.spec.option('tau')}"
 
     def min_exchanges(self, updates_per_epoch: int) -> int:
-        """[easgd] Two epochs' worth of exchanges at the period (adaptive: its first, 4)."""
+        """[easgd] One epoch's worth of exchanges at the period (adaptive: its first, 4).
+
+        Adaptive, the period grows past 4 as the loss falls: the minimum then takes
+        several epochs, each with at least one exchange (the bound).
+        """
         tau = self.spec.option("tau")
         period = ADAPTIVE_START if tau == "adaptive" else int(tau)
-        return max(1, 2 * updates_per_epoch // period)
+        return max(1, updates_per_epoch // period)
 
     def rule(self) -> PushRule:
         spec = self.spec

@@ -61,7 +61,9 @@ class PSGraph:
                 # A language model's decay or anneal, over the updates the chief counts.
                 stream = self.spec.stream
                 schedule = stream.schedule(self.per_epoch, cfg.epochs) if stream else {}
-                self.optimizer = Adam(cfg.effective_learning_rate, **schedule)
+                self.optimizer = Adam(
+                    cfg.effective_learning_rate, **schedule, **cfg.rate_schedule(self.per_epoch)
+                )
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
 
