@@ -109,7 +109,8 @@ def settings(cfg, optimizer, precision: str, metadata: dict, stream, choices=Non
         **chosen,
         "learning_rate": cfg.learning_rate,
         "scale_learning_rate": cfg.scale_learning_rate,
-        "schedule": schedule(stream, cfg.epochs),
+        "schedule": schedule(stream, cfg.epochs)
+        + (f", warm-up over {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""),
         "batch_size": cfg.batch_size,
         "run": str(cfg.run),
         "precision": precision,

@@ -59,6 +59,11 @@ class Adam(tf.Module):
         decay: The step size is multiplied by this at every update (1: constant).
         anneal_updates: If set, the step size also follows a half cosine from its value
             down to zero over this many updates, and stays at zero after.
+        warmup_updates: If set, the step size rises linearly from ``warmup_from`` to
+            ``learning_rate`` over this many updates (Goyal et al. 2017's gradual warm-up
+            of a linearly scaled rate): update ``t`` takes ``warmup_from + (learning_rate
+            - warmup_from) * min(t, warmup_updates) / warmup_updates``.
+        warmup_from: The warm-up's first rate (None: ``learning_rate``, no warm-up).
     """
 
     def __init__(
@@ -69,9 +74,13 @@ class Adam(tf.Module):
         epsilon=1e-7,
         decay=1.0,
         anneal_updates: int = 0,
+        warmup_updates: int = 0,
+        warmup_from: float | None = None,
     ):
         super().__init__(name="adam")
         self.learning_rate = float(learning_rate)
+        self.warmup_updates = int(warmup_updates)
+        self.warmup_from = float(learning_rate if warmup_from is None else warmup_from)
         self.decay = float(decay)
         self.anneal_updates = int(anneal_updates)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
@@ -92,9 +101,12 @@ class Adam(tf.Module):
     def step_size(self, step):
         """The step size of update ``step`` (1 for the first), before bias correction.
 
-        The learning rate, decayed and annealed as configured.
+        The learning rate, warmed up, decayed and annealed as configured.
         """
         rate = self.learning_rate
+        if self.warmup_updates:
+            done = tf.minimum(step, float(self.warmup_updates)) / self.warmup_updates
+            rate = self.warmup_from + (rate - self.warmup_from) * done
         if self.decay != 1.0:
             rate = rate * tf.pow(self.decay, step - 1.0)
         if self.anneal_updates:
@@ -113,8 +125,12 @@ class Adam(tf.Module):
         """The optimizer and its constants, for a checkpoint's fingerprint."""
         return f"adam(beta_1={self.beta_1:g}, beta_2={self.beta_2:g}, epsilon={self.epsilon:g})"
 
-    def apply_gradients(self, grads_and_vars):
-        """Applies one update; returns an op that is done when every variable is updated."""
+    def apply_gradients(self, grads_and_vars, scale=None):
+        """Applies one update; returns an op that is done when every variable is updated.
+
+        ``scale``: a factor of this update's step size (a tensor; None: 1), as async's
+        staleness-aware rate divides it by the gradient's staleness.
+        """
         grads_and_vars = list(grads_and_vars)
         if self.iterations is None:
             raise RuntimeError("Adam.build(variables) must be called before apply_gradients")
@@ -122,6 +138,8 @@ class Adam(tf.Module):
             step = tf.cast(self.iterations.assign_add(1), tf.float32)
             b1_power, b2_power = self.beta_1**step, self.beta_2**step
             rate = self.step_size(step)
+            if scale is not None:
+                rate = rate * tf.cast(scale, tf.float32)
             lr = rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2

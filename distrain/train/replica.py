@@ -180,6 +180,7 @@ class Replica:
             self.info,
             learning_rate or cfg.effective_learning_rate,
             **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
+            **cfg.rate_schedule(updates),  # [sync] linear scaling's warm-up
         )
         self.optimizer.build(self.model.trainable_variables)
         # The parameter version: +1 for every update applied to the variables.

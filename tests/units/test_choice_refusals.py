@@ -78,6 +78,11 @@ REFUSED = {
         "pipeline:2:micro=4: the model file's optimizer sets global_clipnorm=1, a norm over the "
         "whole model; each rank holds its stage's variables only",
     ),
+    "staleness-rate": (
+        "async:2:lr=staleness",
+        f"def optimizer(info):\n    return {ADAMW.format('')}\n",
+        "async:2:lr=staleness: lr=staleness scales distrain's Adam's step",
+    ),
     "factored": (
         "tensor:2",
         "def optimizer(info):\n    return keras.optimizers.Adafactor()\n",

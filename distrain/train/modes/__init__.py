@@ -225,6 +225,16 @@ class Mode:
         """Batches whose gradients make one update (the learning rate is scaled by it)."""
         return 1
 
+    def min_exchanges(self, updates_per_epoch: int) -> int:
+        """Exchanges of the scored weights before an until-plateau stop (the default rule).
+
+        One epoch's worth at the mode's period. By default every update moves the scored
+        weights (an exchange), so the rule never holds back a stop that patience allows:
+        patience needs at least one epoch after the best. Modes whose scored weights
+        move only at an exchange (easgd's centre, avg's average) say otherwise.
+        """
+        return updates_per_epoch
+
     def short_name(self) -> str:
         """The name in tables: ``mode:workers`` and what makes the run a different one."""
         return f"{self.spec.mode}:{self.spec.workers}"

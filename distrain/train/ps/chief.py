@@ -324,6 +324,11 @@ class ChiefEngine:
         if self.target is not None and self.replica.step > self.target:
             self.replica.version.assign(self.target)
 
+    def exchanges(self) -> int:
+        """Exchanges of the scored weights: the rule's count (easgd's), else every update."""
+        count = getattr(self.chief.rule, "exchanges", None)
+        return count(self.chief.sess) if count is not None else int(self.replica.step)
+
     def epoch_note(self) -> str:
         stats = summarize(self.delays)
         note = f"  staleness mean {stats['mean']:.2f} max {stats['max']}"

@@ -64,7 +64,11 @@ class PSGraph:
                 # [ps] distrain's Adam, or the model file's own optimizer: either way its
                 # slots and step live on the parameter servers, which apply its updates.
                 self.optimizer = make_optimizer(
-                    self.spec, info, cfg.effective_learning_rate, **schedule
+                    self.spec,
+                    info,
+                    cfg.effective_learning_rate,
+                    **schedule,
+                    **cfg.rate_schedule(self.per_epoch),
                 )
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
