@@ -57,6 +57,7 @@ CASES: list[tuple[str, str]] = [
     ("train/deadline", "Training: a local run has a deadline by default and ends at it"),
     ("train/resume-exact", "Training: killed mid-epoch or mid-save, ends with unbroken weights"),
     ("train/non-finite-loss", "Training: a NaN/inf loss stops every mode at its step, exit 2"),
+    ("train/watch-fails", "Training: a failing status report or event file is told, run goes on"),
     ("sync/elastic", "sync: elastic Horovod survives 1 of 3 workers killed"),
     ("sync/rank-death", "sync: a killed rank ends the run with an error within seconds"),
     ("sync/stall", "sync: a stopped (SIGSTOP) rank ends the run within the bound, named"),

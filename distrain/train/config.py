@@ -341,6 +341,13 @@ class TrainConfig:
         "in three days by default; 0: none",
         check=(lambda v: v >= 0, "must be 0 (none) or a number of seconds"),
     )
+    progress_seconds: int = setting(
+        30,
+        "rank 0 (the chief) prints a progress line with an ETA at most every this many "
+        "seconds, at a checkpoint or an epoch's end, and in a Kubeflow Trainer TrainJob "
+        "reports the same progress to the TrainJob's status (trainerStatus); 0: neither",
+        check=_zero_or_positive("none"),
+    )
     operation_timeout: int = setting(
         300,
         "seconds a process may wait on another: PS modes, one session call (a stopped "

@@ -2,8 +2,10 @@
 
 A mode hands the driver an *engine* (its way of making updates) and the driver does the
 rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping every mode
-gets for free. The arithmetic of that bookkeeping is plain functions here, tested without
-TensorFlow (``tests/units/test_driver.py``).
+gets for free. What watches the run from inside the loop is a *hook*
+(:mod:`distrain.train.hooks`): the TensorBoard event files and the progress lines and
+reports, for every mode. The arithmetic of that bookkeeping is plain functions here,
+tested without TensorFlow (``tests/units/test_driver.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import numpy as np
 
 from distrain.train import precision
 from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.hooks import Hook
 from distrain.train.staleness import summarize
+from distrain.train.status import ProgressHook
+from distrain.train.tensorboard import TensorBoardHook
 
 
 def next_stop(epoch: int, position: int, per_epoch: int, every: int) -> int:
@@ -316,6 +321,14 @@ class Engine(Protocol):
         """After the last epoch, before the model and the history are saved."""
 
 
+def default_hooks(cfg: TrainConfig, replica) -> list[Hook]:
+    """Every run's hooks: its TensorBoard event files, its progress lines and reports."""
+    hooks: list[Hook] = [ProgressHook(cfg, replica)]
+    if getattr(replica, "model", None) is not None:  # (test doubles of a replica have none)
+        hooks.insert(0, TensorBoardHook(cfg, replica))
+    return hooks
+
+
 class EpochDriver:
     """Runs the epochs of one run: the same loop for every mode.
 
@@ -324,10 +337,12 @@ class EpochDriver:
         replica: The run's model, optimizer, checkpoints and evaluation
             (:class:`distrain.train.replica.Replica`).
         engine: The mode's way of making updates.
+        hooks: What watches the loop (default: :func:`default_hooks`).
     """
 
-    def __init__(self, cfg: TrainConfig, replica, engine: Engine):
+    def __init__(self, cfg: TrainConfig, replica, engine: Engine, hooks: list[Hook] | None = None):
         self.cfg, self.replica, self.engine = cfg, replica, engine
+        self.hooks = default_hooks(cfg, replica) if hooks is None else list(hooks)
         self.epochs: list[dict] = []
         self.resumed_at: list[int] = []
         self.resumed_wall = 0.0
@@ -381,6 +396,7 @@ class EpochDriver:
         )
         self.log_start()
         engine.start()
+        self.call_hooks("on_train_begin")
         every = cfg.checkpoint_every_steps
         start = time.perf_counter()
         for epoch in range(first_epoch, cfg.epochs):
@@ -400,6 +416,7 @@ class EpochDriver:
                 step = epoch * per_epoch + stop
                 if every and step % every == 0 and stop < per_epoch:
                     r.checkpoint(step, engine)
+                self.call_hooks("on_segment_end", step)
             seconds = engine.epoch_seconds(time.perf_counter() - t0)
             seen = (per_epoch - begin) * engine.gradients_per_update * cfg.batch_size
             loss_sum, correct, seen = engine.epoch_totals(loss_sum, correct, seen)
@@ -408,9 +425,24 @@ class EpochDriver:
         engine.refresh()
         self.restore_best()
         r.save_model()
+        history = self.history()
         if r.rank == 0:
-            atomic_write_json(r.out / "history.json", self.history())
-        return self.history()
+            atomic_write_json(r.out / "history.json", history)
+        self.call_hooks("on_train_end", history)
+        return history
+
+    def call_hooks(self, point: str, *args) -> None:
+        """Calls each hook's ``point``; a hook that fails is told once and left out after.
+
+        Watching a run never ends it: a hook's error (a full disk under the event files)
+        costs the hook, not the training.
+        """
+        for hook in list(self.hooks):
+            try:
+                getattr(hook, point)(self, *args)
+            except Exception as err:  # noqa: BLE001 (a hook never fails the run)
+                self.hooks.remove(hook)
+                self.replica.log(f"{type(hook).__name__} stopped: {type(err).__name__}: {err}")
 
     def best_weights_path(self) -> Path:
         """Where this process keeps the weights of the best validated epoch (until plateau)."""
@@ -530,6 +562,7 @@ class EpochDriver:
             r.checkpoint(r.step, engine)  # by the processes that write checkpoints
             if r.rank == 0:
                 atomic_write_json(r.out / "history.json", self.history())
+        self.call_hooks("on_epoch_end", record, list(durations))
 
     def history(self) -> dict:
         """The run's history: every mode's fields, then the mode's own."""

@@ -112,7 +112,7 @@ LAYERS = [
         ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
     ),
     ("steps", ["distrain.steps", "distrain.submit", "distrain.faults", "distrain.listing"]),
-    ("front", ["distrain.cli", "distrain.__main__"]),
+    ("front", ["distrain.cli", "distrain.console", "distrain.__main__"]),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package

@@ -268,6 +268,7 @@ class ChiefEngine:
         self.reached: float | None = None  # when it was reached
         self.stopped = True  # whether the workers stopped there (a checkpoint)
         self.seconds = 0.0  # the epoch's training seconds so far
+        self.progress_seen: dict[str, tuple[float, int]] = {}  # worker_step_seconds' last
 
     def updates_per_epoch(self) -> int:
         cfg = self.replica.cfg
@@ -328,6 +329,20 @@ class ChiefEngine:
         """Exchanges of the scored weights: the rule's count (easgd's), else every update."""
         count = getattr(self.chief.rule, "exchanges", None)
         return count(self.chief.sess) if count is not None else int(self.replica.step)
+
+    def worker_step_seconds(self) -> dict[str, float]:
+        """Each worker's seconds per step since the last call, from its progress points.
+
+        A worker with no step since then is left out.
+        """
+        found = {}
+        for worker, points in self.chief.worker_progress.items():
+            t, count = points[-1]
+            t0, count0 = self.progress_seen.get(worker, (0.0, 0))
+            if count > count0:
+                found[worker] = (t - t0) / (count - count0)
+            self.progress_seen[worker] = (t, count)
+        return found
 
     def epoch_note(self) -> str:
         stats = summarize(self.delays)
