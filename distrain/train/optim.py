@@ -26,6 +26,7 @@ graph's session must see the cluster's devices (:attr:`KerasOptimizer.needs_clus
 
 from __future__ import annotations
 
+import json
 import math
 
 import tensorflow as tf
@@ -232,8 +233,6 @@ class KerasOptimizer(tf.Module):
 
     def describe(self) -> str:
         """The optimizer's class and configuration (its schedule's too), as JSON."""
-        import json
-
         import tf_keras
 
         config = tf_keras.optimizers.serialize(self.optimizer)
