@@ -22,16 +22,25 @@ def build(info, seed):
     )(inputs["amount"])
     amount = keras.layers.Reshape((1,))(amount)
     # Ids 0 .. max seen in training; a larger one at test time is out of vocabulary (0).
-    stores = keras.layers.IntegerLookup(vocabulary=list(range(int(stats["store"].max) + 1)))
-    store = keras.layers.Embedding(
-        stores.vocabulary_size(), 4, embeddings_initializer=init(seed + 1)
-    )(stores(inputs["store"]))
-    colours = keras.layers.StringLookup(vocabulary=info.vocabulary("colour"))
-    colour = keras.layers.Embedding(
-        colours.vocabulary_size(), 4, embeddings_initializer=init(seed + 2)
-    )(colours(inputs["colour"]))
+    # Sizes are counted here, not asked of the layers: in the parameter-server modes the
+    # model is built in a tf.compat.v1 graph, where ``vocabulary_size()`` is a tensor.
+    ids = list(range(int(stats["store"].max) + 1))
+    store = keras.layers.IntegerLookup(vocabulary=ids)(inputs["store"])
+    store = keras.layers.Embedding(len(ids) + 1, 4, embeddings_initializer=init(seed + 1))(store)
+    colours = info.vocabulary("colour")
+    colour = keras.layers.StringLookup(vocabulary=colours)(inputs["colour"])
+    colour = keras.layers.Embedding(len(colours) + 1, 4, embeddings_initializer=init(seed + 2))(
+        colour
+    )
+    words = info.vocabulary("review")
+    # A multi-hot bag of words is as wide as the vocabulary: given as max_tokens (the words
+    # and the out-of-vocabulary slot) with pad_to_max_tokens, so the width is a number in
+    # a graph too.
     review = keras.layers.TextVectorization(
-        vocabulary=info.vocabulary("review"), output_mode="multi_hot"
+        max_tokens=len(words) + 1,
+        pad_to_max_tokens=True,
+        vocabulary=words,
+        output_mode="multi_hot",
     )(inputs["review"])
     x = keras.layers.Concatenate()([amount, store, colour, review])
     x = keras.layers.Dense(32, "relu", kernel_initializer=init(seed + 3))(x)
