@@ -203,6 +203,7 @@ def test_statistics_and_vocabularies_come_from_the_train_split_only(tmp_path):
     assert other["statistics"] != metas[0]["statistics"]
 
 
+@pytest.mark.case("tfrecord/vocabulary-bounded")
 def test_a_huge_vocabulary_keeps_metadata_bounded_and_counts_what_it_leaves_out(tmp_path):
     spec = {
         "features": {
