@@ -145,12 +145,12 @@ class _GatherFn(beam.CombineFn):
 
 def assemble(found: dict, spec: dict) -> dict:
     """What the analyzers found, for every feature the spec declares."""
-    spec_ = FeatureSpec.from_dict(spec, "features.json")
+    declared = FeatureSpec.from_dict(spec, "features.json")
     stats, vocabularies, skipped = (
         found.get(k, {}) for k in ("statistics", "vocabularies", "skipped")
     )
     out: dict = {"statistics": {}, "vocabularies": {}}
-    for name, feature in spec_.features.items():
+    for name, feature in declared.features.items():
         if feature.dtype != "bytes":
             out["statistics"][name] = stats.get(name, {"count": 0})
             continue
