@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from distrain.train.config import ConfigError
-from distrain.train.models import build_model
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
@@ -55,7 +54,7 @@ class EASGDRule(PushRule):
         from distrain.train.optim import Adam
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
-        self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
+        self.model = g.build_model()
         if not self.tau and self.threshold is None:
             # Four steps' worth of a first guess's loss (ln of the classes) at the start.
             self.threshold = 4 * math.log(max(g.info.num_classes, 2))
