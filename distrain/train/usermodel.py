@@ -44,6 +44,8 @@ from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
 from distrain.failures import add_user_code
+from distrain.train import predict
+from distrain.train.predict import keras_load
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
@@ -347,8 +349,6 @@ def load_saved(path: str | os.PathLike, reference: str, info=None, seed: int = 0
     Raises:
         UserModelError: Neither way loads it (the user's file named).
     """
-    from distrain.train.predict import keras_load
-
     if not is_user_model(reference):
         return keras_load(path)
     ref = ModelReference.parse(reference)
@@ -377,8 +377,6 @@ def loading(reference: str, info=None, seed: int = 0):
     What a task's evaluation loads (:func:`distrain.train.predict.load_model`) is then
     loaded as the user's model must be, wherever the task asks for it.
     """
-    from distrain.train import predict
-
     token = predict.LOADER.set(lambda path: load_saved(path, reference, info, seed))
     try:
         yield
