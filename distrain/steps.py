@@ -461,11 +461,14 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task
-    evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
+    seed = history["config"]["seed"]
+    # A model of the user's code loads with its module imported (usermodel.load_saved).
+    with usermodel.loading(model, info, seed):
+        evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
     evaluation["task"] = task.name
     # What the cost model needs of the model (distrain.costmodel), for reports that
     # predict step times from what the run measured.
-    evaluation["model_profile"] = profile(build_model(info, model, history["config"]["seed"]))
+    evaluation["model_profile"] = profile(build_model(info, model, seed))
     return {"run": history["run"], "history": history, "evaluation": evaluation}
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from distrain.train.choices import make_optimizer
 from distrain.train.config import ConfigError
-from distrain.train.models import build_model
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
@@ -78,7 +77,7 @@ class EASGDRule(PushRule):
         from distrain.train.optim import initializer
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
-        self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
+        self.model = g.build_model()
         if not self.tau and self.threshold is None:
             # Four steps' worth of a first guess's loss at the start (its task's).
             self.threshold = 4 * g.task.first_guess_loss(g.info)

@@ -8,6 +8,7 @@ count of updates exact (see :mod:`distrain.train.ps`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from distrain.train.choices import make_optimizer, training_task
@@ -23,6 +24,24 @@ DELAY_BUCKETS = 64
 
 # Wake-ups the queue holds (one per segment is sent; the chief takes them as they come).
 WAKEUPS = 1024
+
+
+@contextlib.contextmanager
+def _graph_constants():
+    """tf-keras keeps a TF op's constant inputs as graph tensors (not evaluated in a session).
+
+    The switch is tf-keras's own (``_UNSAFE_GRAPH_OP_LAYER_CREATION``, the path it takes in
+    a distribution strategy's graph); "unsafe" only for saving the model's config, which a
+    parameter-server graph's model never is.
+    """
+    from tf_keras.src.engine import base_layer_utils
+
+    was = base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION
+    base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = True
+    try:
+        yield
+    finally:
+        base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = was
 
 
 class PSGraph:
@@ -56,7 +75,7 @@ class PSGraph:
             )
             # [ps] tf.device() refuses the setter's function in TF 2.21; the v1 scope takes it.
             with tf.compat.v1.device(setter):
-                self.model = self.spec.build(info, cfg.seed)
+                self.model = self.build_model()
                 self.variables = self.model.trainable_variables
                 # A language model's decay or anneal, over the updates the chief counts.
                 stream = self.spec.stream
@@ -122,6 +141,22 @@ class PSGraph:
         with the update, and not for a step refused at the limit or dropped as stale.
         """
         return state.apply(self.forward)
+
+    def build_model(self):
+        """The run's model, built in this graph under the caller's device scope.
+
+        Every model of a parameter-server process is built here (the shared one, a
+        worker's mirror, easgd's copy), in a TF1 graph, where tf-keras takes its legacy
+        graph path: a TF op on a functional model's tensors (``x * 4.0 + 3.0``: a
+        ``TensorFlowOpLayer``) has its constant inputs (the ``4.0``) evaluated at once in
+        a session of tf-keras's own. That session is a local one, which cannot place the
+        graph's ops on ``/job:worker`` or ``/job:ps``: the build failed. [ps] The constants
+        are kept as tensors of this graph instead (:func:`_graph_constants`), as tf-keras
+        itself does under a distribution strategy in a session; the ops stay where their
+        scope puts them. (Only the chief's eager copy is saved: this graph's model never is.)
+        """
+        with _graph_constants():
+            return self.spec.build(self.info, self.cfg.seed)
 
     def push(self, grads, read_version, record):
         """The mode's push of ``grads`` (:meth:`PushRule.push`), its conds built inline.
