@@ -10,7 +10,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from distrain import datasets
 from distrain.datasets.info import DataError
 from distrain.datasets.testing import BEAM_ARGS
 from distrain.datasets.tfrecord.beam import TfrecordPreprocessConfig, preprocess_tfrecord
@@ -19,6 +18,7 @@ from distrain.datasets.tfrecord.spec import FeatureSpec, SpecError
 from distrain.preprocess.analyzers import MomentsFn, TopKFn, TopTokens, merge_moments
 from distrain.preprocess.records import bytes_feature, example, float_feature, int64_feature
 from distrain.preprocess.tokens import tokens
+from distrain.train.models import load_info
 
 
 def _pipeline():
@@ -267,7 +267,7 @@ def test_info_hands_the_statistics_and_vocabularies_to_the_model_builder(tmp_pat
     raw = _folder(tmp_path / "raw", spec, records, records[:20])
     out = tmp_path / "out"
     preprocess_tfrecord(TfrecordPreprocessConfig(str(raw), str(out)), list(BEAM_ARGS))
-    info = datasets.load_info(out, "examples/mixed_model.py:build")
+    info = load_info(out, "examples/mixed_model.py:build")
     files = sorted(str(p) for p in (out / "train").glob("*.tfrecord"))
     parse = {"grid": tf.io.FixedLenFeature([2, 2], tf.float32)}
     kept = np.array(
