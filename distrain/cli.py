@@ -22,6 +22,7 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets, experiments
+from distrain.console import finished, tensorboard_command, train_summary
 from distrain.flags import add_flags, field_types, given
 from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
@@ -156,6 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         params["target_accuracy"] = args.target_accuracy
     params.update({key: getattr(args, key) for key in ("gate", "plan") if getattr(args, key)})
     print(f"distrain: running the {args.pipeline} pipeline locally: {json.dumps(params)}")
+    if args.tensorboard:  # each train step's event files, under its output in out/kfp
+        print(f"distrain: watch the runs in TensorBoard: {tensorboard_command(out / 'kfp')}")
     start = time.perf_counter()
     task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
     comparison_dir = Path(task.output.path)
@@ -166,21 +169,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\nthe picked run, exported for serving (with its InferenceService): {out}/serving")
     print()
     print(render_text_table(comparison))
-    _finished(out, "pipeline", "comparison", "table and plots", start, args.open)
+    finished(out, "pipeline", "comparison", "table and plots", start, args.open)
     return 0
-
-
-def _finished(out: Path, what: str, name: str, holds: str, start: float, open_page: bool):
-    """The closing lines of a local run: its time, what it wrote, the page (opened if asked)."""
-    print(f"\n{what} finished in {time.perf_counter() - start:.0f} s; ", end="")
-    print(f"wrote {out}/{name}.json, {name}.md, {name}.html")
-    page = out / f"{name}.html"
-    print(f"{name} ({holds}): {page.as_uri()}")
-    if open_page:
-        import webbrowser
-
-        if not webbrowser.open(page.as_uri()):
-            print("distrain: no web browser to open it with here", file=sys.stderr)
 
 
 def _run_locally(pipeline, params: dict, out: Path):
@@ -280,7 +270,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     print()
     for sentence in report["sentences"]:
         print(f"- {sentence}")
-    _finished(out, "experiment", "report", "tables, plots, findings", start, args.open)
+    finished(out, "experiment", "report", "tables, plots, findings", start, args.open)
     return 0
 
 
@@ -314,7 +304,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.repeats > 1:
             output = str(Path(output) / f"seed-{seed}")
         history = train(args.data_dir, output, args.run, **settings)
-        print(json.dumps({k: v for k, v in history.items() if k not in ("epochs", "config")}))
+        print(train_summary(history, output))
         histories.append(history)
     if args.repeats > 1:
         print(json.dumps(repeat_summary(histories)))
@@ -568,6 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
         "runs, and recommend one (with the model's error on the runs measured here)",
     )
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
+    run.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="print the command that shows every run's TensorBoard curves while they train",
+    )
     run.add_argument(
         "--open", action="store_true", help="open the HTML comparison in a web browser at the end"
     )

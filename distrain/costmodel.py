@@ -31,6 +31,23 @@ import numpy as np
 FLOAT = 4  # bytes of a float32
 
 
+def _shape(layer, which: str):
+    """A layer's ``output_shape`` or ``input_shape`` (the first of a list), or None if unknown.
+
+    tf-keras records a layer's shapes when it is called on Keras tensors (a functional or
+    ``Sequential`` model); a layer of a subclassed model is called inside the model's
+    ``call`` and has none. Then a dense layer's output is ``(None, units)``, its weights'
+    (as over one position), and any other layer's shapes are unknown.
+    """
+    try:
+        shape = getattr(layer, which)
+    except (AttributeError, RuntimeError):
+        units = getattr(layer, "units", None)
+        dense = which == "output_shape" and isinstance(units, int) and layer.weights
+        return (None, units) if dense else None
+    return shape[0] if isinstance(shape, list) else shape  # a layer that returns states
+
+
 def layer_costs(model) -> list[float]:
     """Multiply-adds per example of each layer of a built ``Sequential`` (its stage weight).
 
@@ -44,15 +61,16 @@ def layer_costs(model) -> list[float]:
     recurrent = (keras.layers.LSTM, keras.layers.SimpleRNN, keras.layers.GRU)
     costs = []
     for layer in model.layers:
-        shape = layer.output_shape
-        shape = shape[0] if isinstance(shape, list) else shape  # a layer that returns states
+        shape = _shape(layer, "output_shape")
+        if shape is None:  # a subclassed model's layer: a thousandth of its weights
+            costs.append(layer.count_params() * 1e-3)
+            continue
         out = [d or 1 for d in shape[1:]]
         if isinstance(layer, keras.layers.Dense):
             costs.append(float(np.prod(out)) * layer.kernel.shape[0])
         elif isinstance(layer, recurrent):
-            kernel, inputs = layer.cell.kernel, layer.input_shape
-            inputs = inputs[0] if isinstance(inputs, list) else inputs
-            steps = inputs[1] or 1
+            kernel, inputs = layer.cell.kernel, _shape(layer, "input_shape")
+            steps = (inputs[1] if inputs else None) or 1
             # Each step: the input and the previous state times every gate's columns.
             costs.append(float(steps) * (kernel.shape[0] + layer.units) * kernel.shape[1])
         elif isinstance(layer, keras.layers.Conv2DTranspose):
@@ -115,19 +133,19 @@ def dense_layers(model) -> list[dict]:
                     "out": int(layer.units),
                     "after": weighted,
                     # Rows per example: a dense layer over a sequence acts at every position.
-                    "positions": int(math.prod(d or 1 for d in layer.output_shape[1:-1])),
+                    "positions": int(
+                        math.prod(d or 1 for d in _shape(layer, "output_shape")[1:-1])
+                    ),
                 }
             )
         elif isinstance(layer, recurrent):
-            shape = (
-                layer.input_shape[0] if isinstance(layer.input_shape, list) else layer.input_shape
-            )
+            shape = _shape(layer, "input_shape")
             out.append(
                 {
                     "in": int(layer.cell.kernel.shape[0]) + int(layer.units),  # input and state
                     "out": int(layer.units),
                     "after": True,  # the state before it always has weights
-                    "steps": int(shape[1] or 1),
+                    "steps": int((shape[1] if shape else None) or 1),
                 }
             )
         weighted = weighted or bool(layer.trainable_weights)
@@ -150,9 +168,8 @@ def profile(model) -> dict:
     dense = sum(c for c, layer in zip(costs, model.layers, strict=True) if isinstance(layer, split))
     sizes = []
     for layer in model.layers:
-        shape = layer.output_shape
-        shape = shape[0] if isinstance(shape, list) else shape
-        sizes.append(float(math.prod(d or 1 for d in shape[1:])))
+        shape = _shape(layer, "output_shape")
+        sizes.append(float(math.prod(d or 1 for d in shape[1:])) if shape else 0.0)
     return {
         "parameters": int(sum(v.shape.num_elements() for v in model.trainable_variables)),
         "layer_costs": [float(c) for c in costs],

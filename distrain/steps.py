@@ -29,7 +29,7 @@ from distrain.memory import PeakTreeMemory
 from distrain.plan import Plan
 from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
-from distrain.train import usermodel
+from distrain.train import choices, usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
 from distrain.train.export import EXPORT_DIR, export_saved_model, model_metadata, pick_run
 from distrain.train.models import build_model, load_info, model_spec
@@ -429,8 +429,11 @@ def check_user_model(cfg: TrainConfig) -> None:
     import tf_keras
 
     ref = usermodel.ModelReference.parse(cfg.model)
-    model = usermodel.build(ref, load_info(cfg.data_dir, cfg.model), cfg.seed)
+    info = load_info(cfg.data_dir, cfg.model)
+    model = usermodel.build(ref, info, cfg.seed)
     cfg.run.impl.check_model(cfg, model)  # a split mode: a layer it cannot split
+    # The file's loss, optimizer and class weights, each made once and checked.
+    choices.check(model_spec(info.dataset, cfg.model), info, cfg.run.impl, cfg)
     tf_keras.backend.clear_session()
 
 
@@ -458,11 +461,14 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task
-    evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
+    seed = history["config"]["seed"]
+    # A model of the user's code loads with its module imported (usermodel.load_saved).
+    with usermodel.loading(model, info, seed):
+        evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
     evaluation["task"] = task.name
     # What the cost model needs of the model (distrain.costmodel), for reports that
     # predict step times from what the run measured.
-    evaluation["model_profile"] = profile(build_model(info, model, history["config"]["seed"]))
+    evaluation["model_profile"] = profile(build_model(info, model, seed))
     return {"run": history["run"], "history": history, "evaluation": evaluation}
 
 

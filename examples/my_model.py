@@ -2,8 +2,8 @@
 
 distrain calls ``build(info, seed)`` in every training process and trains what it
 returns in each mode it compares. Return an *uncompiled* tf-keras model whose output is
-the logits, one per class (``info.num_classes`` wide); distrain owns the loss, the
-optimizer and the distribution.
+the logits, one per class (``info.num_classes`` wide); distrain owns the distribution, and
+the loss and the optimizer unless the file gives its own (``my_training.py``).
 
 ``info`` says what the model reads:
 

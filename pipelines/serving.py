@@ -69,6 +69,9 @@ def export_and_push(
             mount_path=mount_path,
             volume_claim=volume_claim,
         ).set_display_name("push")
+        # A push writes outside the pipeline's artifacts (serving_dir): a rerun pushes again,
+        # never trusts a cached answer about a folder it does not own.
+        pushed.set_caching_options(False)
         if cluster:
             kubernetes.mount_pvc(pushed, pvc_name=volume_claim, mount_path=mount_path)
     return pushed

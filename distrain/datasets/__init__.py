@@ -92,6 +92,8 @@ class ModelSpec:
         stream: A language model that trains on contiguous streams with its state carried
             from batch to batch in the modes that carry state, and how
             (:class:`distrain.lm.StreamTraining`); None: records in shuffled order.
+        choices: The user's own loss, optimizer and class weights, from a model file
+            (:class:`distrain.train.choices.Choices`); None: distrain's.
     """
 
     build: Callable
@@ -100,6 +102,7 @@ class ModelSpec:
     stages: bool = True
     summary: str = ""
     stream: object = None
+    choices: object = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from distrain.preprocess.records import TFRecordFramingError, count_tfrecords
 
 
@@ -90,6 +92,59 @@ class FeatureSpec:
         return inputs if self.as_dict else next(iter(inputs.values()))
 
 
+# Tokens tf-keras' StringLookup and TextVectorization reserve (the mask and OOV tokens):
+# a vocabulary that holds them is refused, so :meth:`DatasetInfo.vocabulary` leaves them out.
+RESERVED_TOKENS = ("", "[UNK]")
+
+
+@dataclass(frozen=True)
+class FeatureStatistics:
+    """A numeric feature's statistics over the training split, element by element.
+
+    Each array has the feature's shape (``[]``: a 0-d array), as
+    ``keras.layers.Normalization(axis=..., mean=s.mean, variance=s.variance)`` takes it.
+
+    Attributes:
+        count: Records counted (each element has this many values).
+        mean: The mean of each element.
+        variance: The population variance of each element (divided by ``count``, as
+            ``Normalization.adapt`` computes it).
+        min: The smallest value of each element.
+        max: The largest value of each element.
+    """
+
+    count: int
+    mean: np.ndarray
+    variance: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+
+    @classmethod
+    def from_json(cls, data: dict, shape: tuple) -> FeatureStatistics:
+        """From metadata.json's lists (flat, one number per element)."""
+        if not data.get("count"):
+            empty = np.zeros((0,))
+            return cls(0, empty, empty, empty, empty)
+        return cls(
+            int(data["count"]),
+            *(np.asarray(data[k]).reshape(shape) for k in ("mean", "variance", "min", "max")),
+        )
+
+    def overall(self) -> FeatureStatistics:
+        """The statistics of all the feature's values together, as scalars.
+
+        Exact from the element-wise ones (each element has ``count`` values): the mean of
+        the means, the variance within elements plus the variance of their means;
+        ``count`` is then every value (records times elements).
+        """
+        mean = float(np.mean(self.mean))
+        variance = float(np.mean(self.variance) + np.mean((self.mean - mean) ** 2))
+        low, high = np.min(self.min), np.max(self.max)
+        return FeatureStatistics(
+            self.count * max(1, self.mean.size), *map(np.asarray, (mean, variance, low, high))
+        )
+
+
 @dataclass(frozen=True)
 class DatasetInfo:
     """What training needs to know about a preprocessed data set (from ``metadata.json``)."""
@@ -123,6 +178,51 @@ class DatasetInfo:
                 f"{self.data_dir}: no feature spec (load it with distrain.train.models.load_info)"
             )
         return self.feature_spec.label
+
+    @property
+    def statistics(self) -> dict[str, FeatureStatistics]:
+        """Each numeric feature's statistics over the training split, by name.
+
+        Computed by the preprocessing job (the tfrecord data set's, as TFX Transform's
+        analyzers do), so that a model builder sets ``Normalization(mean=...,
+        variance=...)`` without ``adapt()``.
+
+        Raises:
+            DataError: The data set's preprocessing computes none (or an older one did).
+        """
+        found = self.metadata.get("statistics")
+        if found is None:
+            raise DataError(
+                f"{self.data_dir}/metadata.json: no feature statistics (the {self.dataset} "
+                "data set's preprocessing writes none, or an older version of distrain "
+                "preprocessed it: preprocess the data again)"
+            )
+        shapes = {
+            n: tuple(f.get("shape", [])) for n, f in self.metadata.get("features", {}).items()
+        }
+        return {n: FeatureStatistics.from_json(d, shapes.get(n, (-1,))) for n, d in found.items()}
+
+    def vocabulary(self, name: str, reserved: bool = False) -> list[str]:
+        """A bytes feature's most frequent tokens in the training split, most frequent first.
+
+        Ties are broken by the token's UTF-8 bytes, ascending. As
+        ``StringLookup(vocabulary=...)`` and ``TextVectorization(vocabulary=...)`` take it:
+        the tokens those layers reserve (:data:`RESERVED_TOKENS`, the empty string and
+        ``[UNK]``) are left out unless ``reserved``.
+
+        Raises:
+            DataError: No vocabulary for ``name`` (not a bytes feature, or the data set's
+                preprocessing computes none).
+        """
+        found = self.metadata.get("vocabularies", {})
+        if name not in found:
+            have = ", ".join(sorted(found)) or "none"
+            raise DataError(
+                f"{self.data_dir}/metadata.json: no vocabulary for {name!r} (vocabularies: "
+                f"{have}; the tfrecord job builds one per bytes feature)"
+            )
+        tokens = list(found[name]["tokens"])
+        return tokens if reserved else [t for t in tokens if t not in RESERVED_TOKENS]
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike) -> DatasetInfo:

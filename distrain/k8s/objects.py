@@ -66,6 +66,27 @@ DNS_PEER = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
 }
+# Kubeflow Trainer's controller, whose status server (KEP-2779, Trainer >= 2.2) a TrainJob's
+# trainer reports its progress to (distrain.train.status), on its status-server port. Its pods
+# carry these labels in Trainer's manifests (name "trainer") and Helm chart (name
+# "kubeflow-trainer"), in whichever namespace it is installed.
+TRAINER_STATUS_PEER = {
+    "namespaceSelector": {},
+    "podSelector": {
+        "matchLabels": {
+            "app.kubernetes.io/component": "manager",
+            "app.kubernetes.io/part-of": "kubeflow",
+        },
+        "matchExpressions": [
+            {
+                "key": "app.kubernetes.io/name",
+                "operator": "In",
+                "values": ["trainer", "kubeflow-trainer"],
+            }
+        ],
+    },
+}
+TRAINER_STATUS_PORT = 10443
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/distrain/.sshd_config"]
 SSH_AUTH_MOUNT_PATH = "/home/distrain/.ssh"
 
@@ -398,7 +419,9 @@ def network_policy(name: str, k: KubernetesConfig, objects: list[dict]) -> dict:
     53 over UDP and TCP), so the user's model code, which every pod runs, reaches neither
     the API server, nor a cloud metadata endpoint, nor the internet. A run names no
     object store: its data, checkpoints and model are on the shared volume, which the node
-    mounts (a claim needs no network of the pod's own).
+    mounts (a claim needs no network of the pod's own). A TrainJob's pods may also reach
+    Kubeflow Trainer's controller on its status server's port (:data:`TRAINER_STATUS_PEER`),
+    and only that: rank 0 reports the run's progress there (:mod:`distrain.train.status`).
     """
     services = [obj for obj in objects if obj["kind"] == "Service"]
     ports = sorted({port["targetPort"] for obj in services for port in obj["spec"]["ports"]})
@@ -410,6 +433,14 @@ def network_policy(name: str, k: KubernetesConfig, objects: list[dict]) -> dict:
         "to": [json.loads(json.dumps(DNS_PEER))],
         "ports": [{"protocol": proto, "port": 53} for proto in ("UDP", "TCP")],
     }
+    status = []
+    if any(obj["kind"] == "TrainJob" for obj in objects):
+        status.append(
+            {
+                "to": [json.loads(json.dumps(TRAINER_STATUS_PEER))],
+                "ports": [{"protocol": "TCP", "port": TRAINER_STATUS_PORT}],
+            }
+        )
     return {
         "apiVersion": f"{NETWORK_API[0]}/{NETWORK_API[1]}",
         "kind": "NetworkPolicy",
@@ -420,7 +451,7 @@ def network_policy(name: str, k: KubernetesConfig, objects: list[dict]) -> dict:
             "ingress": [rule],
             # Every port of the run's own pods: ranks and servers dial each other (mpirun's
             # daemons call back on ports chosen at run time).
-            "egress": [{"to": [json.loads(json.dumps(own_pods))]}, dns],
+            "egress": [{"to": [json.loads(json.dumps(own_pods))]}, dns, *status],
         },
     }
 

@@ -242,6 +242,14 @@ class TrainConfig:
         "multiply the learning rate by the number of workers whose gradients are combined per "
         "step (sync: N; syncreplicas: the aggregate), as Horovod recommends",
     )
+    warmup_epochs: float = setting(
+        0.0,
+        "linear scaling's gradual warm-up (Goyal et al. 2017): the rate rises linearly from "
+        "the base learning rate to the scaled one (scale_learning_rate) over this many "
+        "epochs' updates, then stays; 0: none. With scale_learning_rate it is the "
+        "lr_scaling=linear rule for sync:N (docs/modes.md)",
+        check=(lambda v: v >= 0, "must be 0 (none) or a number of epochs"),
+    )
     seed: int = setting(0, "seed of the initial weights and the data order")
     threads_per_worker: int = setting(
         0,
@@ -286,11 +294,22 @@ class TrainConfig:
     )
     until_plateau: int = setting(
         0,
-        "patience: stop when the validation loss has not improved for this many epochs (3 "
-        "if the flag has no value) and give the model the best epoch's weights back (epochs "
-        "is then the most); 0: off, train every epoch. Every epoch is validated",
+        "patience: stop when the validation loss has not improved over this many "
+        "evaluations whose scored weights changed (3 if the flag has no value; an epoch "
+        "whose scored weights no exchange moved, as an EASGD centre's, is not counted) and "
+        "give the model the best epoch's weights back (epochs is then the most); 0: off, "
+        "train every epoch. Every epoch is validated; history.json's until_plateau.reason "
+        "says why the run stopped",
         check=(lambda v: v >= 0, "must be 0 (off) or a patience"),
         flag={"nargs": "?", "const": 3, "metavar": "PATIENCE"},
+    )
+    min_exchanges: int = setting(
+        0,
+        "until plateau: no stop before the scored weights have taken this many exchanges "
+        "(every update in most modes; EASGD's centre and averaged replicas move only at "
+        "an exchange); 0: the mode's rule, one epoch's worth at the mode's period "
+        "(docs/modes.md)",
+        check=(lambda v: v >= 0, "must be 0 (the mode's rule) or a number of exchanges"),
     )
     on_nan: str = setting(
         "stop",
@@ -321,6 +340,13 @@ class TrainConfig:
         "fails with a transient error: a run that hangs in a way nothing else catches ends "
         "in three days by default; 0: none",
         check=(lambda v: v >= 0, "must be 0 (none) or a number of seconds"),
+    )
+    progress_seconds: int = setting(
+        30,
+        "rank 0 (the chief) prints a progress line with an ETA at most every this many "
+        "seconds, at a checkpoint or an epoch's end, and in a Kubeflow Trainer TrainJob "
+        "reports the same progress to the TrainJob's status (trainerStatus); 0: neither",
+        check=_zero_or_positive("none"),
     )
     operation_timeout: int = setting(
         300,
@@ -400,6 +426,19 @@ class TrainConfig:
         if not self.scale_learning_rate:
             return self.learning_rate
         return self.learning_rate * self.run.impl.gradients_per_update()
+
+    def rate_schedule(self, updates_per_epoch: int) -> dict:
+        """The optimizer's warm-up arguments (:class:`distrain.train.optim.Adam`).
+
+        Goyal et al.'s gradual warm-up: from the base rate to :attr:`effective_learning_rate`
+        over ``warmup_epochs`` epochs of ``updates_per_epoch`` updates (none: empty).
+        """
+        if not self.warmup_epochs:
+            return {}
+        return {
+            "warmup_updates": max(1, round(self.warmup_epochs * updates_per_epoch)),
+            "warmup_from": self.learning_rate,
+        }
 
     def to_json(self) -> str:
         """Serialises the config (the run spec as a dict)."""

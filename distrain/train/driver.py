@@ -2,12 +2,15 @@
 
 A mode hands the driver an *engine* (its way of making updates) and the driver does the
 rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping every mode
-gets for free. The arithmetic of that bookkeeping is plain functions here, tested without
-TensorFlow (``tests/units/test_driver.py``).
+gets for free. What watches the run from inside the loop is a *hook*
+(:mod:`distrain.train.hooks`): the TensorBoard event files and the progress lines and
+reports, for every mode. The arithmetic of that bookkeeping is plain functions here,
+tested without TensorFlow (``tests/units/test_driver.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -20,7 +23,10 @@ import numpy as np
 
 from distrain.train import precision
 from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.hooks import Hook
 from distrain.train.staleness import summarize
+from distrain.train.status import ProgressHook
+from distrain.train.tensorboard import TensorBoardHook
 
 
 def next_stop(epoch: int, position: int, per_epoch: int, every: int) -> int:
@@ -99,41 +105,148 @@ def step_spread(durations: list[float]) -> dict:
     return {"count": int(ms.size), "median": float(median), "p10": float(p10), "p90": float(p90)}
 
 
+def epoch_list(epochs: list[int]) -> str:
+    """Epoch numbers in words, runs of consecutive ones joined: ``4-6, 9``."""
+    parts: list[str] = []
+    for e in sorted(epochs):
+        if parts and parts[-1][1] == e - 1:
+            parts[-1][1] = e
+        else:
+            parts.append([e, e])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def weights_digest(weights) -> str:
+    """A short digest of a model's weights (a list of arrays): equal only for equal weights."""
+    h = hashlib.blake2b(digest_size=8)
+    for w in weights:
+        a = np.ascontiguousarray(w)
+        h.update(str((a.dtype, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 class Plateau:
     """Until-plateau bookkeeping: the best validation loss, its epoch, whether to stop.
 
-    As Keras's ``EarlyStopping(monitor="val_loss", restore_best_weights=True)``: training
-    stops when the validation loss has not improved for ``patience`` epochs in a row.
+    As Keras's ``EarlyStopping(monitor="val_loss", restore_best_weights=True)``, with two
+    rules no mode can fool (issue 51): patience counts only the evaluations whose scored
+    weights changed since the evaluation before (an EASGD centre or averaged model that
+    no exchange moved scores the same again: that is not a plateau), and the run is not
+    stopped before its scored weights have taken ``min_exchanges`` exchanges. Its
+    :meth:`reason` says in words why the run stopped or went on.
 
     Args:
-        patience: Epochs without improvement that end training (0: never stop early).
+        patience: Evaluations of changed weights without improvement that end training
+            (0: never stop early).
+        min_exchanges: Exchanges of the scored weights before which no stop is made.
     """
 
-    def __init__(self, patience: int):
-        self.patience = patience
+    def __init__(self, patience: int, min_exchanges: int = 0):
+        self.patience, self.min_exchanges = patience, min_exchanges
         self.best: float | None = None
         self.best_epoch = 0
         self.last_epoch = 0
+        self.digest: str | None = None  # of the weights last evaluated
+        self.exchanges = 0  # of the scored weights, at the last evaluation
+        self.since_best: list[int] = []  # evaluated epochs of changed weights after the best
+        self.unchanged: list[int] = []  # evaluated epochs whose weights had not changed
+        self.held_at: int | None = None  # the first epoch the exchanges alone held a stop
 
-    def update(self, epoch: int, val_loss: float | None) -> bool:
-        """Records epoch ``epoch``'s (1-based) validation loss; True if it is the best so far."""
+    def update(
+        self,
+        epoch: int,
+        val_loss: float | None,
+        digest: str | None = None,
+        exchanges: int | None = None,
+    ) -> bool:
+        """Records epoch ``epoch``'s (1-based) evaluation; True if it is the best so far.
+
+        Args:
+            epoch: The epoch evaluated.
+            val_loss: Its validation loss (None: not evaluated; nothing is recorded).
+            digest: :func:`weights_digest` of the weights scored (None: unknown, counted
+                as changed).
+            exchanges: Exchanges of the scored weights so far (None: not counted).
+        """
         if val_loss is None:
             return False
         self.last_epoch = epoch
+        if exchanges is not None:
+            self.exchanges = exchanges
+        changed = digest is None or digest != self.digest
+        self.digest = digest
+        if not changed:  # the same weights scored again: neither better nor a plateau
+            self.unchanged.append(epoch)
+            return False
         if self.best is None or val_loss < self.best:
             self.best, self.best_epoch = val_loss, epoch
+            self.since_best = []
             return True
+        self.since_best.append(epoch)
+        if self.patient_out and not self.enough_exchanges and self.held_at is None:
+            self.held_at = epoch
         return False
 
     @property
+    def patient_out(self) -> bool:
+        """Whether ``patience`` evaluations of changed weights have passed since the best."""
+        return bool(self.patience) and len(self.since_best) >= self.patience
+
+    @property
+    def enough_exchanges(self) -> bool:
+        """Whether the scored weights have taken the exchanges a stop needs."""
+        return self.exchanges >= self.min_exchanges
+
+    @property
     def stop(self) -> bool:
-        """Whether ``patience`` validated epochs have passed since the best one."""
-        return bool(self.patience) and self.last_epoch - self.best_epoch >= self.patience
+        """Whether to stop: patience ran out, after the exchanges a stop needs."""
+        return self.patient_out and self.enough_exchanges
 
     def replay(self, epochs: list[dict]) -> None:
         """The state after the epochs of a history (a resumed run's)."""
         for record in epochs:
-            self.update(record["epoch"], record.get("val_loss"))
+            self.update(
+                record["epoch"],
+                record.get("val_loss"),
+                record.get("weights_digest"),
+                record.get("exchanges"),
+            )
+
+    def reason(self) -> str:
+        """Why the run stopped, or why it went on to its last epoch, in checkable words."""
+        if not self.patience or self.best is None:
+            return "ran every epoch: no validation plateau rule"
+        if self.stop:
+            counted = self.since_best
+            words = (
+                f"stopped: validation loss did not improve over {len(counted)} evaluations "
+                f"whose weights changed (epochs {epoch_list(counted)}); best "
+                f"{self.best:.4f} at epoch {self.best_epoch}"
+            )
+            if self.min_exchanges:
+                words += (
+                    f"; {self.exchanges} exchanges of the scored weights (at least "
+                    f"{self.min_exchanges} before a stop)"
+                )
+        else:
+            words = (
+                f"ran to epoch {self.last_epoch}: validation loss best {self.best:.4f} at "
+                f"epoch {self.best_epoch}, then {len(self.since_best)} evaluation(s) of "
+                f"changed weights without improvement (patience {self.patience})"
+            )
+            if self.held_at is not None:
+                words += (
+                    f"; patience ran out at epoch {self.held_at}, but the scored weights had "
+                    f"taken fewer than the {self.min_exchanges} exchanges a stop needs "
+                    f"({self.exchanges} by epoch {self.last_epoch})"
+                )
+        if self.unchanged:
+            words += (
+                f"; epochs {epoch_list(self.unchanged)} not counted: their scored weights "
+                "had not changed since the evaluation before"
+            )
+        return words
 
     def to_dict(self) -> dict:
         """The history's ``until_plateau`` record."""
@@ -142,6 +255,10 @@ class Plateau:
             "best_epoch": self.best_epoch,
             "best_val_loss": self.best,
             "stopped_early": self.stop,
+            "min_exchanges": self.min_exchanges,
+            "exchanges": self.exchanges,
+            "unchanged_epochs": list(self.unchanged),
+            "reason": self.reason(),
         }
 
 
@@ -204,6 +321,14 @@ class Engine(Protocol):
         """After the last epoch, before the model and the history are saved."""
 
 
+def default_hooks(cfg: TrainConfig, replica) -> list[Hook]:
+    """Every run's hooks: its TensorBoard event files, its progress lines and reports."""
+    hooks: list[Hook] = [ProgressHook(cfg, replica)]
+    if getattr(replica, "model", None) is not None:  # (test doubles of a replica have none)
+        hooks.insert(0, TensorBoardHook(cfg, replica))
+    return hooks
+
+
 class EpochDriver:
     """Runs the epochs of one run: the same loop for every mode.
 
@@ -212,16 +337,18 @@ class EpochDriver:
         replica: The run's model, optimizer, checkpoints and evaluation
             (:class:`distrain.train.replica.Replica`).
         engine: The mode's way of making updates.
+        hooks: What watches the loop (default: :func:`default_hooks`).
     """
 
-    def __init__(self, cfg: TrainConfig, replica, engine: Engine):
+    def __init__(self, cfg: TrainConfig, replica, engine: Engine, hooks: list[Hook] | None = None):
         self.cfg, self.replica, self.engine = cfg, replica, engine
+        self.hooks = default_hooks(cfg, replica) if hooks is None else list(hooks)
         self.epochs: list[dict] = []
         self.resumed_at: list[int] = []
         self.resumed_wall = 0.0
         self.step_durations: list[list[float]] = []
         self.examples_so_far: int | None = None  # set by engines whose world size varies
-        self.plateau = Plateau(cfg.until_plateau)
+        self.plateau = Plateau(cfg.until_plateau, cfg.min_exchanges)
         # What a restart set aside (None: the run did not start over), and the notes of
         # earlier resumes of this run (the replica keeps this one's).
         self.restarted: dict | None = None
@@ -260,13 +387,16 @@ class EpochDriver:
     def run(self) -> dict:
         """Restores, trains every epoch left, saves; returns the history."""
         cfg, r, engine = self.cfg, self.replica, self.engine
-        self.restore()
         per_epoch = engine.updates_per_epoch()
+        if not cfg.min_exchanges:  # the mode's rule (Mode.min_exchanges)
+            self.plateau.min_exchanges = cfg.run.impl.min_exchanges(per_epoch)
+        self.restore()
         first_epoch, done = resume_point(
             r.step, r.epoch, per_epoch, cfg.epochs, str(r.out / "checkpoints")
         )
         self.log_start()
         engine.start()
+        self.call_hooks("on_train_begin")
         every = cfg.checkpoint_every_steps
         start = time.perf_counter()
         for epoch in range(first_epoch, cfg.epochs):
@@ -286,6 +416,7 @@ class EpochDriver:
                 step = epoch * per_epoch + stop
                 if every and step % every == 0 and stop < per_epoch:
                     r.checkpoint(step, engine)
+                self.call_hooks("on_segment_end", step)
             seconds = engine.epoch_seconds(time.perf_counter() - t0)
             seen = (per_epoch - begin) * engine.gradients_per_update * cfg.batch_size
             loss_sum, correct, seen = engine.epoch_totals(loss_sum, correct, seen)
@@ -294,9 +425,24 @@ class EpochDriver:
         engine.refresh()
         self.restore_best()
         r.save_model()
+        history = self.history()
         if r.rank == 0:
-            atomic_write_json(r.out / "history.json", self.history())
-        return self.history()
+            atomic_write_json(r.out / "history.json", history)
+        self.call_hooks("on_train_end", history)
+        return history
+
+    def call_hooks(self, point: str, *args) -> None:
+        """Calls each hook's ``point``; a hook that fails is told once and left out after.
+
+        Watching a run never ends it: a hook's error (a full disk under the event files)
+        costs the hook, not the training.
+        """
+        for hook in list(self.hooks):
+            try:
+                getattr(hook, point)(self, *args)
+            except Exception as err:  # noqa: BLE001 (a hook never fails the run)
+                self.hooks.remove(hook)
+                self.replica.log(f"{type(hook).__name__} stopped: {type(err).__name__}: {err}")
 
     def best_weights_path(self) -> Path:
         """Where this process keeps the weights of the best validated epoch (until plateau)."""
@@ -317,18 +463,30 @@ class EpochDriver:
         with np.load(self.best_weights_path()) as saved:
             self.replica.model.set_weights([saved[f"arr_{i}"] for i in range(len(saved.files))])
         p = self.plateau
-        ended = f"no improvement for {p.patience} epoch(s)" if p.stop else "the last epoch"
         self.replica.log(
-            f"until plateau: stopped after epoch {p.last_epoch} ({ended}); "
-            f"restored epoch {p.best_epoch}'s weights (val_loss {p.best:.4f})"
+            f"until plateau: {p.reason()}; restored epoch {p.best_epoch}'s weights "
+            f"(val_loss {p.best:.4f})"
         )
+
+    def exchanges(self) -> int:
+        """Exchanges of the scored weights so far: the engine's count, else every update.
+
+        An engine whose scored weights move only at an exchange (EASGD's centre, averaged
+        replicas) counts them (``exchanges()``); in every other mode each update moves them.
+        """
+        count = getattr(self.engine, "exchanges", None)
+        return int(count()) if count is not None else int(self.replica.step)
 
     def log_start(self) -> None:
         """The run's opening line: data, model, spec, batch, rate, threads."""
         cfg, r = self.cfg, self.replica
+        optimizer = getattr(r, "optimizer", None)
+        rate = f"lr {cfg.effective_learning_rate:g}"
+        if getattr(optimizer, "is_users", False):  # its own rate: the setting does not apply
+            rate = f"the model file's {type(optimizer.optimizer).__name__} (its own rate)"
         r.log(
             f"{r.info.dataset}/{cfg.model}: {r.info.splits['train']} train examples, "
-            f"{cfg.run}, batch {cfg.batch_size} per worker, lr {cfg.effective_learning_rate:g}, "
+            f"{cfg.run}, batch {cfg.batch_size} per worker, {rate}, "
             f"{cfg.threads} thread(s) per worker"
         )
 
@@ -377,9 +535,19 @@ class EpochDriver:
         if durations:
             record["step_ms"] = step_spread(list(durations))
             self.step_durations.append(list(durations))
+        digest = None
+        if cfg.until_plateau and val_loss is not None:
+            # Until plateau: patience counts only evaluations of weights that changed.
+            model = getattr(r, "model", None)  # (test doubles of a replica may have none)
+            digest = weights_digest(model.get_weights()) if model is not None else None
+            record["weights_digest"] = digest
+            record["exchanges"] = self.exchanges()
         self.epochs.append(record)
         r.set_epoch(epoch + 1)
-        if self.plateau.update(epoch + 1, val_loss) and cfg.until_plateau:
+        if (
+            self.plateau.update(epoch + 1, val_loss, digest, record.get("exchanges"))
+            and cfg.until_plateau
+        ):
             self.keep_best()
         validation = (
             f"val_loss {val_loss:.4f}  val_acc {val_acc:.4f}  " if val_loss is not None else ""
@@ -394,6 +562,7 @@ class EpochDriver:
             r.checkpoint(r.step, engine)  # by the processes that write checkpoints
             if r.rank == 0:
                 atomic_write_json(r.out / "history.json", self.history())
+        self.call_hooks("on_epoch_end", record, list(durations))
 
     def history(self) -> dict:
         """The run's history: every mode's fields, then the mode's own."""
@@ -426,6 +595,8 @@ class EpochDriver:
             history["until_plateau"] = self.plateau.to_dict()
         if self.restarted is not None:  # this run started over (--restart), from step 0
             history["restarted"] = self.restarted
+        if getattr(r, "user_choices", None):  # the model file's loss, optimizer, class weights
+            history["user_choices"] = r.user_choices
         notes = [*self.earlier_notes, *getattr(r, "notes", [])]
         if notes:  # what a resume could not check (a checkpoint of an older distrain)
             history["resume_notes"] = notes

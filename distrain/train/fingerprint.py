@@ -4,7 +4,8 @@ A checkpoint stores a *fingerprint* (:meth:`distrain.train.replica.Replica.model
 what shapes the variables (the data set, the model, every variable's shape) and, under
 ``settings``, what decides the arithmetic of every update after it, built here
 (:func:`settings`): the optimizer and its constants, the learning rate and its scaling, the
-schedule, the batch size, the mode with its workers and options, the precision the model
+schedule (or the user's optimizer's configuration, and the user's loss and class weights),
+the batch size, the mode with its workers and options, the precision the model
 computes in, the seed (the data order and a language model's resets), the digest of the
 data's manifest (:func:`data_digest`) and of the user's model file (:func:`model_file_digest`).
 A resume whose settings differ would go on from the old state under other rules, and its
@@ -87,23 +88,29 @@ def schedule(stream, epochs: int) -> str:
     return ", ".join(parts)
 
 
-def settings(cfg, optimizer, precision: str, metadata: dict, stream) -> dict:
+def settings(cfg, optimizer, precision: str, metadata: dict, stream, choices=None) -> dict:
     """The settings of a run that decide its updates (what a resume must keep).
 
     Args:
         cfg: The run's :class:`distrain.train.config.TrainConfig` (as given, not a rank's
             variant of it).
-        optimizer: The replica's :class:`distrain.train.optim.Adam`.
+        optimizer: The replica's optimizer (:class:`distrain.train.optim.Adam`, or the
+            user's in a :class:`distrain.train.optim.KerasOptimizer`).
         precision: What the model computes in (:func:`distrain.train.precision.of_model`).
         metadata: The data's ``metadata.json``, as the model reads it.
         stream: A stream language model's training (:attr:`distrain.datasets.ModelSpec.stream`).
+        choices: The user's loss and class weights (:func:`distrain.train.choices.recorded`):
+            recorded when the model file defines them.
     """
-    o = optimizer
+    chosen = {k: v for k, v in (choices or {}).items() if k in ("loss", "class_weights")}
     return {
-        "optimizer": f"adam(beta_1={o.beta_1:g}, beta_2={o.beta_2:g}, epsilon={o.epsilon:g})",
+        # distrain's Adam and its constants, or the user's optimizer's configuration.
+        "optimizer": optimizer.describe(),
+        **chosen,
         "learning_rate": cfg.learning_rate,
         "scale_learning_rate": cfg.scale_learning_rate,
-        "schedule": schedule(stream, cfg.epochs),
+        "schedule": schedule(stream, cfg.epochs)
+        + (f", warm-up over {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""),
         "batch_size": cfg.batch_size,
         "run": str(cfg.run),
         "precision": precision,

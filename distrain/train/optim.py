@@ -13,10 +13,20 @@ correction; rows the batch does not touch keep their values and moments. A dense
 would decay every row's moments and move every row on every step, which for an embedding
 table of 100,000 rows costs far more than the batch's few thousand rows (issue 41). Every
 mode applies its updates with this class, so every mode follows the same rule.
+
+A model file may give its own tf-keras optimizer (``optimizer(info)``,
+:mod:`distrain.train.choices`): :class:`KerasOptimizer` holds it behind the same three
+calls (``build``, ``variables``, ``apply_gradients``), so every mode applies it where it
+applies Adam, the parameter-server modes on the servers. A tf-keras optimizer chains its
+updates only where TensorFlow adds control dependencies itself (eagerly, in a
+``tf.function``); in a parameter-server graph its update is therefore built as a
+``tf.function`` the servers run (each variable's update on its own server), and the
+graph's session must see the cluster's devices (:attr:`KerasOptimizer.needs_cluster_devices`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 import tensorflow as tf
@@ -50,6 +60,11 @@ class Adam(tf.Module):
         decay: The step size is multiplied by this at every update (1: constant).
         anneal_updates: If set, the step size also follows a half cosine from its value
             down to zero over this many updates, and stays at zero after.
+        warmup_updates: If set, the step size rises linearly from ``warmup_from`` to
+            ``learning_rate`` over this many updates (Goyal et al. 2017's gradual warm-up
+            of a linearly scaled rate): update ``t`` takes ``warmup_from + (learning_rate
+            - warmup_from) * min(t, warmup_updates) / warmup_updates``.
+        warmup_from: The warm-up's first rate (None: ``learning_rate``, no warm-up).
     """
 
     def __init__(
@@ -60,9 +75,13 @@ class Adam(tf.Module):
         epsilon=1e-7,
         decay=1.0,
         anneal_updates: int = 0,
+        warmup_updates: int = 0,
+        warmup_from: float | None = None,
     ):
         super().__init__(name="adam")
         self.learning_rate = float(learning_rate)
+        self.warmup_updates = int(warmup_updates)
+        self.warmup_from = float(learning_rate if warmup_from is None else warmup_from)
         self.decay = float(decay)
         self.anneal_updates = int(anneal_updates)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
@@ -83,9 +102,12 @@ class Adam(tf.Module):
     def step_size(self, step):
         """The step size of update ``step`` (1 for the first), before bias correction.
 
-        The learning rate, decayed and annealed as configured.
+        The learning rate, warmed up, decayed and annealed as configured.
         """
         rate = self.learning_rate
+        if self.warmup_updates:
+            done = tf.minimum(step, float(self.warmup_updates)) / self.warmup_updates
+            rate = self.warmup_from + (rate - self.warmup_from) * done
         if self.decay != 1.0:
             rate = rate * tf.pow(self.decay, step - 1.0)
         if self.anneal_updates:
@@ -93,8 +115,23 @@ class Adam(tf.Module):
             rate = rate * 0.5 * (1.0 + tf.cos(math.pi * done))
         return rate
 
-    def apply_gradients(self, grads_and_vars):
-        """Applies one update; returns an op that is done when every variable is updated."""
+    #: Variables whose initial value reads another variable (none: see KerasOptimizer).
+    late_variables: tuple = ()
+    #: Whether a parameter-server session must see the cluster's devices (KerasOptimizer).
+    needs_cluster_devices = False
+    #: Whether it is the user's (a model file's), whose rate no setting changes.
+    is_users = False
+
+    def describe(self) -> str:
+        """The optimizer and its constants, for a checkpoint's fingerprint."""
+        return f"adam(beta_1={self.beta_1:g}, beta_2={self.beta_2:g}, epsilon={self.epsilon:g})"
+
+    def apply_gradients(self, grads_and_vars, scale=None):
+        """Applies one update; returns an op that is done when every variable is updated.
+
+        ``scale``: a factor of this update's step size (a tensor; None: 1), as async's
+        staleness-aware rate divides it by the gradient's staleness.
+        """
         grads_and_vars = list(grads_and_vars)
         if self.iterations is None:
             raise RuntimeError("Adam.build(variables) must be called before apply_gradients")
@@ -102,6 +139,8 @@ class Adam(tf.Module):
             step = tf.cast(self.iterations.assign_add(1), tf.float32)
             b1_power, b2_power = self.beta_1**step, self.beta_2**step
             rate = self.step_size(step)
+            if scale is not None:
+                rate = rate * tf.cast(scale, tf.float32)
             lr = rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2
@@ -142,3 +181,91 @@ class Adam(tf.Module):
             v.scatter_update(tf.IndexedSlices(v_rows, rows)),
             var.scatter_sub(tf.IndexedSlices(step, rows)),
         )
+
+
+class KerasOptimizer(tf.Module):
+    """A tf-keras optimizer of the user's, applied where every mode applies :class:`Adam`.
+
+    Its update is the optimizer's own (its slots, weight decay, clipping and learning-rate
+    schedule, stepped by its ``iterations``: one per update the mode applies), as
+    ``model.fit`` applies it.
+
+    Args:
+        optimizer: A ``tf_keras.optimizers.Optimizer`` (checked by
+            :mod:`distrain.train.choices`).
+    """
+
+    needs_cluster_devices = True
+    is_users = True
+
+    def __init__(self, optimizer):
+        super().__init__(name="user_optimizer")
+        self.optimizer = optimizer
+
+    @property
+    def learning_rate(self):
+        """The optimizer's learning rate (a schedule's current value)."""
+        return self.optimizer.learning_rate
+
+    def build(self, variables) -> None:
+        """Creates the slots and the step counter (each slot on its variable's device)."""
+        self.optimizer.build(list(variables))
+
+    @property
+    def variables(self) -> list:
+        """Every variable of the optimizer: its step, slots and learning rate.
+
+        What a checkpoint, a broadcast or the parameter servers hold of it, in one order in
+        every process.
+        """
+        o = self.optimizer
+        rates = [getattr(o, "_learning_rate", None), getattr(o, "_current_learning_rate", None)]
+        return [*o.variables, *(v for v in rates if isinstance(v, tf.Variable))]
+
+    @property
+    def late_variables(self) -> tuple:
+        """A schedule's current rate: its initial value reads the step counter.
+
+        Initialised after the others (:func:`initializer`); every update sets it first.
+        """
+        rate = getattr(self.optimizer, "_current_learning_rate", None)
+        return (rate,) if isinstance(rate, tf.Variable) else ()
+
+    def describe(self) -> str:
+        """The optimizer's class and configuration (its schedule's too), as JSON."""
+        import tf_keras
+
+        config = tf_keras.optimizers.serialize(self.optimizer)
+        return json.dumps(config, sort_keys=True, default=str)
+
+    def apply_gradients(self, grads_and_vars):
+        """Applies one update; returns a tensor that is ready once every variable is updated.
+
+        In a ``tf.Graph`` (a parameter-server worker's) the update runs as one function
+        call: inside it TensorFlow orders the optimizer's reads and writes (the weight
+        decay before the step, the schedule's rate before its use), which the graph would
+        not.
+        """
+        grads_and_vars = list(grads_and_vars)
+        if tf.executing_eagerly() or tf.inside_function():
+            return self.optimizer.apply_gradients(grads_and_vars)
+        variables = [var for _, var in grads_and_vars]
+
+        @tf.function
+        def update(grads):
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+            return self.optimizer.iterations.read_value()
+
+        return update([grad for grad, _ in grads_and_vars])
+
+
+def initializer(variables, optimizer):
+    """An op initialising ``variables`` in a graph, ``optimizer``'s late ones by zeros.
+
+    A schedule's current rate (:attr:`KerasOptimizer.late_variables`) is initialised from
+    the step counter, which may not be yet; its value is set before every use.
+    """
+    late = {id(v) for v in optimizer.late_variables}
+    early = [v for v in variables if id(v) not in late]
+    zeros = [v.assign(tf.zeros(v.shape, v.dtype)) for v in variables if id(v) in late]
+    return tf.group(tf.compat.v1.variables_initializer(early), *zeros)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 
 import numpy as np
@@ -10,14 +11,30 @@ from distrain.datasets import texts as read_texts
 from distrain.lm import StreamScorer, is_recurrent, recurrent_copy, row_spread
 from distrain.train.inputs import DatasetInfo, make_dataset
 
+# How the model being scored is loaded, when it is one of the user's code: set by
+# :func:`distrain.train.usermodel.loading` around its evaluation (None: :func:`keras_load`).
+LOADER: contextvars.ContextVar = contextvars.ContextVar("distrain_model_loader", default=None)
+
 
 def load_model(model_path: str | os.PathLike):
-    """Loads a model written by the training loop (tf-keras ``.keras`` file)."""
+    """Loads a model written by the training loop (tf-keras ``.keras`` file).
+
+    A model of the user's code is loaded by :data:`LOADER`, which imports the user's module
+    first (:func:`distrain.train.usermodel.load_saved`).
+    """
+    loader = LOADER.get()
+    return keras_load(model_path) if loader is None else loader(model_path)
+
+
+def keras_load(model_path: str | os.PathLike, custom_objects=None, safe_mode: bool = True):
+    """tf-keras's load of a ``.keras`` file, distrain's own layers known by name."""
     import tf_keras
 
     import distrain.train.layers  # noqa: F401 (registers distrain's own layers by name)
 
-    return tf_keras.models.load_model(str(model_path), compile=False)
+    return tf_keras.models.load_model(
+        str(model_path), compile=False, custom_objects=custom_objects, safe_mode=safe_mode
+    )
 
 
 def predict_split(model_path: str | os.PathLike, info: DatasetInfo, split: str = "test"):

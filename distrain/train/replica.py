@@ -18,6 +18,7 @@ from distrain import lm
 from distrain.datasets import texts as read_texts
 from distrain.lm import StreamScorer, random_resets, stream_batches_per_epoch, stream_dataset
 from distrain.train import precision
+from distrain.train.choices import make_optimizer, recorded, training_task
 from distrain.train.config import ConfigError, TrainConfig, TrainingError
 from distrain.train.fingerprint import SETTINGS, differences
 from distrain.train.fingerprint import settings as run_settings
@@ -99,7 +100,7 @@ def batch_gradients(model, variables, x, y, task=None, clip_norm: float = 0.0):
 
     task = task or CLASSIFICATION
     outputs = model(x, training=True)
-    losses = task.losses(y, outputs)
+    losses = task.training_losses(y, outputs)  # the user's class weights, if any
     objective = tf.reduce_mean(losses)
     if model.losses:  # the layers' penalties (an L2 regulariser), as Keras's fit adds them
         objective += tf.add_n(model.losses)
@@ -123,7 +124,7 @@ def allreduce_gradients(hvd, process_set=None):
 
 
 class Replica:
-    """The model, Adam, the version and epoch counters, checkpoints and validation.
+    """The model, its optimizer, the version and epoch counters, checkpoints and validation.
 
     Args:
         cfg: The run's configuration.
@@ -147,8 +148,6 @@ class Replica:
         import tensorflow as tf
         import tf_keras as keras
 
-        from distrain.train.optim import Adam
-
         self.cfg, self.tf, self.keras = cfg, tf, keras
         self.run_cfg = run_cfg or cfg
         # What a resume did not check (a checkpoint of an older distrain), for the history.
@@ -158,7 +157,10 @@ class Replica:
         self.out.mkdir(parents=True, exist_ok=True)
         self.info = load_info(cfg.data_dir, cfg.model)  # as the model reads the data
         spec = model_spec(self.info.dataset, cfg.model)
-        self.task = spec.task
+        # The model's task, with the user's loss and class weights when the file has them.
+        self.task = training_task(spec, self.info)
+        # What the user's file chose (loss, optimizer, class weights), for the history.
+        self.user_choices = recorded(spec, self.info)
         self.labels_per_example = self.task.labels_per_example(self.info)
         # A stream language model's clipping and decay, and whether it trains on
         # contiguous streams with its state carried (the modes that carry state).
@@ -171,10 +173,14 @@ class Replica:
             model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
         self.model = self.build_model(model)
         # [sync] [syncreplicas] the rate is scaled by the gradients averaged per update.
+        # A user's optimizer (the model file's) has its own rate and schedule.
         updates = self.batches_per_epoch()
-        self.optimizer = Adam(
+        self.optimizer = make_optimizer(
+            spec,
+            self.info,
             learning_rate or cfg.effective_learning_rate,
             **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
+            **cfg.rate_schedule(updates),  # [sync] linear scaling's warm-up
         )
         self.optimizer.build(self.model.trainable_variables)
         # The parameter version: +1 for every update applied to the variables.
@@ -407,6 +413,7 @@ class Replica:
                 precision.of_model(self.model),
                 self.info.metadata,
                 self.lm,
+                self.user_choices,
             ),
         }
 

@@ -12,6 +12,7 @@ import sys
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from distrain.failures import Failure, report
 from distrain.train.ps.roles import Role, start_server
+from distrain.train.runtime import import_tensorflow
 from distrain.train.worker import record_error
 from distrain.train.worker import role as process_role
 
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads")
     parser.add_argument("--output", default="", help="the run's output folder (its errors/)")
     args = parser.parse_args(argv)
+    import_tensorflow()  # without its start-up notices (unless --debug)
     try:
         role = Role.from_environment()
         server = start_server(role, args.threads)

@@ -67,15 +67,26 @@ class Task:
         """Per-label losses (a tensor of ``y``'s shape)."""
         raise NotImplementedError
 
+    def training_losses(self, y, outputs):
+        """Per-label losses a training step minimises (by default :meth:`losses`).
+
+        The user's class weights weigh them (:class:`distrain.train.choices.WeightedTask`).
+        """
+        return self.losses(y, outputs)
+
     def hits(self, y, outputs):
         """Per-label hits, 1.0 or 0.0 (a float32 tensor of ``y``'s shape)."""
         raise NotImplementedError
 
-    def sums(self, y, outputs):
-        """The batch's summed loss and hits: every mode's step returns these."""
+    def sums(self, y, outputs, training: bool = False):
+        """The batch's summed loss and hits: every mode's step returns these.
+
+        ``training``: the training losses (:meth:`training_losses`), else validation's.
+        """
         import tensorflow as tf
 
-        return tf.reduce_sum(self.losses(y, outputs)), tf.reduce_sum(self.hits(y, outputs))
+        losses = self.training_losses(y, outputs) if training else self.losses(y, outputs)
+        return tf.reduce_sum(losses), tf.reduce_sum(self.hits(y, outputs))
 
     def evaluate(self, model_path: str | os.PathLike, info, split: str) -> dict:
         """Scores a trained model on a split of ``info``'s records."""
@@ -357,7 +368,9 @@ class Regression(Task):
         return float(std) ** 2 if std else 1.0
 
     def check_model(self, model, info):
-        outputs = model.outputs or []
+        outputs = model.outputs
+        if outputs is None:  # a subclassed model: its output is known at its first step only
+            return ""
         if len(outputs) != 1:
             return f"a regression model has one output, this one has {len(outputs)}"
         shape = tuple(outputs[0].shape)

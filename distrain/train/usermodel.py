@@ -12,6 +12,10 @@ it: ``info.features`` (name -> :class:`~distrain.train.inputs.Feature`), ``info.
 ``info.num_classes`` and ``info.feature_spec.as_dict`` (whether the model is called with
 a dict of the features keyed by name, or with the one feature's tensor).
 
+The same module may define the user's own training choices, ``loss(info)``,
+``optimizer(info)`` and ``class_weights(info)`` (:func:`choices`; what they may be and how
+every mode applies them: :mod:`distrain.train.choices`); a model's spec carries them.
+
 Whatever goes wrong in the user's code (a syntax or import error, a missing function, an
 exception while building, a return that is not a tf-keras model, logits of the wrong
 width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
@@ -44,6 +48,9 @@ from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
 from distrain.failures import add_user_code
+from distrain.train import predict
+from distrain.train.choices import NAMES, Choices
+from distrain.train.predict import keras_load
 from distrain.train.tasks import CLASSIFICATION, TASKS
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
@@ -120,7 +127,13 @@ def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
     def build_it(info, seed):
         return build(ref, info, seed)
 
-    return ModelSpec(build_it, task, view=view, summary=f"the user's {ref}")
+    return ModelSpec(
+        build_it,
+        task,
+        view=view,
+        summary=f"the user's {ref}",
+        choices=Choices(lambda: choices(ref)),
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,53 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def _module_name(path: Path) -> str:
+    """The module name of the user's file: the same wherever, in whatever process, it is read.
+
+    Keras writes a class's module into a saved model's config (an unregistered layer's, a
+    subclassed ``keras.Model``'s). The training process imports the file where the run put
+    it, the evaluation step a copy elsewhere (:func:`stage`, :func:`relocate`): the name is
+    the hash of the file's content, not of its path, so the copy is the module the config
+    names. The same code imported twice is the same module.
+    """
+    return "distrain_user_model_" + hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def _import(ref: ModelReference):
+    """``(module, where)``: the user's module imported (once per process), and its file.
+
+    Raises:
+        UserModelError: The file is missing, or the module fails to import (its file and
+            line named).
+    """
+    if ref.is_file:
+        path = Path(ref.where).resolve()
+        if not path.is_file():
+            raise UserModelError(f"{ref.where}: model file not found")
+        add_user_code(path)  # an error raised through it later is the user's (permanent)
+        name = _module_name(path)
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            # Registered before it runs, as an import does: a class it defines is pickled,
+            # or looked up by tf-keras, under this name.
+            sys.modules[name] = module
+            try:
+                with _users_code(str(path), str(path)):
+                    spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return module, str(path)
+    with _users_code(ref.where, suffix=f" (importing {ref.where})"):
+        module = importlib.import_module(ref.where)
+    where = getattr(module, "__file__", None) or ref.where
+    if where != ref.where:
+        add_user_code(where)
+    return module, where
+
+
 def load_function(ref: ModelReference):
     """Imports the user's module and returns its function.
 
@@ -203,31 +263,45 @@ def load_function(ref: ModelReference):
         UserModelError: The file is missing, the module fails to import (its file and line
             named), or it has no such function.
     """
-    if ref.is_file:
-        path = Path(ref.where).resolve()
-        if not path.is_file():
-            raise UserModelError(f"{ref.where}: model file not found")
-        add_user_code(path)  # an error raised through it later is the user's (permanent)
-        # One module per file's path: the same file imported twice is the same module.
-        name = "distrain_user_model_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
-        module = sys.modules.get(name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            with _users_code(str(path), str(path)):
-                spec.loader.exec_module(module)
-            sys.modules[name] = module
-        where = str(path)
-    else:
-        with _users_code(ref.where, suffix=f" (importing {ref.where})"):
-            module = importlib.import_module(ref.where)
-        where = getattr(module, "__file__", None) or ref.where
-        if where != ref.where:
-            add_user_code(where)
+    module, where = _import(ref)
     function = getattr(module, ref.function, None)
     if not callable(function):
         raise UserModelError(f"{where}: no function {ref.function!r} (model {ref})")
     return function
+
+
+def choices(ref: ModelReference) -> dict:
+    """The training choices the reference's module defines (:mod:`distrain.train.choices`).
+
+    Returns:
+        ``{name: (function, "FILE:LINE")}`` for each of ``loss``, ``optimizer`` and
+        ``class_weights`` the module defines; each function runs as the user's code
+        (:func:`_users_code`: what it raises names its file and line).
+
+    Raises:
+        UserModelError: As :func:`load_function`, or one of the names is not a function.
+    """
+    function = load_function(ref)
+    module = sys.modules.get(function.__module__)
+    found = {}
+    for name in NAMES:
+        chosen = getattr(module, name, None)
+        if chosen is None:
+            continue
+        if not (inspect.isfunction(chosen) or inspect.ismethod(chosen)):
+            where = getattr(module, "__file__", None) or ref.where
+            raise UserModelError(
+                f"{where}: {name} is a {type(chosen).__name__}; define a function {name}(info) "
+                "that returns it"
+            )
+        at = _defined_at(chosen)
+
+        def guarded(info, chosen=chosen, at=at, name=name):
+            with _users_code(at, _source_file(chosen), f" (in {name})"):
+                return chosen(info)
+
+        found[name] = (guarded, at)
+    return found
 
 
 def _source_file(function) -> str:
@@ -247,8 +321,12 @@ def _defined_at(function) -> str:
 def build(ref: ModelReference, info, seed: int):
     """Calls the user's function and checks what it returns.
 
+    A model not built yet (a subclassed ``keras.Model``) is called once on the data's
+    ``Input`` layers, so that its variables exist, made under the caller's scope (a
+    parameter server's device).
+
     Returns:
-        The tf-keras model.
+        The tf-keras model, built.
 
     Raises:
         UserModelError: Building raised (the user's file and line named), the result is
@@ -256,6 +334,7 @@ def build(ref: ModelReference, info, seed: int):
             regression's one value per example), or a classifier's logits are not
             ``num_classes`` wide.
     """
+    import tensorflow as tf
     import tf_keras
 
     function = load_function(ref)
@@ -266,22 +345,93 @@ def build(ref: ModelReference, info, seed: int):
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         hint = " (a Keras 3 model: build it with tf_keras)" if "keras" in kind else ""
         raise UserModelError(f"{at}: {ref.function} returned a {kind}, not a tf-keras model{hint}")
+    outputs = model.outputs
+    if not model.built:
+        # A subclassed model makes its variables on its first call: here, under the
+        # caller's device scope (a parameter server's), not in the middle of a step.
+        with _users_code(at, _source_file(type(model).call), " (calling the model)"):
+            outputs = tf.nest.flatten(model(info.feature_spec.keras_inputs(tf_keras)))
     problem = TASKS[ref.task].check_model(model, info)
     if problem:
         raise UserModelError(f"{at}: {ref.function}'s model: {problem}")
-    if ref.task == CLASSIFICATION.name and model.outputs:
-        if len(model.outputs) != 1:
+    if ref.task == CLASSIFICATION.name and outputs:
+        if len(outputs) != 1:
             raise UserModelError(
-                f"{at}: {ref.function}'s model has {len(model.outputs)} outputs; a classifier "
+                f"{at}: {ref.function}'s model has {len(outputs)} outputs; a classifier "
                 "has one, the logits"
             )
-        width = model.outputs[0].shape[-1]
+        width = outputs[0].shape[-1]
         if width != info.num_classes:
             raise UserModelError(
                 f"{at}: {ref.function}'s model outputs {width} logits, the data set has "
                 f"{info.num_classes} classes"
             )
     return model
+
+
+def _keras_objects(module) -> dict:
+    """The classes and functions the user's module defines, by name (tf-keras's custom objects).
+
+    tf-keras finds a registered class by its registered name and any other by its module
+    (:func:`_module_name`), except in a functional model's layers, which it looks up by
+    class name only: these are given by name.
+    """
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == module.__name__
+    }
+
+
+def load_saved(path: str | os.PathLike, reference: str, info=None, seed: int = 0):
+    """Loads a saved model (``model.keras``) of ``reference``: the one way distrain loads one.
+
+    A data set's model is tf-keras's load. A model of the user's code: the user's module is
+    imported first (under its stable name, :func:`_module_name`: its registered classes
+    register), then loaded with the module's classes and functions as custom objects and
+    tf-keras's safe mode off (a ``Lambda`` layer's code is the user's own, which this
+    process runs anyway). A model whose config cannot be revived (a subclassed
+    ``keras.Model`` whose constructor takes what ``get_config`` cannot write, such as
+    ``info``) is built again by the user's function (``info`` and ``seed`` given), and the
+    saved weights are loaded into it.
+
+    Raises:
+        UserModelError: Neither way loads it (the user's file named).
+    """
+    if not is_user_model(reference):
+        return keras_load(path)
+    ref = ModelReference.parse(reference)
+    module, where = _import(ref)
+    try:
+        return keras_load(path, custom_objects=_keras_objects(module), safe_mode=False)
+    except Exception as err:  # noqa: BLE001 (whatever tf-keras raises: the weights' way next)
+        failed = _one_line(err)
+    if info is None:
+        raise UserModelError(f"{where}: its model in {path} cannot be loaded: {failed}")
+    model = build(ref, info, seed)
+    try:
+        model.load_weights(str(path))
+    except Exception as err:  # noqa: BLE001
+        raise UserModelError(
+            f"{where}: its model in {path} cannot be loaded ({failed}), nor its weights into "
+            f"the model {ref.function} builds ({_one_line(err)})"
+        ) from None
+    return model
+
+
+@contextlib.contextmanager
+def loading(reference: str, info=None, seed: int = 0):
+    """Within it, every load of a saved model is :func:`load_saved`'s for ``reference``.
+
+    What a task's evaluation loads (:func:`distrain.train.predict.load_model`) is then
+    loaded as the user's model must be, wherever the task asks for it.
+    """
+    token = predict.LOADER.set(lambda path: load_saved(path, reference, info, seed))
+    try:
+        yield
+    finally:
+        predict.LOADER.reset(token)
 
 
 def check(text: str, info=None, seed: int = 0) -> None:

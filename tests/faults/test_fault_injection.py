@@ -112,12 +112,20 @@ def test_data_and_training_steps_retry_with_backoff_and_cache(tmp_path):
     policy = tasks["train"]["retryPolicy"]
     assert policy["maxRetryCount"] == RETRIES >= 1
     assert policy["backoffDuration"] == "30s" and policy["backoffFactor"] == 2.0
-    # Every step but training caches on its inputs: a rerun after a failure reuses what
-    # finished. A training step is a measurement, never served from the cache.
-    steps = {name: t for name, t in tasks.items() if "parameterIterator" not in t}
-    assert len(steps) == 8
-    assert all(t["cachingOptions"]["enableCache"] for n, t in steps.items() if n != "train")
-    assert not steps["train"]["cachingOptions"].get("enableCache")
+    # Every step but training and push caches on its inputs: a rerun after a failure reuses
+    # what finished. A training step is a measurement, and a push writes outside the
+    # pipeline's artifacts (serving_dir): neither is ever served from the cache.
+    steps = {
+        name: t
+        for name, t in tasks.items()
+        if "componentRef" in t
+        and "comp-for" not in t["componentRef"]["name"]
+        and "comp-condition" not in t["componentRef"]["name"]
+    }
+    assert len(steps) == 10
+    uncached = {"train", "push"}
+    assert all(t["cachingOptions"]["enableCache"] for n, t in steps.items() if n not in uncached)
+    assert not any(steps[n]["cachingOptions"].get("enableCache") for n in uncached)
     # The parameter check runs before the first step that does work.
     assert tasks["fetch-data"]["dependentTasks"] == ["check-parameters"]
 

@@ -328,6 +328,40 @@ def test_trainjobs_refer_to_a_shipped_runtime_and_reject_what_the_api_would():
         build_objects(_cfg("sync:2"), GPU_POOL_TRAINJOB, "r1", "/c.json")
 
 
+def test_a_trainjob_gives_trainers_status_plugin_what_it_needs():
+    """Trainer's TrainJobStatus plugin (its feature gate on) injects the status endpoint's
+    variables, CA and token into the containers of the job labelled as the trainer
+    ancestor: it must be the launcher, whose pod runs mpirun and rank 0 (the first host of
+    the hostfile with runLauncherAsNode, launcher first), who reports; and the run's
+    NetworkPolicy must let it reach the controller."""
+    from distrain.k8s.objects import TRAINER_STATUS_PORT
+    from distrain.train.status import CA_CERT_ENV, TOKEN_ENV, URL_ENV
+
+    ancestor = "trainer.kubeflow.org/trainjob-ancestor-step"
+    for runtime in _render(TRAINER):
+        jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        labelled = [
+            j["name"]
+            for j in jobs
+            if j["template"].get("metadata", {}).get("labels", {}).get(ancestor) == "trainer"
+        ]
+        assert labelled == ["launcher"] and jobs[0]["name"] == "launcher"
+    policy, job = build_objects(
+        _cfg("sync:4"), KubernetesConfig(launcher="trainjob"), "r1", "/c.json"
+    )
+    # The TrainJob leaves the ancestor label and the injected variables to the runtime and
+    # the plugin (a patch or an env entry of its own would override them).
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    for replicated in patch["replicatedJobs"]:
+        assert ancestor not in json.dumps(replicated)
+        assert replicated["template"]["spec"]["template"]["spec"]["serviceAccountName"]
+    env = {e["name"] for e in job["spec"]["trainer"]["env"]}
+    assert not env & {URL_ENV, CA_CERT_ENV, TOKEN_ENV}
+    ports = [p["port"] for rule in policy["spec"]["egress"] for p in rule.get("ports", [])]
+    assert TRAINER_STATUS_PORT in ports
+    validate_all([policy, job])
+
+
 GPU_POOL_TRAINJOB = KubernetesConfig.from_params(
     namespace="team-a",
     gpus_per_worker=2,

@@ -158,3 +158,33 @@ def test_the_evaluator_follows_kubernetes_rules():
     assert admitted([dns_only], STEP_POD, KUBE_DNS, 53, "UDP")
     assert not admitted([dns_only], STEP_POD, KUBE_DNS, 53, "TCP")
     assert not admitted([dns_only], STEP_POD, KUBE_DNS, 54, "UDP")
+
+
+# Kubeflow Trainer's controller, by its manifests' labels and its Helm chart's.
+TRAINER = Pod(
+    "kubeflow-system",
+    {"app.kubernetes.io/name": "trainer", "app.kubernetes.io/component": "manager",
+     "app.kubernetes.io/part-of": "kubeflow"},
+)  # fmt: skip
+TRAINER_CHART = Pod(
+    "kubeflow", dict(TRAINER.labels, **{"app.kubernetes.io/name": "kubeflow-trainer"})
+)
+TRAINER_WEBHOOK = 9443
+
+
+@pytest.mark.case("k8s/network-policy")
+@pytest.mark.parametrize("run,launcher", RUNS, ids=[f"{r}-{la}" for r, la in RUNS])
+def test_only_a_trainjobs_pods_reach_trainers_status_server_and_only_it(run, launcher):
+    from distrain.k8s.objects import TRAINER_STATUS_PORT
+
+    ours, pods = _run(run, "r1", launcher)
+    policies = [*_base_policies(), ours]
+    for pod in pods:
+        for trainer in (TRAINER, TRAINER_CHART):
+            # Rank 0 reports its progress (distrain.train.status): a TrainJob's pods only.
+            assert admitted(policies, pod, trainer, TRAINER_STATUS_PORT) == (launcher == "trainjob")
+            assert not admitted(policies, pod, trainer, TRAINER_WEBHOOK)
+        # Another manager-labelled pod (not Trainer's) and the API server stay out of reach.
+        other = Pod("kubeflow", dict(TRAINER.labels, **{"app.kubernetes.io/name": "katib"}))
+        assert not admitted(policies, pod, other, TRAINER_STATUS_PORT)
+        assert not admitted(policies, pod, API_SERVER, TRAINER_STATUS_PORT)

@@ -14,11 +14,16 @@ def test_plateau_stops_after_patience_epochs_without_improvement():
         p.update(epoch, loss)
         assert p.stop == (epoch >= 4), epoch  # 0.8 again is no improvement
     assert (p.best_epoch, p.best) == (2, 0.8)
-    assert p.to_dict() == {
+    record = p.to_dict()
+    assert record.pop("reason").startswith("stopped: validation loss did not improve")
+    assert record == {
         "patience": 2,
         "best_epoch": 2,
         "best_val_loss": 0.8,
         "stopped_early": True,
+        "min_exchanges": 0,
+        "exchanges": 0,
+        "unchanged_epochs": [],
     }
     # Epochs without validation do not count; patience 0 never stops.
     q = Plateau(0)

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distrain.datasets import load_info
 from distrain.k8s.validate import validate_object
 from distrain.steps import evaluate, fetch, preprocess, train
 from distrain.train.export import PARSED_SIGNATURE
+from distrain.train.models import load_info
 from distrain.train.predict import predict_split
 from tests.conftest import ROOT
 

@@ -53,7 +53,7 @@ def tiny_info(tmp_path, classes: int) -> DatasetInfo:
 class Cluster:
     """Servers of a whole cluster in this process, and one graph per role."""
 
-    def __init__(self, tmp_path, rule_for, sparse: bool = False):
+    def __init__(self, tmp_path, rule_for, sparse: bool = False, model: str = ""):
         import tensorflow as tf
 
         ports = free_ports(5)
@@ -63,8 +63,13 @@ class Cluster:
             "chief": [f"localhost:{ports[4]}"],
         }
         info = tiny_info(tmp_path, 2)
+        chosen = {"model": model} if model else {}  # a model file's (default: MNIST's)
         self.cfg = TrainConfig(
-            data_dir=str(tmp_path), output_dir=str(tmp_path), run="async:3", learning_rate=LR
+            data_dir=str(tmp_path),
+            output_dir=str(tmp_path),
+            run="async:3",
+            learning_rate=LR,
+            **chosen,
         )
         self.tf = tf
         self.servers = {}
@@ -394,7 +399,8 @@ def test_easgd_trains_a_copy_and_exchanges_the_elastic_difference_every_tau(grap
 def test_easgd_adaptive_period_grows_as_the_loss_falls(graph_rule):
     from distrain.train.modes.easgd import EASGDRule
 
-    c = graph_rule(lambda: EASGDRule(alpha=0.5, tau=None, threshold=2.5))
+    # (A bound of 100 steps: the period's loss alone decides here.)
+    c = graph_rule(lambda: EASGDRule(alpha=0.5, tau=None, threshold=2.5, bound=100))
     rule, sess = c.workers[0][0].rule, c.workers[0][1]
 
     def rounds():
@@ -408,6 +414,35 @@ def test_easgd_adaptive_period_grows_as_the_loss_falls(graph_rule):
     for step in range(4, 9):
         assert c.push(0, 1.0, read=step - 1, loss=0.5)
         assert rounds() == (2 if step == 8 else 1)
+
+
+def test_easgd_adaptive_period_is_bounded_so_the_centre_moves_every_epoch(graph_rule):
+    # [easgd] issue 51: a loss too small to reach the threshold still exchanges every
+    # `bound` steps, and a loss that reaches it first restarts the count.
+    from distrain.train.modes.easgd import EASGDRule, adaptive_bound
+
+    c = graph_rule(lambda: EASGDRule(alpha=0.5, tau=None, threshold=2.5, bound=3))
+    rule, sess = c.workers[0][0].rule, c.workers[0][1]
+
+    def rounds():
+        return int(sess.run(rule.read)[0][0])
+
+    chief = c.chief
+    chief.sess.run(chief.set_limit, {chief.new_limit: 20})
+    seen = []
+    for step, loss in enumerate([0.01] * 7 + [3.0, 0.01, 0.01, 0.01], start=1):
+        assert c.push(0, 1.0, read=step - 1, loss=loss)
+        seen.append(rounds())
+    # Bound at steps 3 and 6, the threshold at 8 (a count of 2 since 6), bound again at 11.
+    assert seen == [0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 4]
+    assert c.chief.rule.exchanges(c.chief.sess) == 4
+    # The default bound: an epoch's updates over the workers; this cluster's epoch is one
+    # update (8 examples, batch 64), so every step exchanges.
+    assert adaptive_bound(41, 2) == 20 and adaptive_bound(1, 3) == 1
+    d = graph_rule(lambda: EASGDRule(alpha=0.5, tau=None, threshold=1e9))
+    assert d.workers[1][0].rule.bound == 1
+    assert d.push(1, 1.0, read=0, loss=0.01)
+    assert int(d.workers[1][1].run(d.workers[1][0].rule.read)[0][1]) == 1
 
 
 def test_easgd_spec():

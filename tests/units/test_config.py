@@ -51,7 +51,7 @@ def test_parse_run_spec(text, mode, workers, ps, agg):
         ),
         ("sync:2:ps=1", "sync mode has no option 'ps' \\(it takes min=N\\)"),
         ("sync:2:aggregate=1", "sync mode has no option 'aggregate'"),
-        ("async:2:foo=1", "async mode has no option 'foo' \\(it takes ps=N\\)"),
+        ("async:2:foo=1", "async mode has no option 'foo' \\(it takes ps=N, lr=N\\)"),
         ("async:2:ps", "expected key=value after the worker count"),
         ("async:2:ps=two", "ps='two': expected an integer"),
         ("async:2:ps=0", "ps must be at least 1"),

@@ -385,3 +385,58 @@ def test_sync_epoch_totals_sum_the_ranks_sums_but_not_the_examples_seen():
     steps = LocalSteps(replica, None)
     assert steps.epoch_totals(3.0, 5.0, 640) == (6.0, 10.0, 640)
     assert steps.rank_loss_sums == [3.0, 4.0]  # each rank's own, for the history
+
+
+@pytest.mark.case("train/watch-fails")
+def test_a_hook_that_fails_is_told_once_and_the_run_goes_on(tmp_path):
+    from distrain.train.hooks import Hook
+
+    class Broken(Hook):
+        calls = 0
+
+        def on_epoch_end(self, driver, record, durations):
+            Broken.calls += 1
+            raise OSError("No space left on device")
+
+    class Counting(Hook):
+        ends = 0
+
+        def on_epoch_end(self, driver, record, durations):
+            Counting.ends += 1
+
+    replica = FakeReplica(tmp_path)
+    lines = []
+    replica.log = lines.append
+    history = EpochDriver(
+        config(tmp_path), replica, FakeEngine(replica), [Broken(), Counting()]
+    ).run()
+    assert len(history["epochs"]) == 3 and replica.saved
+    assert Broken.calls == 1 and Counting.ends == 3
+    assert [line for line in lines if "stopped" in line] == [
+        "Broken stopped: OSError: No space left on device"
+    ]
+
+
+def test_the_driver_calls_its_hooks_at_each_point(tmp_path):
+    from distrain.train.hooks import Hook
+
+    class Recorder(Hook):
+        def __init__(self):
+            self.points = []
+
+        def on_train_begin(self, driver):
+            self.points.append("begin")
+
+        def on_segment_end(self, driver, step):
+            self.points.append(step)
+
+        def on_epoch_end(self, driver, record, durations):
+            self.points.append(("epoch", record["epoch"], len(durations)))
+
+        def on_train_end(self, driver, history):
+            self.points.append(("end", history["steps"]))
+
+    replica = FakeReplica(tmp_path)
+    hook = Recorder()
+    EpochDriver(config(tmp_path, epochs=2), replica, FakeEngine(replica), [hook]).run()
+    assert hook.points == ["begin", 3, 5, ("epoch", 1, 5), 6, 9, 10, ("epoch", 2, 5), ("end", 10)]

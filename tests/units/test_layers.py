@@ -12,10 +12,10 @@
    layer resolves it (``train.models``).
 3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.layers``, ``train.predict``,
    ``train.tasks``, ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``,
-   ``train.heartbeat``, ``train.usermodel``, ``train.precision``): what a run reads, the
-   models' builders (the
-   user's too) and their layers, how a model is scored; they ask the registry for a data
-   set's parser, texts and models.
+   ``train.heartbeat``, ``train.usermodel``, ``train.choices``, ``train.precision``): what a
+   run reads, the models' builders (the user's too, with its loss and optimizer) and their
+   layers, how a model is scored; they ask the registry for a data set's parser, texts and
+   models.
 4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
    contract test base): built on the learning layer, found through the registry.
 5. **settings** (``train.engine``, ``train.launch``, ``train.modes``, ``train.config``): a
@@ -92,6 +92,7 @@ LAYERS = [
             "distrain.train.runtime",
             "distrain.train.heartbeat",
             "distrain.train.usermodel",
+            "distrain.train.choices",
             "distrain.train.precision",
         ],
     ),
@@ -111,7 +112,7 @@ LAYERS = [
         ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
     ),
     ("steps", ["distrain.steps", "distrain.submit", "distrain.faults", "distrain.listing"]),
-    ("front", ["distrain.cli", "distrain.__main__"]),
+    ("front", ["distrain.cli", "distrain.console", "distrain.__main__"]),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package

@@ -5,7 +5,10 @@ The raw folder holds ``features.json`` (``{"features": {NAME: {"dtype": "float32
 optionally ``test-*.tfrecord`` files (either gzipped or not). The parser gives a model a
 dict of the non-label features keyed by name (float32, int64 or string tensors of shape
 ``[batch, *shape]``) and the label (int32 ``[batch]``: a class; or float32 ``[batch]`` when
-features.json declares a float32 label, a regression's target).
+features.json declares a float32 label, a regression's target). The Beam job also computes
+each numeric feature's statistics and each bytes feature's vocabulary over the training
+split (:mod:`distrain.datasets.tfrecord.analyze`), which ``info.statistics`` and
+``info.vocabulary()`` hand to a model builder.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class Tfrecord(DataSet):
         ("tfrecord/no-spec", "TFRecords: a folder without features.json or train files refused"),
         ("tfrecord/framing", "TFRecords: a file that is not whole TFRecords refused, named"),
         ("tfrecord/float-label", "TFRecords: a NaN or infinite float label dead-lettered, named"),
+        (
+            "tfrecord/vocabulary-bounded",
+            "TFRecords: a huge vocabulary stays bounded, the rest counted",
+        ),
     )
     summary = "your tf.train.Example TFRecords (gzip or not), described by features.json"
     sample_size = 2000

@@ -9,10 +9,12 @@ Input: ``RAW/features.json``, ``RAW/train-*.tfrecord`` and optionally ``RAW/test
 them a NaN or infinite float value, naming the feature, and a label at or above
 ``max_label`` without class_names, naming the value) and
 ``OUT/metadata.json`` (counts per split and per input file, the feature spec, the class
-histogram; for a float32 label, a regression's target, no classes but the label's count,
-mean and standard deviation per split). Validation is held out of the training files by a
-hash of (file name, record number); without test files the same share of them is held out
-as the test split too.
+histogram, or for a float32 label, a regression's target, no classes but the label's count,
+mean and standard deviation per split; and what a model needs from the training split: each
+numeric feature's statistics and each bytes feature's vocabulary,
+:mod:`distrain.datasets.tfrecord.analyze`, also in ``OUT/statistics.json``). Validation is
+held out of the training files by a hash of (file name, record number); without test files
+the same share of them is held out as the test split too.
 File-level problems (no features.json, a file that is not TFRecords) stop the job before
 Beam starts, with an error naming the file; per-record problems go to the dead letters.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 import apache_beam as beam
 import numpy as np
 
+from distrain.datasets.tfrecord.analyze import AnalyzeTrain
 from distrain.datasets.tfrecord.spec import (
     INT32_MAX,
     MAX_LABEL,
@@ -43,6 +46,7 @@ from distrain.preprocess.common import (
     ByTag,
     CombineAll,
     SumStatsFn,
+    WriteJsonLines,
     WriteOutputs,
     check_accounting,
     check_bad_ratio,
@@ -50,6 +54,7 @@ from distrain.preprocess.common import (
     check_sharding,
     list_shards,
     read_outputs,
+    read_single_json,
     run_job,
     staged_output,
     validation_mask,
@@ -60,6 +65,7 @@ from distrain.preprocess.runners import job_pipeline
 
 NAME = "tfrecord"
 SPLITS = ("train", "validation", "test")
+STATISTICS = "statistics.json"  # what AnalyzeTrain found, copied into metadata.json
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class TfrecordPreprocessConfig:
             max_label - 1``; a record with a larger one is a dead letter naming it. The
             class count (and metadata.json's histogram) follows the largest label, so
             this bounds them whatever the data (at most 2**31: labels are int32).
+        vocabulary_size: The most tokens a bytes feature's vocabulary keeps (the most
+            frequent in the training split; ties by the token's UTF-8 bytes, ascending).
+        max_token_bytes: Longer tokens (UTF-8 bytes) are left out of the vocabulary and
+            counted; with ``vocabulary_size`` it bounds what metadata.json holds.
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
@@ -97,6 +107,8 @@ class TfrecordPreprocessConfig:
     range_mb: float = 32.0
     max_bad_ratio: float = 0.01  # as DBPedia's: the user's data may hold a few bad records
     max_label: int = MAX_LABEL
+    vocabulary_size: int = 10_000
+    max_token_bytes: int = 100
     overwrite: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +118,11 @@ class TfrecordPreprocessConfig:
         if not 1 <= self.max_label <= INT32_MAX + 1:
             raise ValueError(
                 f"max_label must be in 1..{INT32_MAX + 1} (labels are int32), got {self.max_label}"
+            )
+        if self.vocabulary_size < 1 or self.max_token_bytes < 1:
+            raise ValueError(
+                "vocabulary_size and max_token_bytes must be positive, got "
+                f"{self.vocabulary_size} and {self.max_token_bytes}"
             )
 
 
@@ -270,7 +287,14 @@ def _run_pipeline(cfg: TfrecordPreprocessConfig, spec, inputs, out: Path, beam_a
         result = batches | "Check" >> CheckExamples(
             spec, cfg.seed, cfg.validation_fraction, not inputs["test"], cfg.max_label
         )
-        _ = result | "WriteOutputs" >> WriteOutputs(
+        found = result["train"] | "Analyze" >> AnalyzeTrain(
+            spec, cfg.vocabulary_size, cfg.max_token_bytes
+        )
+        # [analyzers] one small JSON document, listed in the manifest like every output
+        written = found | "WriteStatistics" >> WriteJsonLines(
+            str(out / STATISTICS), "", exact_name=True
+        )
+        _ = {**result, "statistics": written} | "WriteOutputs" >> WriteOutputs(
             out, SPLITS, cfg.num_shards, lambda d: (d["file"], d["record"])
         )
 
@@ -340,6 +364,7 @@ def _metadata(cfg: TfrecordPreprocessConfig, spec: FeatureSpec, inputs: dict, ou
         "label_dtype": spec.label_dtype,
         "feature_spec": spec.to_dict(),
         "test_from_train": not inputs["test"],
+        **read_single_json(str(out / STATISTICS)),  # statistics and vocabularies
         "config": asdict(cfg),
     }
 

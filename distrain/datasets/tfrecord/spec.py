@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distrain.preprocess.records import TFRecordFramingError, masked_crc32c
+from distrain.preprocess.tokens import TOKENIZERS
 
 SPEC_FILE = "features.json"
 # The raw files of each source split: ``train-*.tfrecord`` (or ``.tfrecord.gz``).
@@ -50,6 +51,9 @@ class Feature:
     name: str
     dtype: str
     shape: tuple[int, ...]
+    # A bytes feature's tokenizer for its vocabulary (features.json's optional
+    # ``tokenizer``, one of :data:`~distrain.preprocess.tokens.TOKENIZERS`; "": the default).
+    tokenizer: str = ""
 
     @property
     def size(self) -> int:
@@ -57,8 +61,11 @@ class Feature:
         return math.prod(self.shape)
 
     def to_dict(self) -> dict:
-        """``{"dtype", "shape"}``, as features.json and metadata.json write it."""
-        return {"dtype": self.dtype, "shape": list(self.shape)}
+        """``{"dtype", "shape"}`` (and ``tokenizer`` if given), as features.json writes it."""
+        out = {"dtype": self.dtype, "shape": list(self.shape)}
+        if self.tokenizer:
+            out["tokenizer"] = self.tokenizer
+        return out
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,13 @@ class FeatureSpec:
                     f"{where}: feature {name!r}: shape must be a list of positive integers "
                     f"([] for one value), got {shape!r}"
                 )
-            features[name] = Feature(name, item["dtype"], tuple(shape))
+            tokenizer = item.get("tokenizer", "")
+            if tokenizer and (item["dtype"] != "bytes" or tokenizer not in TOKENIZERS):
+                raise SpecError(
+                    f"{where}: feature {name!r}: tokenizer is for bytes features, one of "
+                    f"{', '.join(TOKENIZERS)}; got {tokenizer!r} on a {item['dtype']} feature"
+                )
+            features[name] = Feature(name, item["dtype"], tuple(shape), tokenizer)
         label = raw.get("label")
         if label not in features:
             raise SpecError(f"{where}: label {label!r} is not one of the features")

@@ -203,6 +203,15 @@ class Mode:
             ConfigError: One line naming the layer the mode cannot handle.
         """
 
+    def check_optimizer(self, cfg, optimizer) -> None:
+        """Refuses a model file's tf-keras optimizer this mode cannot apply (default: none).
+
+        The training step asks it before any process starts (:func:`distrain.train.choices.check`).
+
+        Raises:
+            ConfigError: One line naming the mode and the optimizer's setting.
+        """
+
     @property
     def parameter_servers(self) -> int:
         """Parameter-server processes the run has."""
@@ -215,6 +224,16 @@ class Mode:
     def gradients_per_update(self) -> int:
         """Batches whose gradients make one update (the learning rate is scaled by it)."""
         return 1
+
+    def min_exchanges(self, updates_per_epoch: int) -> int:
+        """Exchanges of the scored weights before an until-plateau stop (the default rule).
+
+        One epoch's worth at the mode's period. By default every update moves the scored
+        weights (an exchange), so the rule never holds back a stop that patience allows:
+        patience needs at least one epoch after the best. Modes whose scored weights
+        move only at an exchange (easgd's centre, avg's average) say otherwise.
+        """
+        return updates_per_epoch
 
     def short_name(self) -> str:
         """The name in tables: ``mode:workers`` and what makes the run a different one."""

@@ -101,6 +101,10 @@ class AverageSteps(LocalSteps):
             self.exchange()  # [avg] a checkpoint's or an epoch's end: the average is the model
         return loss_sum, correct, durations
 
+    def exchanges(self) -> int:
+        """[avg] Averagings so far (the scored model moves only at one); this process's count."""
+        return self.rounds
+
     def weight(self) -> float:
         """This replica's weight in the average: 1, or its accuracy on its held-out slice."""
         if not self.weighted:
@@ -201,6 +205,10 @@ class Average(Mode):
 
     def gradients_per_update(self) -> int:
         return 1  # [avg] each replica steps on its own batch: the learning rate is not scaled
+
+    def min_exchanges(self, updates_per_epoch: int) -> int:
+        """[avg] One epoch's worth of averagings: at the period, and at the epoch's end."""
+        return -(-updates_per_epoch // int(self.spec.option("period")))  # (ceiling)
 
     def short_name(self) -> str:
         spec = self.spec

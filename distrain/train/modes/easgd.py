@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+from distrain.train.choices import make_optimizer
 from distrain.train.config import ConfigError
-from distrain.train.models import build_model
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
 from distrain.train.ps.rules import PushRule
+
+# The adaptive period's steps at the start (its default threshold is 4 first-guess losses).
+ADAPTIVE_START = 4
 
 
 class EASGDRule(PushRule):
     """[easgd] Each worker trains its own copy; every period it exchanges with the centre.
 
     Asynchronous EASGD (Zhang, Choromanska and LeCun 2015): a worker's step updates its
-    own copy ``x_i`` of the model (on the worker, with its own Adam). After every ``tau``
+    own copy ``x_i`` of the model (on the worker, with its own optimizer: Adam, or the
+    model file's). After every ``tau``
     of its steps (or, adaptive, once its summed training loss since the last exchange
     reaches ``threshold``: seed 001's rule, the period grows as the loss falls) it pulls
     its copy toward the centre ``c`` on the parameter servers and the centre toward it,
     by the same elastic difference: ``d = alpha (x_i - c)``, ``x_i -= d``, ``c += d``. No
     lock, as the seed's parameter exchanger: concurrent exchanges add their differences.
     The centre is the model the chief evaluates, checkpoints and saves.
+
+    The adaptive period is bounded (issue 51): a worker also exchanges once ``bound`` of
+    its steps have passed since its last exchange, whatever its summed loss. The bound is
+    an epoch's steps over the workers, ``updates_per_epoch // workers`` (at least 1): an
+    epoch is ``updates_per_epoch`` steps shared by the workers, so at least one worker
+    makes ``bound`` consecutive steps in it, and one of them ends a period: the centre
+    moves at least once per epoch, and an evaluation at an epoch's end never scores the
+    same centre as the one before (which the plateau stop would read as converged).
 
     Non-trainable state (batch norm's moving statistics) is part of each copy: a
     worker's step moves its copy's, and every exchange pulls them and the centre's
@@ -34,10 +46,17 @@ class EASGDRule(PushRule):
         alpha: The moving rate, in (0, 1).
         tau: Steps between exchanges, or None for the adaptive period.
         threshold: The adaptive period's summed loss.
+        bound: The adaptive period's most steps (None: an epoch's steps over the workers).
     """
 
-    def __init__(self, alpha: float, tau: int | None, threshold: float | None = None):
-        self.alpha, self.tau, self.threshold = alpha, tau, threshold
+    def __init__(
+        self,
+        alpha: float,
+        tau: int | None,
+        threshold: float | None = None,
+        bound: int | None = None,
+    ):
+        self.alpha, self.tau, self.threshold, self.bound = alpha, tau, threshold, bound
 
     def create_variables(self, g: PSGraph) -> list:
         tf = g.tf
@@ -55,19 +74,24 @@ class EASGDRule(PushRule):
         if g.role.job != "worker":
             return g.model, g.variables
         tf = g.tf
-        from distrain.train.optim import Adam
+        from distrain.train.optim import initializer
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
-        self.model = build_model(g.info, g.cfg.model, g.cfg.seed)
+        self.model = g.build_model()
         if not self.tau and self.threshold is None:
             # Four steps' worth of a first guess's loss at the start (its task's).
             self.threshold = 4 * g.task.first_guess_loss(g.info)
-        self.optimizer = Adam(g.cfg.effective_learning_rate)
+        if not self.tau and self.bound is None:
+            self.bound = adaptive_bound(g.per_epoch, g.role.workers)
+        # (distrain's Adam, or the model file's own optimizer: each copy has its own)
+        self.optimizer = make_optimizer(g.spec, g.info, g.cfg.effective_learning_rate)
         self.optimizer.build(self.model.trainable_variables)
         # Steps, or summed loss, since the last exchange.
         self.since = tf.Variable(0.0, trainable=False, name="easgd_since")
-        own = [*self.model.variables, *self.optimizer.variables, self.since]
-        self.init_own = tf.compat.v1.variables_initializer(own)
+        # Steps since the last exchange (the adaptive period's bound).
+        self.steps_since = tf.Variable(0.0, trainable=False, name="easgd_steps_since")
+        own = [*self.model.variables, *self.optimizer.variables, self.since, self.steps_since]
+        self.init_own = initializer(own, self.optimizer)
         pairs = zip(self.model.variables, g.model.variables, strict=True)
         self.from_centre = tf.group([mine.assign(centre) for mine, centre in pairs])
         return self.model, self.model.trainable_variables
@@ -89,7 +113,10 @@ class EASGDRule(PushRule):
         with tf.control_dependencies([update]):
             # The period: steps, or (adaptive) the summed loss.
             grown = self.since.read_value() + (1.0 if self.tau else g.step_loss)
+            steps = self.steps_since.read_value() + 1.0
             due = grown >= (float(self.tau) if self.tau else self.threshold)
+            if not self.tau:  # [easgd] adaptive, bounded: at least once every `bound` steps
+                due = tf.logical_or(due, steps >= float(self.bound))
 
         def claim(after):
             """The step's update number, taken once ``after`` is on the parameter servers."""
@@ -139,7 +166,10 @@ class EASGDRule(PushRule):
             # The copy takes its share (nothing when refused: it goes again after the limit).
             moved = [mine.assign_sub(d) for (mine, _), d in zip(pairs, diffs, strict=True)]
             with tf.control_dependencies(moved):
-                since = self.since.assign(tf.where(ok, 0.0, grown))
+                since = tf.group(
+                    self.since.assign(tf.where(ok, 0.0, grown)),
+                    self.steps_since.assign(tf.where(ok, 0.0, steps)),
+                )
             return number, ok, since
 
         def count():
@@ -156,7 +186,7 @@ class EASGDRule(PushRule):
             with tf.compat.v1.device("/job:ps/task:0"):  # as above: not on the worker
                 done = tf.cond(ok, counted, refuse)
             with tf.control_dependencies([done]):
-                since = self.since.assign(grown)
+                since = tf.group(self.since.assign(grown), self.steps_since.assign(steps))
             return number, ok, since
 
         number, ok, since = tf.cond(due, exchange, count)
@@ -174,6 +204,11 @@ class EASGDRule(PushRule):
             self._last_rounds = total
             self.divergence.append([seconds, float(distance[rounds > 0].mean())])
 
+    def exchanges(self, sess) -> int:
+        """Exchanges with the centre so far, over every worker (each moves the centre)."""
+        rounds, _ = sess.run(self.read)
+        return int(rounds.sum())
+
     def history(self, sess, g: PSGraph) -> dict:
         rounds, _ = sess.run(self.read)
         size = sum(v.shape.num_elements() * v.dtype.size for v in g.model.variables)
@@ -185,7 +220,18 @@ class EASGDRule(PushRule):
             "bytes_per_worker": int(per_worker),
             "divergence": self.divergence,
             "moving_rate": self.alpha,
+            # The adaptive period's most steps (None: a fixed period).
+            "period_bound": None if self.tau else adaptive_bound(g.per_epoch, g.role.workers),
         }
+
+
+def adaptive_bound(updates_per_epoch: int, workers: int) -> int:
+    """The adaptive period's most steps: an epoch's steps over the workers (at least 1).
+
+    An epoch is ``updates_per_epoch`` steps shared by the workers, so one of them makes at
+    least this many in it: its period ends in the epoch, and the centre moves.
+    """
+    return max(1, updates_per_epoch // max(workers, 1))
 
 
 @register
@@ -225,6 +271,16 @@ class EASGD(ParameterServerMode):
 
     def short_name(self) -> str:
         return f"{self.spec.mode}:{self.spec.workers}:tau={self.spec.option('tau')}"
+
+    def min_exchanges(self, updates_per_epoch: int) -> int:
+        """[easgd] One epoch's worth of exchanges at the period (adaptive: its first, 4).
+
+        Adaptive, the period grows past 4 as the loss falls: the minimum then takes
+        several epochs, each with at least one exchange (the bound).
+        """
+        tau = self.spec.option("tau")
+        period = ADAPTIVE_START if tau == "adaptive" else int(tau)
+        return max(1, updates_per_epoch // period)
 
     def rule(self) -> PushRule:
         spec = self.spec

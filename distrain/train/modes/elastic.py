@@ -147,15 +147,21 @@ class ElasticSync(Mode):
             size = hvd.size()
             replica.set_group(Group(hvd.rank(), size, hvd))
             replica.losses.who = f"rank {replica.rank}"  # (a reset may renumber the ranks)
-            if cfg.scale_learning_rate:
-                # [sync] the learning rate follows the gradients averaged per step.
+            users = replica.optimizer.is_users
+            if cfg.scale_learning_rate and not users:
+                # [sync] the learning rate follows the gradients averaged per step (a
+                # model file's own optimizer keeps its rate: the user's choice wins).
                 replica.optimizer.learning_rate = cfg.learning_rate * size
             # Traced for this world's learning rate.
             step_fn = replica.train_step(allreduce_gradients(hvd))
             if engine.resets:
                 replica.log(
                     f"continuing with {size} workers from step {replica.step}, "
-                    f"learning rate {replica.optimizer.learning_rate:g}"
+                    + (
+                        "the model file's optimizer"
+                        if users
+                        else f"learning rate {replica.optimizer.learning_rate:g}"
+                    )
                 )
             global_batch = size * cfg.batch_size
             # [sync] this world's share, in a new order after every reset.

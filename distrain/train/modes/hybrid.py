@@ -7,7 +7,13 @@ from distrain.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, probe_link, start_horovod
 from distrain.train.modes import Mode, register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, check_columns, split_columns
+from distrain.train.modes.tensor import (
+    SplitReplica,
+    SplitSteps,
+    check_columns,
+    check_split_optimizer,
+    split_columns,
+)
 from distrain.train.replica import Group, allreduce_gradients
 
 
@@ -50,6 +56,9 @@ class Hybrid(Mode):
 
     def check_model(self, cfg, model) -> None:
         check_columns(cfg, model)  # [hybrid] each group splits the model as tensor does
+
+    def check_optimizer(self, cfg, optimizer) -> None:
+        check_split_optimizer(cfg, optimizer, columns=True)  # [hybrid] as tensor
 
     def short_name(self) -> str:
         return f"{self.spec.mode}:{self.spec.workers}:{self.spec.option('model')}"

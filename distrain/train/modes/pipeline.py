@@ -10,7 +10,12 @@ from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
 from distrain.train.models import find_model
 from distrain.train.modes import Mode, register
-from distrain.train.modes.tensor import SplitReplica, SplitSteps, split_columns
+from distrain.train.modes.tensor import (
+    SplitReplica,
+    SplitSteps,
+    check_split_optimizer,
+    split_columns,
+)
 from distrain.train.replica import Group
 
 
@@ -230,7 +235,7 @@ class PipelineReplica(SplitReplica):
         loss_sum = correct = tf.constant(0.0)
         for m in reversed(range(self.micro)):  # [pipeline] backward, last micro-batch first
             if last:
-                micro_loss, micro_hits = self.task.sums(ys[m], outputs[m])
+                micro_loss, micro_hits = self.task.sums(ys[m], outputs[m], training=True)
                 target, seed = micro_loss / labels, None
                 loss_sum += micro_loss
                 correct += micro_hits
@@ -334,6 +339,9 @@ class Pipeline(Mode):
     def check_model(self, cfg, model) -> None:
         check_chain(cfg, model)
         check_batch_statistics(cfg, model)  # [pipeline] micro-batches are not the batch
+
+    def check_optimizer(self, cfg, optimizer) -> None:
+        check_split_optimizer(cfg, optimizer, columns=False)  # [pipeline] a stage each
 
     def check_config(self, cfg) -> None:
         micro = self.spec.option("micro")

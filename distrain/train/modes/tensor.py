@@ -31,6 +31,44 @@ def check_columns(cfg, model) -> None:
         )
 
 
+# tf-keras optimizers whose update of each value reads only that value's gradient and
+# slots: a rank's share of a split variable is updated as the whole variable would be.
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Nadam", "Adadelta", "Ftrl")
+
+
+def check_split_optimizer(cfg, optimizer, columns: bool) -> None:
+    """Refuses a model file's optimizer whose update needs more than a rank holds.
+
+    A split run's ranks each update their own share of the model: a global norm
+    (``global_clipnorm``) would be of the share alone, and with the columns of a variable
+    split (``columns``: tensor, hybrid) so would a variable's norm (``clipnorm``) and any
+    update that reads across a variable (an optimizer not in :data:`ELEMENTWISE`, e.g.
+    Adafactor's factored moments).
+
+    Raises:
+        ConfigError: One line naming the mode and the optimizer's setting.
+    """
+    name, kind = cfg.run.name, type(optimizer).__name__
+    held = "its columns of each variable" if columns else "its stage's variables"
+    if optimizer.global_clipnorm:
+        setting = f"global_clipnorm={optimizer.global_clipnorm:g}"
+    elif columns and optimizer.clipnorm:
+        setting = f"clipnorm={optimizer.clipnorm:g}"
+    elif columns and not (
+        kind in ELEMENTWISE and type(optimizer).__module__.startswith("tf_keras.")
+    ):
+        raise ConfigError(
+            f"{name}: the model file's optimizer {kind} is not one whose update is value by "
+            f"value ({', '.join(ELEMENTWISE)}); each rank holds {held} only"
+        )
+    else:
+        return
+    raise ConfigError(
+        f"{name}: the model file's optimizer sets {setting}, a norm over the whole model; "
+        f"each rank holds {held} only (use clipvalue, or a data-parallel mode)"
+    )
+
+
 class SplitReplica(Replica):
     """[tensor] A replica whose model is this rank's share of a split model.
 
@@ -160,6 +198,9 @@ class Tensor(Mode):
 
     def check_model(self, cfg, model) -> None:
         check_columns(cfg, model)
+
+    def check_optimizer(self, cfg, optimizer) -> None:
+        check_split_optimizer(cfg, optimizer, columns=True)  # [tensor] a share each
 
     def predicted_step(self, t1, prof, batch, link):
         if not link:

@@ -65,10 +65,13 @@ class Chief:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
+        from distrain.train.optim import initializer
+
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)
         with g.graph.as_default(), tf.compat.v1.device("/job:chief/task:0"):
-            self.init = tf.compat.v1.global_variables_initializer()
+            # (A user's schedule's current rate is initialised after the step it reads.)
+            self.init = initializer(tf.compat.v1.global_variables(), g.optimizer)
             with tf.compat.v1.device("/job:ps/task:0"):
                 self.init_lock = g.lock.enqueue(tf.constant(0))
             remote = [*g.state, g.version, g.epoch_var]
@@ -265,6 +268,7 @@ class ChiefEngine:
         self.reached: float | None = None  # when it was reached
         self.stopped = True  # whether the workers stopped there (a checkpoint)
         self.seconds = 0.0  # the epoch's training seconds so far
+        self.progress_seen: dict[str, tuple[float, int]] = {}  # worker_step_seconds' last
 
     def updates_per_epoch(self) -> int:
         cfg = self.replica.cfg
@@ -320,6 +324,25 @@ class ChiefEngine:
         # the segment's, which are counted in the next one.
         if self.target is not None and self.replica.step > self.target:
             self.replica.version.assign(self.target)
+
+    def exchanges(self) -> int:
+        """Exchanges of the scored weights: the rule's count (easgd's), else every update."""
+        count = getattr(self.chief.rule, "exchanges", None)
+        return count(self.chief.sess) if count is not None else int(self.replica.step)
+
+    def worker_step_seconds(self) -> dict[str, float]:
+        """Each worker's seconds per step since the last call, from its progress points.
+
+        A worker with no step since then is left out.
+        """
+        found = {}
+        for worker, points in self.chief.worker_progress.items():
+            t, count = points[-1]
+            t0, count0 = self.progress_seen.get(worker, (0.0, 0))
+            if count > count0:
+                found[worker] = (t - t0) / (count - count0)
+            self.progress_seen[worker] = (t, count)
+        return found
 
     def epoch_note(self) -> str:
         stats = summarize(self.delays)

@@ -8,8 +8,10 @@ count of updates exact (see :mod:`distrain.train.ps`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
+from distrain.train.choices import make_optimizer, training_task
 from distrain.train.config import TrainConfig
 from distrain.train.models import model_spec
 from distrain.train.ps import state
@@ -22,6 +24,24 @@ DELAY_BUCKETS = 64
 
 # Wake-ups the queue holds (one per segment is sent; the chief takes them as they come).
 WAKEUPS = 1024
+
+
+@contextlib.contextmanager
+def _graph_constants():
+    """tf-keras keeps a TF op's constant inputs as graph tensors (not evaluated in a session).
+
+    The switch is tf-keras's own (``_UNSAFE_GRAPH_OP_LAYER_CREATION``, the path it takes in
+    a distribution strategy's graph); "unsafe" only for saving the model's config, which a
+    parameter-server graph's model never is.
+    """
+    from tf_keras.src.engine import base_layer_utils
+
+    was = base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION
+    base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = True
+    try:
+        yield
+    finally:
+        base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = was
 
 
 class PSGraph:
@@ -37,11 +57,10 @@ class PSGraph:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule):
         import tensorflow as tf
 
-        from distrain.train.optim import Adam
-
         self.tf, self.cfg, self.info, self.role, self.rule = tf, cfg, info, role, rule
         self.spec = model_spec(info.dataset, cfg.model)
-        self.task = self.spec.task
+        # The model's task, with the user's loss and class weights when the file has them.
+        self.task = training_task(self.spec, info)
         # Updates per epoch, as the chief counts them: a step's loss goes to its epoch's.
         self.per_epoch = max(
             1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
@@ -56,12 +75,20 @@ class PSGraph:
             )
             # [ps] tf.device() refuses the setter's function in TF 2.21; the v1 scope takes it.
             with tf.compat.v1.device(setter):
-                self.model = self.spec.build(info, cfg.seed)
+                self.model = self.build_model()
                 self.variables = self.model.trainable_variables
                 # A language model's decay or anneal, over the updates the chief counts.
                 stream = self.spec.stream
                 schedule = stream.schedule(self.per_epoch, cfg.epochs) if stream else {}
-                self.optimizer = Adam(cfg.effective_learning_rate, **schedule)
+                # [ps] distrain's Adam, or the model file's own optimizer: either way its
+                # slots and step live on the parameter servers, which apply its updates.
+                self.optimizer = make_optimizer(
+                    self.spec,
+                    info,
+                    cfg.effective_learning_rate,
+                    **schedule,
+                    **cfg.rate_schedule(self.per_epoch),
+                )
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
 
@@ -115,6 +142,22 @@ class PSGraph:
         """
         return state.apply(self.forward)
 
+    def build_model(self):
+        """The run's model, built in this graph under the caller's device scope.
+
+        Every model of a parameter-server process is built here (the shared one, a
+        worker's mirror, easgd's copy), in a TF1 graph, where tf-keras takes its legacy
+        graph path: a TF op on a functional model's tensors (``x * 4.0 + 3.0``: a
+        ``TensorFlowOpLayer``) has its constant inputs (the ``4.0``) evaluated at once in
+        a session of tf-keras's own. That session is a local one, which cannot place the
+        graph's ops on ``/job:worker`` or ``/job:ps``: the build failed. [ps] The constants
+        are kept as tensors of this graph instead (:func:`_graph_constants`), as tf-keras
+        itself does under a distribution strategy in a session; the ops stay where their
+        scope puts them. (Only the chief's eager copy is saved: this graph's model never is.)
+        """
+        with _graph_constants():
+            return self.spec.build(self.info, self.cfg.seed)
+
     def push(self, grads, read_version, record):
         """The mode's push of ``grads`` (:meth:`PushRule.push`), its conds built inline.
 
@@ -151,6 +194,9 @@ class PSGraph:
             # (calls that wait on purpose pass their own, shorter, RunOptions timeout).
             operation_timeout_in_ms=self.cfg.operation_timeout * 1000,
         )
+        # [ps] A user's tf-keras optimizer updates as one function call whose ops run on
+        # the parameter servers that hold its variables (:class:`KerasOptimizer`).
+        config.experimental.share_cluster_devices_in_session = self.optimizer.needs_cluster_devices
         return tf.compat.v1.Session(server.target, graph=self.graph, config=config)
 
     # ---- inside a critical section -----------------------------------------------------------

@@ -27,7 +27,7 @@ class Mirror:
 
     def __init__(self, g: PSGraph, read_version):
         tf = g.tf
-        self.model = g.spec.build(g.info, g.cfg.seed)
+        self.model = g.build_model()
         self.variables = self.model.trainable_variables
         if len(self.variables) != len(g.variables):
             raise TrainingError("a worker's copy of the model differs from the shared one")

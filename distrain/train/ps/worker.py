@@ -101,12 +101,17 @@ class Worker:
             self.fetch_wait = [g.version.read_value(), g.limit.read_value(), g.stop.read_value()]
             with tf.compat.v1.device("/job:ps/task:0"):
                 self.join = g.joined.assign_add(1)
+            # [ps] The model's lookup tables (StringLookup, IntegerLookup, TextVectorization)
+            # live on this worker, outside the variables the chief initialises: each worker
+            # fills its own before its first step (every copy's, built above).
+            self.init_tables = tf.compat.v1.tables_initializer()
 
     def run(self) -> None:
         """Steps until the chief sets ``stop``."""
         server = start_server(self.role, self.cfg.threads)
         sess = self.g.session(server)
         wait_until_ready(sess, self.g, self.cfg.start_timeout, f"worker {self.role.index}")
+        sess.run(self.init_tables)
         self.rule.worker_start(sess, self.g)
         if self.mirror is not None:
             sess.run(self.mirror.init)
