@@ -187,3 +187,37 @@ def test_one_epoch_run_from_the_wheel(installed):
     rows = json.loads((out / "comparison.json").read_text())["rows"]
     (single,) = [r for r in rows if r["name"] == "single:1"]
     assert single["accuracy"] > 0.5
+
+
+@pytest.mark.horovod
+def test_a_user_model_runs_the_whole_pipeline_in_every_mode_from_the_wheel(installed):
+    # Issue 48's acceptance: a model file with a custom layer, TF ops, a Lambda, batch norm
+    # and dropout (the zoo's functional_ops) through `distrain run tfrecord` in every
+    # data-parallel and parameter-server mode of the registry (those that train any model;
+    # the split modes take or refuse it, tests/integration/test_zoo.py), each evaluated,
+    # then compared. The file is the user's: beside the work, never in the wheel.
+    from distrain.train.modes import Mode, mode_class, mode_names
+    from tests.zoo.data import write_raw
+
+    raw = write_raw(installed["cwd"] / "team_records")
+    model_file = installed["cwd"] / "team_model.py"
+    shutil.copyfile(ROOT / "tests" / "zoo" / "models.py", model_file)
+    modes = [name for name in mode_names() if mode_class(name).check_model is Mode.check_model]
+    runs = [mode_class(n).example or f"{n}:{mode_class(n).fixed_workers or 2}" for n in modes]
+    out = installed["cwd"] / "team_out"
+    # Horovod's launchers (horovodrun, mpirun) where the setup put them, after the wheel's.
+    env = dict(installed["env"])
+    env["PATH"] = f"{env['PATH']}{os.pathsep}{Path(sys.executable).parent}"
+    done = subprocess.run(
+        [str(installed["bin"] / "distrain"), "run", "tfrecord", "--data", str(raw),
+         "--model", f"{model_file}:functional_ops", "--runs", ",".join(runs),
+         "--epochs", "1", "--output", str(out)],
+        cwd=installed["cwd"], env=env, capture_output=True, text=True, timeout=2400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = (out / "comparison.json").read_text()
+    assert f'"model": "{model_file}:functional_ops"' in text
+    rows = {row["mode"]: row for row in json.loads(text)["rows"]}
+    assert set(rows) == {*modes, "baseline"}, sorted(rows)
+    for mode in modes:  # each run evaluated on the test split, its scores in the table
+        assert 0.0 <= rows[mode]["accuracy"] <= 1.0, (mode, rows[mode])

@@ -10,7 +10,8 @@ too): a mode added later joins the zoo by registering. Each run is checked for:
 
 - finite weights in the saved model;
 - batch norm's moving statistics moved by training (not the 0 and 1 Keras starts from);
-- the saved model, reloaded through distrain's loader of saved models, scoring the
+- the saved model, reloaded through distrain's one loader of saved models
+  (:func:`distrain.train.usermodel.load_saved`, what the evaluate step uses), scoring the
   validation split as the model in memory did at the end of training (the history's last
   ``val_loss`` and ``val_accuracy``, computed in the training process before it saved).
 
@@ -66,16 +67,6 @@ def _may_refuse(mode: str) -> bool:
 
 def _reference(model: str) -> str:
     return f"{ZOO_FILE}:{model}"
-
-
-def _load_saved(path, reference: str, info):
-    """The saved model, through distrain's one loader of saved models of the user's code."""
-    load_saved = getattr(usermodel, "load_saved", None)
-    if load_saved is not None:
-        return load_saved(path, reference, info, 0)
-    from distrain.train.predict import load_model
-
-    return load_model(path)
 
 
 def _validation_scores(model, info, task) -> tuple[float, float]:
@@ -138,7 +129,7 @@ def test_a_zoo_model_trains_in_the_mode_and_its_saved_model_scores_as_in_memory(
     assert all(math.isfinite(e["loss"]) for e in history["epochs"]), history["epochs"]
 
     info = load_info(zoo_examples, reference)
-    saved = _load_saved(out / "model.keras", reference, info)
+    saved = usermodel.load_saved(out / "model.keras", reference, info)  # the one loader
     weights = saved.get_weights()
     assert weights, "the saved model has no weights"
     for variable, value in zip(saved.weights, weights, strict=True):

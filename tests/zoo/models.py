@@ -11,7 +11,8 @@ construct failed:
   ``get_config`` (``Scale``), a kernel regulariser, ``BatchNormalization`` and
   ``Dropout``. The model of acceptance 2 (the whole pipeline, from the wheel).
 - ``several_inputs``: a float, an int through an ``Embedding`` and bytes through a
-  ``StringLookup`` (the vocabulary the data set's preprocessing computed).
+  ``StringLookup`` whose vocabulary the tfrecord job computed (``info.vocabulary``), so
+  the saved model carries it.
 - ``subclassed``: a custom ``keras.Model`` class of this file (registered, with
   ``get_config``) with its own ``call``: a TF op and ``Dropout`` inside.
 - ``own_precision``: a model that sets its own mixed-precision policy (``mixed_bfloat16``
@@ -26,10 +27,6 @@ import tf_keras as keras
 
 # The zoo's models, in the order the contract test runs them.
 ZOO = ("functional_ops", "several_inputs", "subclassed", "own_precision")
-
-# The colours the zoo's data holds (tests/zoo/data.py), for the lookup where the data set
-# gives no vocabulary of its own.
-COLOURS = ["red", "green", "blue", "amber"]
 
 
 def _init(seed):
@@ -79,7 +76,7 @@ def several_inputs(info, seed):
     bucket = keras.layers.Embedding(
         buckets, 4, embeddings_initializer=_init(seed), name="bucket_embedding"
     )(inputs["bucket"])
-    colours = COLOURS
+    colours = info.vocabulary("colour")  # the tfrecord job's, over the training split
     colour = keras.layers.StringLookup(vocabulary=colours, name="colour_lookup")(inputs["colour"])
     colour = keras.layers.Embedding(
         len(colours) + 1, 4, embeddings_initializer=_init(seed + 1), name="colour_embedding"
