@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Refuse bad parameters before any work starts.
     specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     _check_repeats(args.repeats)
-    build, searched = tune_settings(args)  # the learning-rate search's (distrain.cliflags)
+    build, searched = tune_settings(args, local=True)  # the search's (distrain.cliflags)
     if args.plan:
         from distrain.plan import Plan
 

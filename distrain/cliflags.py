@@ -63,13 +63,16 @@ def add_tune(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="P",
-        help="candidates of a rung that may train at once in a pipeline (default: no limit; "
-        "kfp.local trains one at a time, sharing the machine's cores)",
+        help="candidates of a rung that may train at once (default: no limit in a compiled "
+        "pipeline; one at a time in distrain run, where candidates at once share the "
+        "machine's cores)",
     )
 
 
-def tune_settings(args: argparse.Namespace) -> tuple[dict, dict]:
+def tune_settings(args: argparse.Namespace, local: bool = False) -> tuple[dict, dict]:
     """``(build arguments, pipeline parameters)`` of the search flags, checked.
+
+    ``local``: for kfp.local, where a parallelism of 0 trains one candidate at a time.
 
     Raises:
         ConfigError: A bad range, grid, eta, epochs or parallelism.
@@ -84,6 +87,6 @@ def tune_settings(args: argparse.Namespace) -> tuple[dict, dict]:
         "tune": args.tune,
         "tune_grid": args.tune_grid,
         "tune_eta": args.tune_eta,
-        "tune_parallelism": args.tune_parallelism,
+        "tune_parallelism": args.tune_parallelism or (1 if local else 0),
     }
     return build, {"tune": args.tune, "tune_epochs": args.tune_epochs}

@@ -291,6 +291,13 @@ def final_trainings(state: dict, repeats: int, seed: int) -> list[dict]:
     ]
 
 
+def _finite(value):
+    """A number as JSON can hold it: not finite is None (a diverged candidate's)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def record(state: dict, spec: str) -> dict:
     """What a comparison row says of its run spec's search (``tuning``)."""
     run = state["runs"][spec]
@@ -305,13 +312,7 @@ def record(state: dict, spec: str) -> dict:
         "candidates": [
             {
                 "learning_rate": c["learning_rate"],
-                "rungs": [
-                    {
-                        **{k: v for k, v in r.items() if k != "path"},
-                        "score": r["score"] if math.isfinite(r["score"]) else None,
-                    }
-                    for r in c["rungs"]
-                ],
+                "rungs": [{k: _finite(v) for k, v in r.items() if k != "path"} for r in c["rungs"]],
             }
             for c in run["candidates"]
         ],

@@ -65,7 +65,7 @@ def search(
         seed=seed,
         learning_rate=learning_rate,
     ).set_display_name("tune: start")
-    state, trainings = start.outputs["state"], start.outputs["trainings"]
+    state, trainings = start.outputs["state"], start.outputs["Output"]
     rung = None
     for i in range(len(tuning.rungs(grid, eta, 1))):
         with dsl.ParallelFor(trainings, parallelism=parallelism, name=f"rung-{i}") as candidate:
@@ -84,7 +84,7 @@ def search(
             ).set_display_name(f"{CANDIDATE_TASK} (rung {i})")
             prepare(trained)
         rung = tune_rung(
-            trained=dsl.Collected(trained.outputs["trained"]), state=state, repeats=repeats
+            trained=dsl.Collected(trained.outputs["trained"]), earlier=state, repeats=repeats
         ).set_display_name(f"tune: rung {i}")
-        state, trainings = rung.outputs["state"], rung.outputs["trainings"]
+        state, trainings = rung.outputs["state"], rung.outputs["Output"]
     return trainings, rung.outputs["record"], start
