@@ -5,11 +5,11 @@ import math
 
 import pytest
 
-from distrain import tuning
+from distrain import cli, tuning
 from distrain.compare.tuned import attach, ranking_sentence, rankings
 from distrain.datasets.info import DataError, DatasetInfo
-from distrain.errors import ConfigError
-from distrain.search import search_view, seed_from
+from distrain.errors import ConfigError, StepError
+from distrain.search import search_view, seed_from, tune_start
 
 
 def test_parse_and_grid():
@@ -238,3 +238,35 @@ def test_a_survivor_takes_its_checkpoints_and_history(tmp_path):
     assert (tmp_path / "rung1" / "history.json").exists()
     assert not (tmp_path / "rung1" / "model.keras").exists()
     assert not seed_from(tmp_path / "elsewhere", tmp_path / "rung2")
+
+
+@pytest.mark.case("params/tune")
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tune", "lr=1e-3..1e-1"], "cannot tune 'lr'"),
+        (["--tune", "learning_rate=1e-1..1e-3"], "expected 0 < LOW < HIGH"),
+        (["--tune", "learning_rate=1e-3..1e-1", "--tune-grid", "1"], "between 2 and 30"),
+        (["--tune", "learning_rate=1e-3..1e-1", "--tune-eta", "1"], "eta must be at least 2"),
+    ],
+)
+def test_run_refuses_a_bad_search_before_any_work(tmp_path, capsys, args, message):
+    out = tmp_path / "o"
+    assert cli.main(["run", "mnist", "--output", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("distrain: run mnist failed:") and message in err[-1]
+    assert not out.exists()
+    with pytest.raises(StepError, match=message.split(" (")[0]):
+        tune_start(
+            args[1],
+            ["single:1"],
+            grid=int(_flag(args, "--tune-grid", 6)),
+            eta=int(_flag(args, "--tune-eta", 3)),
+            epochs=3,
+            seed=0,
+            default_rate=1e-3,
+        )
+
+
+def _flag(args, name, default):
+    return args[args.index(name) + 1] if name in args else default
