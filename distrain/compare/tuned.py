@@ -93,6 +93,10 @@ def rankings(records: dict) -> tuple[list[str], list[str], str] | None:
     return untuned_order, tuned_order, how
 
 
+def _epochs(n: int) -> str:
+    return f"{n} epoch" if n == 1 else f"{n} epochs"
+
+
 def ranking_sentence(records: dict) -> str:
     """Whether the search changed the runs' order by validation loss, in one sentence."""
     ranked = rankings(records)
@@ -104,8 +108,8 @@ def ranking_sentence(records: dict) -> str:
     changed = "changed" if untuned != tuned else "did not change"
     return (
         f"Tuning {changed} the ranking by validation loss: untuned {' > '.join(untuned)} "
-        f"({how}, {epochs[0]} epochs); tuned {' > '.join(tuned)} (each at its chosen rate, "
-        f"{epochs[1]} epochs)."
+        f"({how}, {_epochs(epochs[0])}); tuned {' > '.join(tuned)} (each at its chosen rate, "
+        f"{_epochs(epochs[1])})."
     )
 
 
