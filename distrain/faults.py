@@ -44,6 +44,7 @@ CASES: list[tuple[str, str]] = [
     ("params/workers", "Parameters: zero or negative workers refused"),
     ("params/aggregate", "Parameters: syncreplicas aggregate > replicas refused"),
     ("params/data-dir", "Parameters: missing data directory refused before any work"),
+    ("params/tune", "Parameters: a bad --tune range, grid or eta refused before any work"),
     ("usermodel/exit", "User model: sys.exit/os._exit in its code exits 2, naming file:line"),
     ("usermodel/error-permanent", "User model: an error through its code is permanent, named"),
     ("usermodel/batch-norm-pipeline", "User model: batch norm refused by pipeline, layer named"),
