@@ -82,6 +82,7 @@ CASES: list[tuple[str, str]] = [
     ("k8s/request-timeouts", "Kubernetes: every API call (and submit's) has a request timeout"),
     ("serving/refused", "Push: a name or InferenceService KServe refuses, refused before copying"),
     ("serving/versions", "Push: each push a new version folder, renamed into place whole"),
+    ("serving/python-op", "Export: a model calling Python (tf.numpy_function) refused, named"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

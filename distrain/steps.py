@@ -411,7 +411,8 @@ def _exported(cfg: TrainConfig, history: dict) -> dict:
         if out.exists():  # a resumed or retried run exports its final weights again
             shutil.rmtree(out)
         task = model_spec(info.dataset, cfg.model).task.name
-        history["export"] = export_saved_model(Path(cfg.output_dir, "model.keras"), info, task, out)
+        model = Path(cfg.output_dir, "model.keras")  # a user's model loads with its module
+        history["export"] = export_saved_model(model, info, task, out, cfg.model, cfg.seed)
     return history
 
 
@@ -510,7 +511,9 @@ def export(
     model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task.name
-    spec = export_saved_model(model_dir / "model.keras", info, task, output_dir)
+    spec = export_saved_model(
+        model_dir / "model.keras", info, task, output_dir, model, history["config"]["seed"]
+    )
     metadata = model_metadata(report, comparison, why, spec, gate)
     Path(output_dir, "assets.extra", "distrain.json").write_text(json.dumps(metadata, indent=2))
     return metadata
