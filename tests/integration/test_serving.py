@@ -214,3 +214,29 @@ def test_a_user_model_of_custom_classes_serves_without_the_users_file(tmp_path, 
         trained / "saved_model", trained / "model.keras", tmp_path / "examples", model, report,
         tmp_path, user,
     )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_pipelines_export_step_revives_a_subclassed_user_model_in_its_own_process(tmp_path):
+    """``distrain run tfrecord --model FILE.py:subclassed --gate``: served as evaluated.
+
+    Each step is a process of its own (kfp.local): the export step's, which never built the
+    model, loads the user's class from the copy of the file in the training step's output.
+    """
+    from distrain.cli import main
+
+    fetch("tfrecord", "sample", tmp_path / "raw", sample_size=300, seed=5)
+    (tmp_path / "user").mkdir()
+    model = f"{shutil.copy(CONSTRUCTS, tmp_path / 'user')}:subclassed"
+    out = tmp_path / "out"
+    argv = ["run", "tfrecord", "--data", str(tmp_path / "raw"), "--output", str(out)]
+    argv += ["--model", model, "--runs", "single:1", "--epochs", "1", "--gate", "accuracy>=0"]
+    assert main(argv) == 0
+    version = out / "serving" / "distrain-tfrecord" / "1"
+    metadata = json.loads((version / "assets.extra" / "distrain.json").read_text())
+    assert (metadata["run"], metadata["model"]) == ("single:1", model)
+    report = json.loads(_one(out / "kfp", "evaluate/report").read_text())
+    trained = _one(out / "kfp", "train/trained/model.keras")
+    examples = _one(out / "kfp", "preprocess/examples/metadata.json").parent
+    module = usermodel.load_function(usermodel.ModelReference.parse(model)).__module__
+    check_serving(version, trained, examples, model, report, tmp_path, [module, "constructs_model"])
