@@ -7,6 +7,7 @@ pipeline compiled with a learning-rate search (``tune``) searches each run spec'
 first (:mod:`distrain.pipelines.tuning`) and trains it at the rate chosen.
 """
 
+import functools
 import inspect
 
 from kfp import dsl, kubernetes
@@ -278,10 +279,27 @@ def build_pipeline(
     if dropped:
         sig = inspect.signature(pipeline)
         kept = [p for p in sig.parameters.values() if p.name not in dropped]
-        pipeline.__signature__ = sig.replace(parameters=kept)
+        pipeline = _by_name(pipeline, sig.replace(parameters=kept))
     return dsl.pipeline(
         name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config
     )(pipeline)
+
+
+def _by_name(function, signature: inspect.Signature):
+    """``function`` as KFP sees it with ``signature``, its arguments passed on by name.
+
+    KFP calls a pipeline's function with its inputs in the signature's order: with
+    parameters dropped from the middle, a positional call would hand each later input to
+    the parameter before it.
+    """
+    names = list(signature.parameters)
+
+    @functools.wraps(function)
+    def called(*args, **kwargs):
+        return function(**dict(zip(names, args, strict=False)), **kwargs)
+
+    called.__signature__ = signature
+    return called
 
 
 # Steps that read data or train retry on failure (a preempted node, a lost pod), waiting
