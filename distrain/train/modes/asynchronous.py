@@ -96,6 +96,7 @@ class Async(ParameterServerMode):
             raise ConfigError(f"async: lr must be {' or '.join(RATES)}, got {lr!r}")
         # The default is left out of the spec: a run's name, key and fingerprint stay what
         # they were before the option existed.
+        checked.pop("lr", None)
         return checked if lr == "constant" else {**checked, "lr": lr}
 
     def short_name(self) -> str:
