@@ -16,6 +16,7 @@ def compare(
     metrics: Output[Metrics],
     target_accuracy: float = 0.95,
     plan: str = "",
+    tuning: Input[Artifact] = None,
 ):
     """Side-by-side table and plots of all runs and the baseline: time, throughput, accuracy.
 
@@ -24,7 +25,8 @@ def compare(
     headline numbers and their 95 % bounds under stable keys (``RUN/accuracy``,
     ``RUN/time_to_target_seconds_low``, ...) for KFP's run-compare page. ``plan``
     (``workers=16,gpus_per_worker=1,link_gbps=25``) adds the cost model's recommendation
-    at that scale.
+    at that scale. ``tuning`` (a learning-rate search's records, JSON by run name) puts
+    each run's search, its cost and the time to a tuned model into its row.
     """
     import json
     import shutil
@@ -40,8 +42,14 @@ def compare(
         runs.append(json.load(f))
     from distrain.failures import step_errors
 
+    searched = None
+    if tuning is not None:
+        with open(tuning.path) as f:
+            searched = json.load(f)
     with step_errors("compare"):
-        result = step(runs, comparison.path, target_accuracy=target_accuracy, plan=plan)
+        result = step(
+            runs, comparison.path, target_accuracy=target_accuracy, plan=plan, tuning=searched
+        )
     shutil.copyfile(f"{comparison.path}/comparison.md", table.path)
     shutil.copyfile(f"{comparison.path}/comparison.html", page.path)
     comparison.metadata["best"] = result["best"]

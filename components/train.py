@@ -69,6 +69,7 @@ def train(
     accelerator_count: int = 0,
     workspace_path: str = "",
     schedule_timeout_seconds: int = 600,
+    resume_from: str = "",
     task_config: dsl.TaskConfig = None,
     model_file: Input[Artifact] = None,
 ):
@@ -95,6 +96,8 @@ def train(
     ``model_file`` is the user's model file (as TFX's Trainer takes a ``module_file``) when
     ``model`` is ``FILE.py:FUNCTION``: it is copied into ``trained/user_model/`` and, on
     Kubernetes, shipped to every worker and parameter server through the shared volume.
+    ``resume_from`` is a search's earlier rung of the same candidate (its output's path):
+    the run resumes from its checkpoints (:func:`distrain.search.seed_from`).
     The training settings (``model`` ... ``idle_horovod_threads``) are
     :class:`distrain.train.config.TrainConfig`'s, with its types and defaults.
 
@@ -133,6 +136,7 @@ def train(
             },
             task_config=passed,
             model_file=model_file.path if model_file is not None else "",
+            resume_from=resume_from,
             model=model,
             epochs=epochs,
             batch_size=batch_size,

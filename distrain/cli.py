@@ -22,6 +22,7 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets, experiments
+from distrain.cliflags import add_repeats, add_tune, tune_settings
 from distrain.console import finished, tensorboard_command, train_summary
 from distrain.flags import add_flags, field_types, given
 from distrain.k8s.config import KubernetesConfig
@@ -113,6 +114,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             gpu=args.gpu,
             launcher=args.launcher,
             workspace_size=args.workspace_size,
+            **tune_settings(args)[0],
         )
     compiler.Compiler().compile(pipeline, args.output)
     print(f"compiled {args.pipeline} pipeline to {args.output}")
@@ -128,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Refuse bad parameters before any work starts.
     specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     _check_repeats(args.repeats)
+    build, searched = tune_settings(args, local=True)  # the search's (distrain.cliflags)
     if args.plan:
         from distrain.plan import Plan
 
@@ -150,6 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "sample_size": args.sample_size,
         "serving_dir": str(out / "serving"),  # the export of the picked run, pushed
         **given(args, PIPELINE_FIELDS),  # the others: the pipeline's defaults
+        **searched,
     }
     if params.get("model"):  # the user's model imported now, its file's path made absolute
         params["model"] = usermodel.resolve(params["model"])
@@ -160,7 +164,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.tensorboard:  # each train step's event files, under its output in out/kfp
         print(f"distrain: watch the runs in TensorBoard: {tensorboard_command(out / 'kfp')}")
     start = time.perf_counter()
-    task = _run_locally(build_pipeline(defaults, parallelism=1, cluster=False), params, out)
+    task = _run_locally(
+        build_pipeline(defaults, parallelism=1, cluster=False, **build), params, out
+    )
     comparison_dir = Path(task.output.path)
     for name in ("comparison.json", "comparison.md", "comparison.html"):
         shutil.copyfile(comparison_dir / name, out / name)
@@ -405,18 +411,6 @@ SAMPLE_HELP = "size of a generated sample (0: default): " + ", ".join(
 )
 
 
-def _add_repeats(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        metavar="K",
-        help="train each run K times with seeds SEED, SEED+1, ... (weights and data order); "
-        "the comparison gives medians and 95 %% intervals and names a winner only where the "
-        "intervals separate",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="distrain", description=__doc__.split("\n\n")[0])
@@ -500,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="small",
         help="an experiment's scale, which sets its parameters' defaults",
     )
+    add_tune(comp)
     comp.set_defaults(func=cmd_compile)
 
     ex = add(
@@ -548,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
         defaults={name: (None, "the pipeline's") for name in PIPELINE_SETTINGS},
         notes={"model": _models_help(), "seed": "also of the sample and the split"},
     )
-    _add_repeats(run)
+    add_repeats(run)
     run.add_argument("--sample-size", type=int, default=0, help=SAMPLE_HELP)
     run.add_argument("--target-accuracy", type=float, help="for time to target")
     run.add_argument(
@@ -566,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--open", action="store_true", help="open the HTML comparison in a web browser at the end"
     )
+    add_tune(run)
     run.set_defaults(func=cmd_run)
 
     tr = add(
@@ -581,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
         defaults={"model": ("", "the data set's first")},
         notes={"model": _models_help()},
     )
-    _add_repeats(tr)
+    add_repeats(tr)
     tr.set_defaults(func=cmd_train)
 
     man = add("manifests", help="print the Kubernetes objects the launcher would create for a run")

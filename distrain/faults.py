@@ -44,6 +44,7 @@ CASES: list[tuple[str, str]] = [
     ("params/workers", "Parameters: zero or negative workers refused"),
     ("params/aggregate", "Parameters: syncreplicas aggregate > replicas refused"),
     ("params/data-dir", "Parameters: missing data directory refused before any work"),
+    ("params/tune", "Parameters: a bad --tune range, grid or eta refused before any work"),
     ("usermodel/exit", "User model: sys.exit/os._exit in its code exits 2, naming file:line"),
     ("usermodel/error-permanent", "User model: an error through its code is permanent, named"),
     ("usermodel/batch-norm-pipeline", "User model: batch norm refused by pipeline, layer named"),
@@ -81,6 +82,7 @@ CASES: list[tuple[str, str]] = [
     ("k8s/request-timeouts", "Kubernetes: every API call (and submit's) has a request timeout"),
     ("serving/refused", "Push: a name or InferenceService KServe refuses, refused before copying"),
     ("serving/versions", "Push: each push a new version folder, renamed into place whole"),
+    ("serving/python-op", "Export: a model calling Python (tf.numpy_function) refused, named"),
 ]
 CASE_IDS = {case for case, _ in CASES}
 

@@ -29,6 +29,7 @@ from distrain.memory import PeakTreeMemory
 from distrain.plan import Plan
 from distrain.preprocess.outputs import one_writer
 from distrain.progress import Progress
+from distrain.search import seed_from
 from distrain.train import choices, usermodel
 from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
 from distrain.train.export import EXPORT_DIR, export_saved_model, model_metadata, pick_run
@@ -328,6 +329,7 @@ def train(
     kubernetes: dict | None = None,
     task_config: dict | None = None,
     model_file: str | os.PathLike = "",
+    resume_from: str | os.PathLike = "",
     **settings,
 ) -> dict:
     """Trains one run; returns its history.
@@ -349,6 +351,9 @@ def train(
             ``FILE.py:FUNCTION``: copied into ``output_dir/user_model/``, which travels
             with the trained model, and trained from there. Without it, a model file is
             copied there too (the evaluation step rebuilds the model from that copy).
+        resume_from: An earlier training's output of the same run, rate and seed (a
+            search's rung before, :mod:`distrain.search`): its checkpoints and history
+            are copied into ``output_dir`` first, and the run resumes from them.
         **settings: Any other :class:`TrainConfig` field (model, epochs, ...).
 
     Raises:
@@ -358,6 +363,8 @@ def train(
             the run holds its lock, :mod:`distrain.preprocess.outputs`, to its end).
     """
     with one_writer(output_dir):
+        if resume_from:
+            seed_from(resume_from, output_dir)
         return _train(
             data_dir, output_dir, run_spec, launcher, kubernetes, task_config, model_file, settings
         )
@@ -404,7 +411,8 @@ def _exported(cfg: TrainConfig, history: dict) -> dict:
         if out.exists():  # a resumed or retried run exports its final weights again
             shutil.rmtree(out)
         task = model_spec(info.dataset, cfg.model).task.name
-        history["export"] = export_saved_model(Path(cfg.output_dir, "model.keras"), info, task, out)
+        model = Path(cfg.output_dir, "model.keras")  # a user's model loads with its module
+        history["export"] = export_saved_model(model, info, task, out, cfg.model, cfg.seed)
     return history
 
 
@@ -503,7 +511,9 @@ def export(
     model = relocate(history["run"]["model"], model_dir / USER_MODEL_DIR)
     info = load_info(data_dir, model)
     task = model_spec(info.dataset, model).task.name
-    spec = export_saved_model(model_dir / "model.keras", info, task, output_dir)
+    spec = export_saved_model(
+        model_dir / "model.keras", info, task, output_dir, model, history["config"]["seed"]
+    )
     metadata = model_metadata(report, comparison, why, spec, gate)
     Path(output_dir, "assets.extra", "distrain.json").write_text(json.dumps(metadata, indent=2))
     return metadata
@@ -582,15 +592,22 @@ def compare(
     *,
     target_accuracy: float = 0.95,
     plan: str = "",
+    tuning: dict | None = None,
 ) -> dict:
     """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison.
 
     The comparison records the machine and software it ran on (:mod:`distrain.machine`);
     with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
-    model's recommendation at that scale (:mod:`distrain.plan`).
+    model's recommendation at that scale (:mod:`distrain.plan`). ``tuning`` is a
+    learning-rate search's records by run name (:func:`distrain.search.records`).
     """
     return write_comparison(
-        output_dir, reports, CompareConfig(target_accuracy=target_accuracy), describe(), plan
+        output_dir,
+        reports,
+        CompareConfig(target_accuracy=target_accuracy),
+        describe(),
+        plan,
+        tuning=tuning,
     )
 
 

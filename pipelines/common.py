@@ -2,9 +2,12 @@
 
 fetch data -> preprocess (Beam) -> for each run spec, in parallel: train -> evaluate;
 the data set's baseline -> compare (fan-in with ``dsl.Collected``) -> quality gate ->
-export the run the verdict picks -> push it (:mod:`distrain.pipelines.serving`).
+export the run the verdict picks -> push it (:mod:`distrain.pipelines.serving`). A
+pipeline compiled with a learning-rate search (``tune``) searches each run spec's rate
+first (:mod:`distrain.pipelines.tuning`) and trains it at the rate chosen.
 """
 
+import functools
 import inspect
 
 from kfp import dsl, kubernetes
@@ -19,6 +22,8 @@ from distrain.datasets import PipelineDefaults
 from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
 from distrain.pipelines.serving import SERVING_SUBDIR, export_and_push
+from distrain.pipelines.tuning import search
+from distrain.tuning import DEFAULT_ETA, DEFAULT_GRID
 
 # Where the shared volume claim is mounted in training steps and in the pods they launch.
 # The cluster parameters' defaults are KubernetesConfig's, declared there once
@@ -35,6 +40,10 @@ def build_pipeline(
     cluster: bool = True,
     launcher: str = "local",
     workspace_size: str = "",
+    tune: str = "",
+    tune_grid: int = DEFAULT_GRID,
+    tune_eta: int = DEFAULT_ETA,
+    tune_parallelism: int = 0,
 ):
     """Builds the ``@dsl.pipeline`` function of a data set.
 
@@ -61,6 +70,13 @@ def build_pipeline(
         workspace_size: With a size (``100Gi``), the pipeline gets a KFP workspace
             (``dsl.PipelineConfig(workspace=...)``, a PVC for the run's steps) and training
             keeps its data and checkpoints there instead of on ``volume_claim``.
+        tune: With a range (``learning_rate=1e-4..1e-1``), the pipeline searches each run
+            spec's learning rate first (:mod:`distrain.pipelines.tuning`); the range is
+            the default of its ``tune`` parameter, beside ``tune_epochs`` (the last rung's
+            epochs, 0: ``epochs``). Empty: no search, and no such parameters.
+        tune_grid: Rates in the search's grid (log-spaced over the range).
+        tune_eta: The search's halving factor.
+        tune_parallelism: How many of a rung's candidates may train at once (0: no limit).
 
     What a user sets on the training task (resources, accelerators, tolerations, node
     selector, affinity, volumes) reaches the pods it launches through the component's
@@ -72,6 +88,7 @@ def build_pipeline(
     form (``cluster=False``) has no such input: kfp.local takes no input artifacts.
     """
     d = defaults
+    search_rates = bool(tune)
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
     gpus_default = 1 if gpu else KubernetesConfig.gpus_per_worker
 
@@ -112,6 +129,8 @@ def build_pipeline(
         export: bool = d.export,
         serving_dir: str = f"{MOUNT_PATH}/{SERVING_SUBDIR}" if cluster else "",
         model_name: str = f"distrain-{d.dataset}",
+        tune: str = tune,
+        tune_epochs: int = 0,
         model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:
         shipped = {} if model_file is None else {"model_file": model_file}
@@ -149,43 +168,36 @@ def build_pipeline(
         prep.set_container_image(beam_image)
         _retry(prep)
         base = baseline(examples=prep.outputs["examples"], model=model).set_display_name("baseline")
-        # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
-        # gives medians and intervals over them (distrain.verdict).
-        with dsl.ParallelFor(checked.output, parallelism=parallelism, name="runs") as training:
-            trained = train(
-                examples=prep.outputs["examples"],
-                run_spec=training.run_spec,
-                model=model,
-                epochs=epochs,
-                until_plateau=until_plateau,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                seed=training.seed,
-                launcher=launcher,
-                controller=controller,
-                worker_image=trainer_image,
-                namespace=namespace,
-                gpus_per_worker=gpus_per_worker,
-                cpu_per_worker=cpu_per_worker,
-                memory_per_worker=memory_per_worker,
-                node_selector=node_selector,
-                tolerations=tolerations,
-                volume_claim=volume_claim,
-                mount_path=MOUNT_PATH,
-                # Also passed as arguments: KFP 2.17 does not route channels that only
-                # set_accelerator_* uses into a ParallelFor's inputs.
-                accelerator_type=accelerator_type,
-                accelerator_count=accelerator_count,
-                workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
-                schedule_timeout_seconds=schedule_timeout_seconds,
-                **shipped,
-            ).set_display_name("train")
-            _retry(trained)
+        shared = dict(  # the training step's arguments, the same for every run
+            model=model,
+            batch_size=batch_size,
+            launcher=launcher,
+            controller=controller,
+            worker_image=trainer_image,
+            namespace=namespace,
+            gpus_per_worker=gpus_per_worker,
+            cpu_per_worker=cpu_per_worker,
+            memory_per_worker=memory_per_worker,
+            node_selector=node_selector,
+            tolerations=tolerations,
+            volume_claim=volume_claim,
+            mount_path=MOUNT_PATH,
+            # Also passed as arguments: KFP 2.17 does not route channels that only
+            # set_accelerator_* uses into a ParallelFor's inputs.
+            accelerator_type=accelerator_type,
+            accelerator_count=accelerator_count,
+            workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
+            schedule_timeout_seconds=schedule_timeout_seconds,
+            **shipped,
+        )
+
+        def prepare(task):
+            _retry(task)
             # A cached time is not a measurement: training always runs.
-            trained.set_caching_options(enable_caching=False)
+            task.set_caching_options(enable_caching=False)
             if cluster:
                 _place_training(
-                    trained,
+                    task,
                     trainer_image,
                     accelerator_type,
                     accelerator_count,
@@ -193,6 +205,40 @@ def build_pipeline(
                     tolerations,
                     "" if workspace_size else volume_claim,
                 )
+
+        runs_to_train, searched = checked.output, {}
+        if search_rates:
+            runs_to_train, record, start = search(
+                examples=prep.outputs["examples"],
+                runs=runs,
+                tune=tune,
+                tune_epochs=tune_epochs,
+                epochs=epochs,
+                seed=seed,
+                learning_rate=learning_rate,
+                repeats=repeats,
+                grid=tune_grid,
+                eta=tune_eta,
+                parallelism=tune_parallelism,
+                train_args=shared,
+                prepare=prepare,
+            )
+            start.after(checked)
+            searched = {"tuning": record}
+        # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
+        # gives medians and intervals over them (distrain.verdict); with a search, each at
+        # its chosen rate.
+        with dsl.ParallelFor(runs_to_train, parallelism=parallelism, name="runs") as training:
+            trained = train(
+                examples=prep.outputs["examples"],
+                run_spec=training.run_spec,
+                epochs=epochs,
+                until_plateau=until_plateau,
+                learning_rate=training.learning_rate if search_rates else learning_rate,
+                seed=training.seed,
+                **shared,
+            ).set_display_name("train")
+            prepare(trained)
             scored = evaluate(
                 examples=prep.outputs["examples"], trained=trained.outputs["trained"]
             ).set_display_name("evaluate")
@@ -203,6 +249,7 @@ def build_pipeline(
             baseline=base.outputs["report"],
             target_accuracy=target_accuracy,
             plan=plan,
+            **searched,
         ).set_display_name("compare")
         gated = quality_gate(comparison=result.outputs["comparison"], gate=gate)
         export_and_push(
@@ -223,15 +270,36 @@ def build_pipeline(
         return result.outputs["comparison"]
 
     pipeline.__doc__ = f"{d.description} Returns the comparison directory."
-    if not cluster:
-        # kfp.local takes no input artifact, not even an optional one left out: a local
-        # run's steps read the user's model file where it is (its path in ``model``).
+    # kfp.local takes no input artifact, not even an optional one left out: a local
+    # run's steps read the user's model file where it is (its path in ``model``). A
+    # pipeline without a search has no search parameters.
+    dropped = ({"model_file"} if not cluster else set()) | (
+        set() if search_rates else {"tune", "tune_epochs"}
+    )
+    if dropped:
         sig = inspect.signature(pipeline)
-        kept = [p for p in sig.parameters.values() if p.name != "model_file"]
-        pipeline.__signature__ = sig.replace(parameters=kept)
+        kept = [p for p in sig.parameters.values() if p.name not in dropped]
+        pipeline = _by_name(pipeline, sig.replace(parameters=kept))
     return dsl.pipeline(
         name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config
     )(pipeline)
+
+
+def _by_name(function, signature: inspect.Signature):
+    """``function`` as KFP sees it with ``signature``, its arguments passed on by name.
+
+    KFP calls a pipeline's function with its inputs in the signature's order: with
+    parameters dropped from the middle, a positional call would hand each later input to
+    the parameter before it.
+    """
+    names = list(signature.parameters)
+
+    @functools.wraps(function)
+    def called(*args, **kwargs):
+        return function(**dict(zip(names, args, strict=False)), **kwargs)
+
+    called.__signature__ = signature
+    return called
 
 
 # Steps that read data or train retry on failure (a preempted node, a lost pod), waiting

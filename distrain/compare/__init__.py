@@ -33,6 +33,7 @@ from distrain.compare.tables import (
     render_text_table,
     verdict_sentence,
 )
+from distrain.compare.tuned import attach
 from distrain.plan import Plan, build_plan
 
 __all__ = [
@@ -64,14 +65,20 @@ def write_comparison(
     config: CompareConfig | None = None,
     environment: dict | None = None,
     plan: str = "",
+    tuning: dict | None = None,
 ) -> dict:
     """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``.
 
     ``environment`` (:func:`distrain.machine.describe`) is recorded as the comparison's
     ``environment`` and said under the table. ``plan`` (``workers=16,link_gbps=25``) adds
     the cost model's recommendation at that scale (:mod:`distrain.plan`) as ``plan``.
+    ``tuning`` (run name -> its search's record, :mod:`distrain.search`) puts each run's
+    search into its row and says in the verdict whether it changed the ranking
+    (:mod:`.tuned`).
     """
     comparison = build_comparison(reports, config)
+    if tuning:
+        attach(comparison, tuning)
     if environment:
         comparison["environment"] = environment
     if plan:

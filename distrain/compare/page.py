@@ -10,6 +10,7 @@ import numpy as np
 
 from distrain.compare.rows import BASELINE
 from distrain.compare.tables import WITH_INTERVAL, _cell, columns, plan_table, verdict_sentence
+from distrain.compare.tuned import sensitivity_plot
 from distrain.machine import text as environment_text
 from distrain.verdict import interval_text
 
@@ -114,6 +115,9 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ax.grid(alpha=0.3)
         ax.legend()
         figures.append(("Divergence between replicas", _png(fig)))
+    sensitivity = sensitivity_plot(comparison)
+    if sensitivity:
+        figures.append((sensitivity[0], _png(sensitivity[1])))
     figures += _interval_plots(comparison)
     return figures
 

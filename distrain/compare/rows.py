@@ -46,6 +46,11 @@ COLUMNS = [
     ("speedup", "speedup", "{:.2f}"),
     ("efficiency", "efficiency", "{:.2f}"),
     ("time_to_target", "time to target s", "{:.1f}"),
+    # A learning-rate search (--tune): the rate each row trained at, what its search cost
+    # and the time to target with the search's seconds before it.
+    ("learning_rate", "learning rate", "{:.3g}"),
+    ("search_process_seconds", "search process-s", "{:,.0f}"),
+    ("time_to_tuned_model", "time to tuned model s", "{:.1f}"),
     ("target_reached", "reached", "{}"),
     # Time to target = seconds per step (hardware) x steps to target (statistics).
     ("seconds_per_step", "s/step", "{:.4f}"),
@@ -274,6 +279,7 @@ def _run_row(r: dict, config: CompareConfig) -> dict:
         "workers": int(run.get("processes", run["workers"])),
         **mode_cells,
         **quality,
+        "learning_rate": (hist.get("config") or {}).get("learning_rate"),
         "train_seconds": float(hist["train_seconds"]),
         "examples_per_second": float(hist.get("examples_per_second", 0.0)),
         "epoch_seconds": _epoch_seconds(hist),

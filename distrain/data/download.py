@@ -62,18 +62,18 @@ class DownloadLimits:
 
     Each one's environment variable (``DISTRAIN_`` and the field's name in capitals, e.g.
     ``DISTRAIN_MAX_EXTRACT_BYTES``) overrides its default (:meth:`from_env`); the real
-    data sets lie well inside the defaults: DBPedia's ``dbpedia_csv.tar.gz`` (68 MB) holds
-    5 members that come to about 196 MB (``train.csv`` 174 MB, ``test.csv`` 22 MB), and
-    the largest single download is that archive.
+    data sets lie well inside the defaults: the largest archive a built-in data set fetches
+    (68 MB) holds 5 members that come to about 196 MB, and it is also the largest single
+    download.
 
     Attributes:
         download_deadline: Seconds one file's download may take in all: every attempt
             and the waits between them (each read still has its own timeout). 3,600 s
-            fetches DBPedia's 68 MB at 19 KB/s.
+            fetches that 68 MB archive at 19 KB/s.
         max_extract_bytes: Most bytes an archive's files may come to once extracted
-            (1 GiB, five times DBPedia's).
+            (1 GiB, five times that archive's).
         max_extract_members: Most members (files, folders, links) an archive may hold
-            (1,000; DBPedia's has 5).
+            (1,000; that archive has 5).
     """
 
     download_deadline: float = 3600.0

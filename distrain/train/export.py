@@ -1,10 +1,15 @@
 """The SavedModel a model server loads: a trained run exported with its serving signatures.
 
 A run's ``model.keras`` needs distrain (and a user's code) to load; the export does not.
-It traces the data set's own example parser (:meth:`distrain.datasets.DataSet.parser`) and
-the model into TensorFlow graphs and saves them with the weights, so plain TensorFlow
-(``tf.saved_model.load``), TF Serving and KServe's TensorFlow runtime serve it without any
-of distrain's code or the user's file. Two signatures:
+It loads the model as the evaluate step does (a model of the user's code through
+:func:`distrain.train.usermodel.load_saved`: the user's module imported, its custom layers,
+``Lambda`` layers and subclassed models revived), traces the data set's own example parser
+(:meth:`distrain.datasets.DataSet.parser`) and the model into TensorFlow graphs and saves
+them with the weights, so plain TensorFlow (``tf.saved_model.load``), TF Serving and KServe's
+TensorFlow runtime serve it without any of distrain's code or the user's file. What cannot
+be traced into the graph, an op that calls back into Python (``tf.py_function``,
+``tf.numpy_function``), is refused (:data:`PYTHON_OPS`): no server could run it. Two
+signatures:
 
 * ``serving_default``: ``examples``, a batch of serialized ``tf.train.Example``s in the
   form the preprocessing job wrote them (the records of ``EXAMPLES/test/`` that the
@@ -25,10 +30,12 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets
+from distrain.datasets import is_user_model
 from distrain.datasets.info import DataError
 from distrain.lm import is_recurrent, recurrent_copy
 from distrain.train.predict import load_model
 from distrain.train.tasks import quality_of
+from distrain.train.usermodel import ModelReference, load_saved
 from distrain.verdict import accuracy_interval
 
 SERVING_SIGNATURE = "serving_default"
@@ -43,6 +50,9 @@ OUTPUTS = {
 }
 # Where ``distrain train --export`` puts a run's export, in its output folder.
 EXPORT_DIR = "saved_model"
+# The ops that call the exporting process's Python (tf.py_function, tf.numpy_function): the
+# function they call is not in the SavedModel, and a model server runs no Python.
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 
 
 class ExportError(ValueError):
@@ -134,8 +144,27 @@ def _input_names(info, features) -> list[str]:
     return ["inputs"] if len(flat) == 1 else [f"inputs_{i}" for i in range(len(flat))]
 
 
+def python_ops(functions) -> list[str]:
+    """The ops of traced functions (and of every function they call) that call Python.
+
+    Returns:
+        ``"NAME (TYPE)"`` of each op of :data:`PYTHON_OPS`, its name scoped by the layer.
+    """
+    found = set()
+    for function in functions:
+        graph = function.graph.as_graph_def()
+        nodes = [*graph.node, *(n for f in graph.library.function for n in f.node_def)]
+        found.update(f"{n.name} ({n.op})" for n in nodes if n.op in PYTHON_OPS)
+    return sorted(found)
+
+
 def export_saved_model(
-    model_path: str | os.PathLike, info, task: str, out: str | os.PathLike
+    model_path: str | os.PathLike,
+    info,
+    task: str,
+    out: str | os.PathLike,
+    reference: str = "",
+    seed: int = 0,
 ) -> dict:
     """Exports a trained model as a SavedModel with the two serving signatures.
 
@@ -145,6 +174,10 @@ def export_saved_model(
             (:func:`distrain.train.models.load_info`).
         task: The model's task name (:data:`distrain.train.tasks.TASKS`).
         out: The SavedModel's directory (must not exist).
+        reference: The run's model (its name or reference): a model of the user's code is loaded
+            with its module imported (:func:`distrain.train.usermodel.load_saved`; empty:
+            :func:`distrain.train.predict.load_model`).
+        seed: The run's seed (a user's model that is built again to load its weights).
 
     Returns:
         The input spec: ``{"signatures", "examples", "parsed", "outputs"}``: the signature
@@ -152,7 +185,9 @@ def export_saved_model(
         label optional), the parsed inputs (name -> dtype and shape) and the output names.
 
     Raises:
-        ExportError: The test split has no record to learn the Example's form from.
+        ExportError: The test split has no record to learn the Example's form from, or
+            the model calls Python at serving time (:data:`PYTHON_OPS`; nothing written).
+        UserModelError: The user's model does not load (its file named).
     """
     import tensorflow as tf
 
@@ -167,7 +202,12 @@ def export_saved_model(
     parse = datasets.get(info.dataset).parser(info)
     label = info.label if info.feature_spec is not None else ""
     default = tf.constant(_default_label(record, label))
-    model = load_model(model_path)
+    where = str(model_path)
+    if is_user_model(reference):
+        where = ModelReference.parse(reference).where  # the user's file, or module
+        model = load_saved(model_path, reference, info, seed)
+    else:
+        model = load_model(model_path)
     if is_recurrent(model):  # stateless, in float32: each request read from a zero state
         model = recurrent_copy(model, None, stateful=False, float32=True)
 
@@ -203,6 +243,13 @@ def export_saved_model(
         SERVING_SIGNATURE: serve_examples.get_concrete_function(),
         PARSED_SIGNATURE: serve_parsed.get_concrete_function(),
     }
+    calls_python = python_ops(signatures.values())
+    if calls_python:
+        raise ExportError(
+            f"{where}: the model calls Python at serving time ({', '.join(calls_python)}: "
+            "tf.py_function or tf.numpy_function), which a SavedModel cannot hold and no "
+            "model server runs; write that part with TensorFlow ops to export it"
+        )
     outputs = sorted(signatures[SERVING_SIGNATURE].structured_outputs)
     tf.saved_model.save(holder, str(out), signatures=signatures)
     spec = {

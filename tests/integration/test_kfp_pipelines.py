@@ -321,8 +321,11 @@ def test_gpu_placement_comes_from_pipeline_parameters(tmp_path, cli_env):
         {"tolerationJson": {"componentInputParameter": "pipelinechannel--tolerations"}}
     ]
     assert placement["pvcMount"][0]["mountPath"] == "/mnt/distrain"
-    # Only training steps are placed on the GPU pool.
-    assert set(spec["_platform"]["deploymentSpec"]["executors"]) == {"exec-train"}
+    # Only training steps are placed on the GPU pool; the push step only mounts the
+    # shared volume its serving_dir lives on.
+    executors = spec["_platform"]["deploymentSpec"]["executors"]
+    assert set(executors) == {"exec-train", "exec-push"}
+    assert set(executors["exec-push"]) == {"pvcMount"}
 
     # The channels lead to the pipeline's own parameters, and the launched pods get the
     # same selector, tolerations and GPU count.

@@ -1,8 +1,8 @@
-"""Every run writes TensorBoard event files, read back here with TensorFlow's own event reader.
+"""Every run writes TensorBoard event files, read back here with TensorBoard's own reader.
 
-``tf.compat.v1.train.summary_iterator`` reads the records TensorBoard reads: a scalar
-as a ``simple_value`` or a scalar tensor (whichever writer wrote it), a histogram, the
-graph. Each run's folder is ``OUTPUT/tensorboard/RUN/`` (:mod:`distrain.train.tensorboard`).
+``EventAccumulator`` loads a run as ``tensorboard --logdir`` does: a scalar as a
+``simple_value`` or a scalar tensor (whichever writer wrote it), a histogram, the graph.
+Each run's folder is ``OUTPUT/tensorboard/RUN/`` (:mod:`distrain.train.tensorboard`).
 """
 
 from __future__ import annotations
@@ -20,32 +20,35 @@ from distrain.train.tensorboard import logdir
 def read_events(folder: Path) -> dict:
     """The event files of one TensorBoard run (a folder, not its sub-folders).
 
+    Read with TensorBoard's own reader (``EventAccumulator``, what ``tensorboard --logdir``
+    loads a run with), keeping every event (no sampling).
+
     Returns:
         ``scalars``: tag -> [(step, value, wall time)]; ``histograms``: tag -> [(step,
-        count)]; ``graphs``: how many graph records.
+        count)]; ``graphs``: 1 when the run holds the model's graph, else 0.
     """
     import tensorflow as tf
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    scalars, histograms, graphs = defaultdict(list), defaultdict(list), 0
-    files = sorted(folder.glob("events.out.tfevents.*"))
-    assert files, f"no event file in {folder}"
-    for path in files:
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            if event.graph_def:
-                graphs += 1
-            for value in event.summary.value:
-                kind = value.WhichOneof("value")
-                if kind == "histo":
-                    histograms[value.tag].append((event.step, value.histo.num))
-                elif kind == "simple_value":
-                    scalars[value.tag].append((event.step, value.simple_value, event.wall_time))
-                elif kind == "tensor":
-                    array = tf.make_ndarray(value.tensor)
-                    if value.metadata.plugin_data.plugin_name == "histograms":
-                        histograms[value.tag].append((event.step, float(array[:, 2].sum())))
-                    elif array.ndim == 0:
-                        scalars[value.tag].append((event.step, float(array), event.wall_time))
-    return {"scalars": dict(scalars), "histograms": dict(histograms), "graphs": graphs}
+    assert sorted(folder.glob("events.out.tfevents.*")), f"no event file in {folder}"
+    every = {"scalars": 0, "histograms": 0, "tensors": 0, "graph": 0}
+    run = EventAccumulator(str(folder), size_guidance=every)
+    run.Reload()
+    tags = run.Tags()
+    scalars, histograms = defaultdict(list), defaultdict(list)
+    for tag in tags["scalars"]:  # simple_value scalars (tf.compat.v1 writers)
+        scalars[tag] += [(e.step, e.value, e.wall_time) for e in run.Scalars(tag)]
+    for tag in tags["histograms"]:
+        histograms[tag] += [(e.step, e.histogram_value.num) for e in run.Histograms(tag)]
+    for tag in tags["tensors"]:  # tf.summary (TF 2) writes scalars and histograms as tensors
+        plugin = run.SummaryMetadata(tag).plugin_data.plugin_name
+        for e in run.Tensors(tag):
+            array = tf.make_ndarray(e.tensor_proto)
+            if plugin == "histograms":
+                histograms[tag].append((e.step, float(array[:, 2].sum())))
+            elif array.ndim == 0:
+                scalars[tag].append((e.step, float(array), e.wall_time))
+    return {"scalars": dict(scalars), "histograms": dict(histograms), "graphs": int(tags["graph"])}
 
 
 def check_curves(events: dict, history: dict) -> None:

@@ -95,7 +95,9 @@ def test_async_divides_each_update_by_its_staleness(tmp_path):
 
 
 def test_async_rate_option():
-    assert RunSpec.parse("async:2").option("lr") == "constant"
+    # The default stays out of the spec, so a run's key and fingerprint are as before.
+    assert RunSpec.parse("async:2").options == RunSpec.parse("async:2:lr=constant").options
+    assert RunSpec.parse("async:2").option("lr") is None
     spec = RunSpec.parse("async:2:lr=staleness")
     assert spec.name == "async:2:lr=staleness" and spec.impl.rule().staleness_rate
     assert RunSpec.parse("async:2").name == "async:2"

@@ -203,3 +203,50 @@ def test_reconstruction_runs_are_ranked_by_error_and_show_each_data_ranks_loss()
     runs[0]["evaluation"] = {"task": "reconstruction"}
     with pytest.raises(ValueError, match="single:1: evaluation has none of accuracy"):
         build_comparison(runs)
+
+
+def test_a_search_adds_its_rate_cost_sensitivity_and_ranking(tmp_path):
+    rs = [report("sync:2", "sync", 2, 5.0, 0.97), report("single:1", "single", 1, 10.0, 0.96)]
+    rs[0]["history"]["config"] = {"learning_rate": 0.01, "seed": 0}
+    rs[1]["history"]["config"] = {"learning_rate": 0.001, "seed": 0}
+
+    def record(chosen, losses, final):
+        return {
+            "grid": [0.001, 0.01],
+            "rungs": [{"candidates": 2, "epochs": 1}, {"candidates": 1, "epochs": 2}][:1],
+            "default_rate": 0.001,
+            "chosen": chosen,
+            "seconds": 30.0,
+            "process_seconds": 60.0,
+            "candidates": [
+                {
+                    "learning_rate": lr,
+                    "rungs": [{"rung": 0, "epochs": 1, "score": v, "val_loss": v}]
+                    + (
+                        [{"rung": 1, "epochs": 2, "score": final, "val_loss": final}]
+                        if lr == chosen
+                        else []
+                    ),
+                }
+                for lr, v in zip([0.001, 0.01], losses, strict=True)
+            ],
+        }
+
+    tuning = {
+        "sync:2": record(0.01, [0.6, 0.2], 0.1),
+        "single:1": record(0.001, [0.3, None], 0.3),
+    }
+    out = write_comparison(tmp_path, rs, tuning=tuning)
+    rows = {r["name"]: r for r in out["rows"]}
+    assert rows["sync:2"]["learning_rate"] == 0.01 and rows["single:1"]["learning_rate"] == 0.001
+    assert rows["sync:2"]["tuning"]["chosen"] == 0.01
+    assert rows["sync:2"]["search_process_seconds"] == 60.0
+    assert rows["sync:2"]["time_to_tuned_model"] == rows["sync:2"]["time_to_target"] + 30.0
+    assert "Tuning changed the ranking" in out["verdict"]["reason"]
+    page = (tmp_path / "comparison.html").read_text()
+    assert "Sensitivity to the learning rate" in page
+    assert "time to tuned model s" in (tmp_path / "comparison.md").read_text()
+    # Without a search: no sensitivity plot, but every row still says its rate.
+    plain = write_comparison(tmp_path / "plain", rs)
+    assert "Sensitivity" not in (tmp_path / "plain" / "comparison.html").read_text()
+    assert all("tuning" not in r for r in plain["rows"])

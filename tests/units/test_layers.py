@@ -69,6 +69,7 @@ LAYERS = [
             "distrain.evaluate",
             "distrain.ngram",
             "distrain.plugins",
+            "distrain.tuning",
         ],
     ),
     (
@@ -111,8 +112,17 @@ LAYERS = [
         "analysis",
         ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
     ),
-    ("steps", ["distrain.steps", "distrain.submit", "distrain.faults", "distrain.listing"]),
-    ("front", ["distrain.cli", "distrain.console", "distrain.__main__"]),
+    (
+        "steps",
+        [
+            "distrain.steps",
+            "distrain.search",
+            "distrain.submit",
+            "distrain.faults",
+            "distrain.listing",
+        ],
+    ),
+    ("front", ["distrain.cli", "distrain.cliflags", "distrain.console", "distrain.__main__"]),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package

@@ -13,6 +13,7 @@ from distrain.k8s.serving import inference_service, push_version, storage_uri, v
 from distrain.k8s.validate import ManifestError, trainer_schema, validate_object
 from distrain.steps import push
 from distrain.train.export import ExportError, pick_run
+from tests.conftest import ROOT
 
 
 def _service() -> dict:
@@ -145,3 +146,55 @@ def test_the_export_picks_the_verdicts_run_and_its_best_repeat(verdict, best, ru
 def test_the_export_refuses_a_pick_without_a_trained_run():
     with pytest.raises(ExportError, match="no trained run 'majority'"):
         pick_run({"verdict": {}, "best": "majority"}, json.loads(json.dumps(REPORTS)))
+
+
+PYTHON_MODEL = """
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+
+def _tanh(t):
+    y = tf.numpy_function(np.tanh, [t], tf.float32)
+    y.set_shape(t.shape)
+    return y
+
+
+def build(info, seed):
+    inputs = info.feature_spec.keras_inputs(keras)
+    x = keras.layers.Flatten()(inputs)
+    x = keras.layers.Lambda(_tanh, name="numpy_tanh")(x)
+    return keras.Model(inputs, keras.layers.Dense(info.num_classes)(x))
+"""
+
+
+@pytest.mark.parametrize(
+    "function", ["functional", pytest.param("build", marks=pytest.mark.case("serving/python-op"))]
+)
+def test_the_export_loads_a_users_classes_and_refuses_a_model_that_calls_python(
+    tmp_path, mnist_examples, function
+):
+    """A custom-class model exports through the user's loader; a Python op is refused."""
+    from distrain.train import usermodel
+    from distrain.train.export import export_saved_model
+    from distrain.train.models import load_info
+
+    source = tmp_path / "user.py"
+    if function == "build":
+        source.write_text(PYTHON_MODEL)
+    else:
+        source.write_text((ROOT / "tests" / "fakes" / "constructs_model.py").read_text())
+    reference = f"{source}:{function}"
+    info = load_info(mnist_examples, reference)
+    usermodel.build(usermodel.ModelReference.parse(reference), info, 0).save(tmp_path / "m.keras")
+    out = tmp_path / "saved_model"
+    if function == "functional":  # a Lambda and custom layers: loaded as the user's code
+        spec = export_saved_model(tmp_path / "m.keras", info, "classification", out, reference)
+        assert spec["outputs"] == ["class_ids", "classes", "probabilities"]
+        assert (out / "saved_model.pb").is_file()
+        return
+    # tf.numpy_function's Python is not in the SavedModel: no server could run it.
+    with pytest.raises(ExportError, match=rf"^{source}: the model calls Python at serving time "
+                       r"\(.*numpy_tanh/PyFunc \(PyFunc\)"):  # fmt: skip
+        export_saved_model(tmp_path / "m.keras", info, "classification", out, reference)
+    assert not out.exists()

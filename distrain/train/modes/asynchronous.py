@@ -94,10 +94,13 @@ class Async(ParameterServerMode):
         lr = str(options.get("lr", "constant"))
         if lr not in RATES:
             raise ConfigError(f"async: lr must be {' or '.join(RATES)}, got {lr!r}")
-        return {**checked, "lr": lr}
+        # The default is left out of the spec: a run's name, key and fingerprint stay what
+        # they were before the option existed.
+        checked.pop("lr", None)
+        return checked if lr == "constant" else {**checked, "lr": lr}
 
     def short_name(self) -> str:
-        lr = self.spec.option("lr")
+        lr = self.spec.option("lr", "constant")
         return f"{self.spec.mode}:{self.spec.workers}" + ("" if lr == "constant" else f":lr={lr}")
 
     def check_optimizer(self, cfg, optimizer) -> None:
