@@ -48,6 +48,7 @@ CASES: list[tuple[str, str]] = [
     ("usermodel/exit", "User model: sys.exit/os._exit in its code exits 2, naming file:line"),
     ("usermodel/error-permanent", "User model: an error through its code is permanent, named"),
     ("usermodel/batch-norm-pipeline", "User model: batch norm refused by pipeline, layer named"),
+    ("usermodel/split-refused", "User model: one a split mode cannot cut refused, layer named"),
     (
         "usermodel/choices-refused",
         "User model: a loss/optimizer/class weights a mode cannot honour: one line, exit 2",

@@ -34,6 +34,7 @@ def _dict_input():
     return keras.Model({"x": x}, keras.layers.Dense(4, name="logits")(x))
 
 
+@pytest.mark.case("usermodel/split-refused")
 @pytest.mark.parametrize(
     ("run", "model", "says"),
     [
