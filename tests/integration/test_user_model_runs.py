@@ -1,6 +1,5 @@
 """A model from the user's code through the modes, the command line and a pipeline."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -299,16 +298,13 @@ def test_an_error_in_a_custom_layer_while_training_is_permanent_and_names_its_li
         cli_env,
     )  # fmt: skip
     assert done.returncode == 2, (done.stdout[-500:], done.stderr[-2000:])
-    # The training process's own line, then the command's.
-    worker, last = _lines(done)
-    assert (
-        worker
-        == f"distrain: [single:1] worker failed: {bad}:11: TypeError: expected a dict of features"
-    )
-    assert last.startswith("distrain: train single:1 failed: [single:1] training failed"), last
-    assert last.endswith(f"{bad}:11: TypeError: expected a dict of features"), last
-    [record] = [json.loads(p.read_text()) for p in (out / "errors").glob("*.json")]
-    assert (record["retryable"], record["exitCode"]) == (False, 2)  # never retried
+    # A subclassed model is called once where it is built (its variables are made there),
+    # so the error is the training step's check, before any process starts: one line
+    # naming the user's line, permanent.
+    last = [line for line in done.stderr.splitlines() if line.startswith("distrain:")][-1]
+    assert last.startswith(f"distrain: train single:1 failed: {bad}:11: "), last
+    assert "TypeError" in last, last
+    assert not (out / "errors").exists() or not list((out / "errors").glob("*.json"))
 
 
 def _ending_pipeline(kind: str):
