@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from distrain.datasets import is_user_model
-from distrain.k8s.api import KubeApi
+from distrain.k8s.api import KubeApi, not_found
 from distrain.k8s.config import KubernetesConfig, request_timeout
 from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects, run_name
@@ -105,10 +105,6 @@ def _label(objects: list[dict], key: str) -> None:
         walk(obj.get("spec"))
 
 
-def _not_found(err: Exception) -> bool:
-    return getattr(err, "status", None) == 404
-
-
 def remove_earlier_attempts(
     api: KubeApi,
     namespace: str,
@@ -177,7 +173,7 @@ def remove_earlier_attempts(
                 group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
             )
         except Exception as err:  # noqa: BLE001 (no operator installed: nothing to delete)
-            if not _not_found(err):
+            if not not_found(err):
                 raise
             listed = {}
         found += [(kind, m["metadata"]["name"]) for m in listed.get("items") or []]
