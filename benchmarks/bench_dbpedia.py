@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import distrain  # noqa: F401
-from distrain.datasets.dbpedia.pipeline import DEFAULTS
+from distrain.datasets.dbpedia.defaults import DEFAULTS
 from distrain.datasets.dbpedia.rows import parse_csv, tokenize
 from distrain.preprocess.common import validation_mask
 from distrain.steps import evaluate, fetch, preprocess

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.full_size import _span, generate_sample, provenance, timed
-from distrain.train import precision
+from distrain.learning import precision
 
 PY = sys.executable
 SIZES = {"mnist": 60_000, "gutenberg": 10_000_000}
@@ -120,8 +120,8 @@ def plain(data: str, steps: int) -> dict:
     import numpy as np
     import tf_keras as keras
 
-    from distrain.lm import recurrent_copy
-    from distrain.train.models import load_info, model_spec
+    from distrain.learning.lm import recurrent_copy
+    from distrain.learning.models import load_info, model_spec
 
     d = _defaults("gutenberg")
     # The precision ours resolves to here, as a tf-keras user would set its policy.

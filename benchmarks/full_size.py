@@ -42,7 +42,7 @@ BEAM_MEMORY_LIMIT = 2**30
 
 def timed(args: list[str]) -> tuple[float, int | None]:
     """Runs ``args``; (wall seconds, peak resident bytes of its process tree)."""
-    from distrain.memory import PeakTreeMemory
+    from distrain.base.memory import PeakTreeMemory
 
     start = time.perf_counter()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -68,7 +68,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 def train(data: str, out: str, epochs: int, model: str = "", learning_rate: float = 0.0) -> None:
     """One ``single:1`` run at the DBPedia pipeline's defaults, or with ``model`` at
     ``learning_rate`` (this module's ``train``)."""
-    from distrain.datasets.dbpedia.pipeline import DEFAULTS
+    from distrain.datasets.dbpedia.defaults import DEFAULTS
     from distrain.train.config import TrainConfig
     from distrain.train.launch import run_training
 
@@ -146,7 +146,7 @@ def model_dim() -> int:
 def time_to(history: dict, target: float) -> float | None:
     """Seconds into the run when the validation accuracy first reached ``target``
     (interpolated within the epoch that crossed it), or None."""
-    from distrain.compare import time_to_target
+    from distrain.analysis.compare import time_to_target
 
     return time_to_target(history["epochs"], target)
 
@@ -231,7 +231,7 @@ def judged(pairs: list[dict]) -> dict:
 
 def like_for_like(ft: dict, history: dict, largest: dict, peak: int | None) -> dict:
     """The fastText comparison, from fastText's results and the history of our run."""
-    from distrain.verdict import wilson
+    from distrain.base.verdict import wilson
 
     low, _ = wilson(ft["test_accuracy"], ft["test_rows"])
     exact = time_to(history, ft["test_accuracy"])

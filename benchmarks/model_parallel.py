@@ -3,7 +3,7 @@
 For each model: time per epoch and peak memory per rank of ``single:1``, ``sync:2``,
 ``tensor:2`` and ``pipeline:2:micro=M`` (where the model can be split that way), and the
 cost model's predicted step time of each split beside the measured one
-(:mod:`distrain.costmodel`: tensor and pipeline steps, and seed 000's own count of one
+(:mod:`distrain.base.costmodel`: tensor and pipeline steps, and seed 000's own count of one
 epoch's example-at-a-time messages, eqs. 4-9), on the link the suite fitted in section 4.
 The step time of one process on one core (``single:1`` pinned to a core) is the compute
 both predictions start from.
@@ -26,13 +26,14 @@ def _is_rank(command: list[str]) -> bool:
 def bench_models(cfg, tmp: Path, link: tuple[float, float], log) -> dict:
     """Runs every model of :data:`cfg.model_setups` in single, sync, tensor and pipeline."""
     from benchmarks.common import raw_sample
-    from distrain.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
-    from distrain.memory import PeakProcessMemory
+    from distrain.base.costmodel import pipeline_step, profile, seed000_epoch, tensor_step
+    from distrain.base.errors import ConfigError
+    from distrain.base.memory import PeakProcessMemory
+    from distrain.learning.models import build_model, load_info
     from distrain.steps import preprocess
-    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.train.config import TrainConfig
     from distrain.train.driver import steady
     from distrain.train.launch import run_training
-    from distrain.train.models import build_model, load_info
 
     bandwidth, latency = link
     rows = []

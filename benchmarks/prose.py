@@ -4,7 +4,7 @@ Debian's ``jargon-text`` package holds the Jargon File (about 1.6 MB of English 
 its first ~1 MB, wrapped in Gutenberg START/END markers, is one book. One ``distrain run
 gutenberg`` trains the default model with ``single:1`` and ``sync:2`` and puts them beside
 the best Kneser-Ney n-gram, all scored the same way (bits per character over the
-contiguous validation text, each character once: :mod:`distrain.lm`).
+contiguous validation text, each character once: :mod:`distrain.learning.lm`).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def time_to_bits(epochs: list[dict], target: float) -> float | None:
 
     Interpolated between the epochs around it (``None``: never reached).
     """
-    from distrain.compare import time_to_target
+    from distrain.analysis.compare import time_to_target
 
     bits = lambda e: e["val_loss"] / math.log(2)  # noqa: E731
     return time_to_target(epochs, target, value=bits, lower_is_better=True)
@@ -341,7 +341,7 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
         "characters_scored": evaluation["characters"],
         "train_seconds": history["train_seconds"],
         "epochs": len(history["epochs"]),
-        # What the precision setting resolved to on this machine (distrain.train.precision).
+        # What the precision setting resolved to on this machine (distrain.learning.precision).
         "precision": history.get("precision", "float32"),
         "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
         "seconds_to_ngram": time_to_bits(history["epochs"], ngram),

@@ -61,7 +61,7 @@ from benchmarks.sections.pipelines import bench_pipelines
 from benchmarks.sections.preprocessing import bench_preprocessing
 from benchmarks.sections.scaling import scaling_plan
 from benchmarks.sections.training import bench_training
-from distrain.costmodel import fit_link
+from distrain.base.costmodel import fit_link
 
 
 def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -21,7 +21,7 @@ def baseline(
     """
     import json
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import baseline as step
 
     with step_errors("baseline"):

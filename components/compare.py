@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Metrics, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -31,7 +31,7 @@ def compare(
     import json
     import shutil
 
-    from distrain.compare import headline_metrics, render_text_table
+    from distrain.analysis.compare import headline_metrics, render_text_table
     from distrain.steps import compare as step
 
     runs = []
@@ -40,7 +40,7 @@ def compare(
             runs.append(json.load(f))
     with open(baseline.path) as f:
         runs.append(json.load(f))
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
 
     searched = None
     if tuning is not None:

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Output
 
-from distrain.images import BEAM_IMAGE
+from distrain.base.images import BEAM_IMAGE
 
 
 @dsl.component(base_image=BEAM_IMAGE, install_kfp_package=False)
@@ -15,7 +15,7 @@ def fetch_data(
     seed: int = 0,
 ):
     """Raw files of ``dataset`` in ``raw``: the generated sample, a download or a directory."""
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import fetch
 
     with step_errors("fetch data"):
@@ -37,7 +37,7 @@ def preprocess(
     ``beam_args`` are Beam pipeline options (``--runner=DataflowRunner --project ...``);
     none: the local runner, in the step's container.
     """
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import preprocess as step
 
     with step_errors("preprocess (Beam)"):
@@ -86,7 +86,7 @@ def check_parameters(
     ``model_file`` is the user's model file, when ``model`` is ``FILE.py:FUNCTION``: it
     must compile here; the training step builds the model.
     """
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import check_parameters as step
 
     with step_errors("check parameters"):

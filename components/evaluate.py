@@ -12,7 +12,7 @@ from kfp.dsl import (
     Output,
 )
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -32,9 +32,9 @@ def evaluate(
     """
     import json
 
-    from distrain.failures import step_errors
+    from distrain.learning.tasks import markdown
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import evaluate as step
-    from distrain.train.tasks import markdown
 
     with step_errors("evaluate"):
         result = step(examples.path, trained.path)

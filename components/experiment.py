@@ -6,7 +6,7 @@ Interfaces only; the logic is in :mod:`distrain.steps`.
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -22,7 +22,7 @@ def gather(
     """
     import json
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import gather_results
 
     with step_errors("gather results"):
@@ -50,7 +50,7 @@ def experiment_report(
     import json
     import shutil
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import experiment_report as step
 
     with open(results.path) as f:

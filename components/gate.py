@@ -1,9 +1,9 @@
-"""KFP component: the quality gate on the comparison. Interface only; logic in distrain.gate."""
+"""KFP component: the quality gate on the comparison. Interface only: logic in base/gate."""
 
 from kfp import dsl
 from kfp.dsl import Artifact, Input, Markdown, Metrics, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -17,8 +17,8 @@ def quality_gate(
     """
     import json
 
-    from distrain.failures import step_errors
-    from distrain.gate import GateFailed, check_gate
+    from distrain.base.gate import GateFailed, check_gate
+    from distrain.preprocess.failures import step_errors
 
     with step_errors("quality gate"):
         with open(f"{comparison.path}/comparison.json") as f:

@@ -6,7 +6,7 @@ Logic in :func:`distrain.steps.export` and :func:`distrain.steps.push`.
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
@@ -32,7 +32,7 @@ def export_model(
     import json
     import os
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import export as step
 
     if not export:
@@ -77,7 +77,7 @@ def push(
 
     import yaml
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import push as step
 
     where = serving_dir or pushed.path

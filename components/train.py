@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 # What the task's settings pass through to the pods a cluster run launches. Each is also
 # applied to this step's own pod (apply_to_task): it trains one-worker runs itself, stages
@@ -109,7 +109,7 @@ def train(
     """
     import dataclasses
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.steps import train as step
 
     passed = dataclasses.asdict(task_config) if task_config else {}

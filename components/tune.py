@@ -1,18 +1,18 @@
 """KFP components of the learning-rate search: its data, its start, each rung's end.
 
-Interfaces only; the logic is in :mod:`distrain.search` and :mod:`distrain.tuning`.
+Interfaces only; the logic is in :mod:`distrain.search` and :mod:`distrain.analysis.tuning`.
 """
 
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-from distrain.images import TRAINER_IMAGE
+from distrain.base.images import TRAINER_IMAGE
 
 
 @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 def search_data(examples: Input[Dataset], view: Output[Dataset]):
     """The preprocessed data without the test split's files: what the candidates read."""
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.search import search_view
 
     with step_errors("search data"):
@@ -41,7 +41,7 @@ def tune_start(
     """
     import json
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.search import tune_start as step
 
     with step_errors("tune"):
@@ -76,7 +76,7 @@ def tune_rung(
     """
     import json
 
-    from distrain.failures import step_errors
+    from distrain.preprocess.failures import step_errors
     from distrain.search import records
     from distrain.search import tune_rung as step
 

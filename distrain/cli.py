@@ -21,16 +21,17 @@ import time
 from pathlib import Path
 
 import distrain
-from distrain import datasets, experiments
+from distrain import datasets
+from distrain.analysis import experiments
+from distrain.base.flags import add_flags, field_types, given
+from distrain.base.verdict import repeat_summary
 from distrain.cliflags import add_repeats, add_tune, tune_settings
 from distrain.console import finished, tensorboard_command, train_summary
-from distrain.flags import add_flags, field_types, given
 from distrain.k8s.config import KubernetesConfig
 from distrain.listing import installed
 from distrain.preprocess.outputs import hold
 from distrain.submit import WAIT_HELP, WAIT_SECONDS
 from distrain.train.config import PIPELINE_SETTINGS, TrainConfig
-from distrain.verdict import repeat_summary
 
 PIPELINES = tuple(datasets.names())
 EXPERIMENTS = tuple(experiments.names())
@@ -123,22 +124,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``distrain run``: a pipeline locally (kfp.local), its failures told as in ``failures``."""
-    from distrain.compare import render_text_table
-    from distrain.train import usermodel
-    from distrain.train.config import ConfigError, parse_run_specs
+    from distrain.analysis.compare import render_text_table
+    from distrain.base.errors import ConfigError
+    from distrain.learning import usermodel
+    from distrain.train.config import parse_run_specs
 
     # Refuse bad parameters before any work starts.
     specs = parse_run_specs(args.runs or ",".join(_defaults(args.pipeline).runs))
     _check_repeats(args.repeats)
     build, searched = tune_settings(args, local=True)  # the search's (distrain.cliflags)
     if args.plan:
-        from distrain.plan import Plan
+        from distrain.analysis.plan import Plan
 
         Plan.parse(args.plan)
     if args.data is not None and not Path(args.data).is_dir():
         raise ConfigError(f"data directory {args.data} does not exist")
     if args.gate:
-        from distrain.gate import parse_gate
+        from distrain.base.gate import parse_gate
 
         parse_gate(args.gate)
 
@@ -187,7 +189,7 @@ def _run_locally(pipeline, params: dict, out: Path):
     """
     from kfp import local
 
-    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
+    from distrain.preprocess.failures import StepFailed, local_retries_stop_on_permanent_errors
 
     hold(out)  # one writer per output, till this process ends (distrain.preprocess.outputs)
     local.init(
@@ -206,7 +208,7 @@ def _run_locally(pipeline, params: dict, out: Path):
 
 def _data_sources(given: list[str], names: list[str]) -> dict[str, str]:
     """``--data`` values (``DIR``, or ``DATASET=DIR`` per data set) as data set -> directory."""
-    from distrain.train.config import ConfigError
+    from distrain.base.errors import ConfigError
 
     sources = {}
     for value in given:
@@ -231,12 +233,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     """
     import dataclasses
 
-    from distrain.experiments import DataSource, load_config
+    from distrain.analysis.experiments import DataSource, load_config
+    from distrain.base.errors import ConfigError
     from distrain.pipelines.experiments.common import (
         build_experiment_pipeline,
         pipeline_arguments,
     )
-    from distrain.train.config import ConfigError
 
     if args.from_file:
         if args.name or args.scale or args.seed is not None:
@@ -281,8 +283,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _check_repeats(repeats: int) -> None:
+    from distrain.base.errors import ConfigError
     from distrain.steps import MAX_REPEATS
-    from distrain.train.config import ConfigError
 
     if not 1 <= repeats <= MAX_REPEATS:
         raise ConfigError(f"--repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
@@ -585,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     man.add_argument("--name", default="", help="object name prefix (default: generated)")
     man.add_argument("--model", default="mlp")
     man.add_argument("--namespace", default="distrain")
-    man.add_argument("--image", default="", help="default: from distrain.images")
+    man.add_argument("--image", default="", help="default: from distrain.base.images")
     man.add_argument("--gpus-per-worker", type=int, default=KubernetesConfig.gpus_per_worker)
     man.add_argument("--node-selector", default="", help='JSON, e.g. {"pool": "gpu"}')
     man.add_argument("--tolerations", default="", help="JSON list of tolerations")
@@ -662,11 +664,11 @@ def main(argv: list[str] | None = None) -> int:
 
     A failure ends with one line, ``distrain: STEP failed: MESSAGE`` (the traceback
     before it with ``--debug``), and exit code 2 for bad input or parameters, 1 otherwise
-    (:mod:`distrain.failures`).
+    (:mod:`distrain.preprocess.failures`).
     """
     import os
 
-    from distrain.failures import DEBUG_ENV, Failure, StepFailed, report
+    from distrain.preprocess.failures import DEBUG_ENV, Failure, StepFailed, report
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)

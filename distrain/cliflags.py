@@ -1,7 +1,7 @@
 """Flag groups the command line shares between subcommands: repeats, and the learning-rate search.
 
 ``--tune`` (``distrain run``, ``distrain compile``) searches each run spec's learning
-rate before the comparison (:mod:`distrain.tuning`); its flags are checked here before
+rate before the comparison (:mod:`distrain.analysis.tuning`); its flags are checked here before
 any work starts, and become the pipeline's build arguments and parameters.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from distrain import tuning
-from distrain.errors import ConfigError
+from distrain.analysis import tuning
+from distrain.base.errors import ConfigError
 
 
 def add_repeats(parser: argparse.ArgumentParser) -> None:

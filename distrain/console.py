@@ -34,7 +34,7 @@ def _quality(history: dict) -> str:
 
 
 def _is_language_model(history: dict) -> bool:
-    from distrain.train.models import model_spec
+    from distrain.learning.models import model_spec
 
     run = history.get("run") or {}
     try:

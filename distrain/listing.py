@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from distrain import datasets, plugins
+from distrain import datasets
+from distrain.base import plugins
 from distrain.train.modes import mode_class, mode_names
 
 
@@ -15,7 +16,7 @@ def installed() -> list[str]:
 
     Data sets with their models (the default first), then modes, each with its origin:
     ``built-in`` or the distribution (name and version) whose entry point added it
-    (:mod:`distrain.plugins`); then the plugins that failed to load, with their errors.
+    (:mod:`distrain.base.plugins`); then the plugins that failed to load, with their errors.
     """
     lines = ["data sets (distrain run NAME), each with its models (the first is the default):"]
     for name in datasets.names():

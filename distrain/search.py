@@ -1,7 +1,7 @@
 """The learning-rate search's steps: the data it may read, a rung's start and its end.
 
 A pipeline with ``tune`` (``distrain run --tune``) searches each run spec's rate before
-the comparison (:mod:`distrain.tuning` holds the rule). Its steps:
+the comparison (:mod:`distrain.analysis.tuning` holds the rule). Its steps:
 
 - :func:`search_view`: the preprocessed data without the test split's files, which the
   candidates train and validate on; a candidate that read the test split would fail
@@ -19,9 +19,9 @@ import os
 import shutil
 from pathlib import Path
 
-from distrain import tuning
-from distrain.errors import StepError
-from distrain.train.config import ConfigError, RunSpec
+from distrain.analysis import tuning
+from distrain.base.errors import ConfigError, StepError
+from distrain.train.config import RunSpec
 
 # What a survivor takes from its run of the rung before: the checkpoints and the history
 # written with them (the driver resumes from both, distrain.train.driver).
@@ -96,7 +96,7 @@ def tune_start(
     seed: int,
     default_rate: float,
 ) -> dict:
-    """The search's state (:func:`distrain.tuning.start`); its first trainings under ``next``.
+    """The search's state (:func:`distrain.analysis.tuning.start`), first trainings in ``next``.
 
     Raises:
         StepError: A bad ``tune``, grid, eta or run spec.
@@ -133,5 +133,5 @@ def tune_rung(state: dict, trained: list[str | os.PathLike], repeats: int) -> di
 
 
 def records(state: dict) -> dict:
-    """Each run name's ``tuning`` record (:func:`distrain.tuning.record`)."""
+    """Each run name's ``tuning`` record (:func:`distrain.analysis.tuning.record`)."""
     return {name: tuning.record(state, spec) for spec, name in _names(list(state["runs"])).items()}

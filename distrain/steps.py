@@ -14,27 +14,27 @@ from pathlib import Path
 import yaml
 
 from distrain import datasets
-from distrain.compare import CompareConfig, write_comparison
-from distrain.costmodel import profile
+from distrain.analysis.compare import CompareConfig, write_comparison
+from distrain.analysis.experiments import ExperimentConfig
+from distrain.analysis.experiments.report import build_report, write_report
+from distrain.analysis.plan import Plan
+from distrain.base.costmodel import profile
+from distrain.base.errors import ConfigError, StepError
+from distrain.base.machine import describe
+from distrain.base.memory import PeakTreeMemory
+from distrain.base.progress import Progress
 from distrain.datasets import get, is_user_model
-from distrain.errors import StepError
-from distrain.experiments import ExperimentConfig
-from distrain.experiments.report import build_report, write_report
 from distrain.k8s.config import CLUSTER_LAUNCHERS, LAUNCHERS, KubernetesConfig
 from distrain.k8s.objects import check_cluster_run
 from distrain.k8s.serving import inference_service, push_version, storage_uri
 from distrain.k8s.validate import ManifestError, validate_object
-from distrain.machine import describe
-from distrain.memory import PeakTreeMemory
-from distrain.plan import Plan
+from distrain.learning import choices, usermodel
+from distrain.learning.models import build_model, load_info, model_spec
+from distrain.learning.usermodel import relocate
 from distrain.preprocess.outputs import one_writer
-from distrain.progress import Progress
 from distrain.search import seed_from
-from distrain.train import choices, usermodel
-from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
+from distrain.train.config import RunSpec, TrainConfig, parse_run_specs
 from distrain.train.export import EXPORT_DIR, export_saved_model, model_metadata, pick_run
-from distrain.train.models import build_model, load_info, model_spec
-from distrain.train.usermodel import relocate
 
 STEP_TIMES_ENV = "DISTRAIN_STEP_TIMES"
 
@@ -112,7 +112,7 @@ def check_parameters(
         launcher: ``local``, ``kubernetes`` or ``trainjob``.
         repeats: How many times each run spec is trained, with seeds ``seed``,
             ``seed + 1``, ... (initial weights and data order).
-        plan: The scale of the comparison's recommendation (:class:`distrain.plan.Plan`;
+        plan: The scale of the comparison's recommendation (:class:`distrain.analysis.plan.Plan`;
             empty: none).
         model_file: The user's model file (a pipeline's model artifact) of a ``model`` of
             ``FILE.py:FUNCTION``: it must compile (a syntax error names its line).
@@ -289,7 +289,7 @@ def preprocess(
     second fails naming the first (:mod:`distrain.preprocess.outputs`).
 
     While it runs, a progress line (a terminal) or a line every half minute (a log) says
-    how long it has run and what it has written (:mod:`distrain.progress`).
+    how long it has run and what it has written (:mod:`distrain.base.progress`).
     """
     plugin = _dataset(dataset)
     from distrain.preprocess.runners import runner_name
@@ -425,7 +425,7 @@ def check_user_model(cfg: TrainConfig) -> None:
 
     An error in it (import, syntax, what it returns, its logits' width) then fails the step
     in seconds, naming the user's file and line, not in every worker
-    (:mod:`distrain.train.usermodel`); so does a layer a split mode cannot split
+    (:mod:`distrain.learning.usermodel`); so does a layer a split mode cannot split
     (:meth:`distrain.train.modes.Mode.check_model`). Built-in models are not built here.
 
     Raises:
@@ -449,7 +449,7 @@ def check_user_model(cfg: TrainConfig) -> None:
 def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: str = "") -> dict:
     """Scores a trained run and returns its run report.
 
-    The model's task says how (:mod:`distrain.train.tasks`): classifiers on ``test``
+    The model's task says how (:mod:`distrain.learning.tasks`): classifiers on ``test``
     (accuracy, precision/recall/F1, confusion matrix); language models on ``validation``
     (nats and bits per character, perplexity, next-character accuracy, and a generated
     sample); the encoder-decoder per target character; the autoencoder by reconstruction
@@ -474,7 +474,7 @@ def evaluate(data_dir: str | os.PathLike, model_dir: str | os.PathLike, split: s
     with usermodel.loading(model, info, seed):
         evaluation = task.evaluate(model_dir / "model.keras", info, split or task.split)
     evaluation["task"] = task.name
-    # What the cost model needs of the model (distrain.costmodel), for reports that
+    # What the cost model needs of the model (distrain.base.costmodel), for reports that
     # predict step times from what the run measured.
     evaluation["model_profile"] = profile(build_model(info, model, seed))
     return {"run": history["run"], "history": history, "evaluation": evaluation}
@@ -568,7 +568,7 @@ def baseline(data_dir: str | os.PathLike, model: str = "") -> dict:
     Classifiers: always the most frequent training class, scored on ``test``. Language
     models: the best of character n-grams of orders 3 to 7 with interpolated Kneser-Ney
     smoothing, fitted on the training text and scored as the models are
-    (:mod:`distrain.lm`: each validation character once); its order is in the row's name.
+    (:mod:`distrain.learning.lm`: each validation character once); its order is in the row's name.
     The encoder-decoder: the same over the target lines alone. The autoencoder: the
     training images' mean image. A regression: the training labels' mean.
 
@@ -596,9 +596,9 @@ def compare(
 ) -> dict:
     """Writes ``comparison.{json,md,html}`` for the runs; returns the comparison.
 
-    The comparison records the machine and software it ran on (:mod:`distrain.machine`);
+    The comparison records the machine and software it ran on (:mod:`distrain.base.machine`);
     with ``plan`` (``workers=16,gpus_per_worker=1,link_gbps=25``) it adds the cost
-    model's recommendation at that scale (:mod:`distrain.plan`). ``tuning`` is a
+    model's recommendation at that scale (:mod:`distrain.analysis.plan`). ``tuning`` is a
     learning-rate search's records by run name (:func:`distrain.search.records`).
     """
     return write_comparison(

@@ -1,7 +1,7 @@
 """``distrain submit``: compile, upload and run a pipeline on a KFP server, wait, and gate.
 
 It talks to the server through ``kfp.Client`` (KFP's v2beta1 REST API). The quality gate
-runs inside the pipeline (its last step, :mod:`distrain.gate`), so the UI shows the
+runs inside the pipeline (its last step, :mod:`distrain.base.gate`), so the UI shows the
 verdict too; a gate that fails fails that step and the run, and ``submit`` says why.
 
 Every wait is bounded: ``--wait`` gives up after :data:`WAIT_SECONDS` unless told
@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TextIO
 
 from distrain import __version__, datasets
-from distrain.gate import GateError, parse_gate
+from distrain.base.errors import ConfigError
+from distrain.base.gate import GateError, parse_gate
 from distrain.k8s.api import TimedClient
-from distrain.train.config import ConfigError, parse_run_specs
+from distrain.train.config import parse_run_specs
 
 FINAL_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED", "CANCELING"}
 # How long ``--wait`` waits by default: six hours, a GitHub-hosted CI job's own limit. A
@@ -57,7 +58,7 @@ class SubmitConfig:
             ``ml-pipeline-ui``, or the cluster's ingress).
         experiment: Experiment to file the run under (created when missing).
         params: Pipeline parameters (values parsed as JSON where they parse).
-        gate: Quality gate (see :mod:`distrain.gate`); implies waiting.
+        gate: Quality gate (see :mod:`distrain.base.gate`); implies waiting.
         wait: Wait for the run to finish.
         timeout: Seconds to wait (default :data:`WAIT_SECONDS`; 0: no limit).
         request_timeout: Seconds each call to the KFP API may take (:data:`REQUEST_SECONDS`).
@@ -140,7 +141,7 @@ def _failed_step(run) -> tuple[str, str]:
     """The display name and error message of the run's first failed step, if any.
 
     A failed step's message is what the step wrote as its termination message, its one
-    line (:mod:`distrain.failures`), when the server passes it on.
+    line (:mod:`distrain.preprocess.failures`), when the server passes it on.
     """
     details = getattr(run, "run_details", None)
     for task in getattr(details, "task_details", None) or []:

@@ -12,6 +12,8 @@ import inspect
 
 from kfp import dsl, kubernetes
 
+from distrain.analysis.tuning import DEFAULT_ETA, DEFAULT_GRID
+from distrain.base.images import image
 from distrain.components.baseline import baseline
 from distrain.components.compare import compare
 from distrain.components.data import check_parameters, fetch_data, preprocess
@@ -19,11 +21,9 @@ from distrain.components.evaluate import evaluate
 from distrain.components.gate import quality_gate
 from distrain.components.train import train
 from distrain.datasets import PipelineDefaults
-from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
 from distrain.pipelines.serving import SERVING_SUBDIR, export_and_push
 from distrain.pipelines.tuning import search
-from distrain.tuning import DEFAULT_ETA, DEFAULT_GRID
 
 # Where the shared volume claim is mounted in training steps and in the pods they launch.
 # The cluster parameters' defaults are KubernetesConfig's, declared there once
@@ -51,7 +51,7 @@ def build_pipeline(
     (``["--runner=DataflowRunner", "--project=P", ...]``; none: the local runner in the
     step's container).
 
-    Images default to :mod:`distrain.images` (registry from ``DISTRAIN_IMAGE_REGISTRY`` at
+    Images default to :mod:`distrain.base.images` (registry from ``DISTRAIN_IMAGE_REGISTRY`` at
     compile time) and can be changed per run. Cluster placement comes from parameters:
     ``accelerator_type`` / ``accelerator_count``, ``node_selector`` and ``tolerations`` go
     on every training step (kfp-kubernetes), and with ``launcher="kubernetes"`` the pods a
@@ -226,7 +226,7 @@ def build_pipeline(
             start.after(checked)
             searched = {"tuning": record}
         # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
-        # gives medians and intervals over them (distrain.verdict); with a search, each at
+        # gives medians and intervals over them (distrain.base.verdict); with a search, each at
         # its chosen rate.
         with dsl.ParallelFor(runs_to_train, parallelism=parallelism, name="runs") as training:
             trained = train(

@@ -6,12 +6,12 @@ at once) -> the rung's end (``dsl.Collected``), which keeps the best ``1/eta`` o
 spec's candidates and gives the next rung's trainings, resuming from their checkpoints.
 The last rung's end gives the comparison's trainings, each run spec at its chosen rate,
 and the search's record. The rungs' count depends on the grid's size and ``eta`` alone
-(:func:`distrain.tuning.rungs`): both are fixed when the pipeline is compiled.
+(:func:`distrain.analysis.tuning.rungs`): both are fixed when the pipeline is compiled.
 """
 
 from kfp import dsl
 
-from distrain import tuning
+from distrain.analysis import tuning
 from distrain.components.train import train
 from distrain.components.tune import search_data, tune_rung, tune_start
 

@@ -4,7 +4,7 @@
 #   scripts/build_images.sh [--local] [--registry REGISTRY] [--push] [--dry-run] [KIND...]
 #
 # KIND: beam, trainer, trainer-gpu (default: all three). The registry prefix defaults to
-# $DISTRAIN_IMAGE_REGISTRY, else "distrain"; image names come from distrain/images.py, the
+# $DISTRAIN_IMAGE_REGISTRY, else "distrain"; image names come from distrain/base/images.py, the
 # same place compiled pipelines take them from, so compile with the same
 # DISTRAIN_IMAGE_REGISTRY to run what was pushed. --dry-run prints the commands only.
 #
@@ -96,7 +96,7 @@ if [ -n "$host_ca" ] && [ -f "$host_ca" ]; then
   build_mounts+=(--volume "$netcfg:/etc/distrain-build:ro" --volume "$netcfg/pip.conf:/etc/pip.conf:ro")
 fi
 for kind in "${kinds[@]}"; do
-  ref="$(PYTHONPATH="$root" "$py" -c "from distrain.images import image; print(image('$kind'))")"
+  ref="$(PYTHONPATH="$root" "$py" -c "from distrain.base.images import image; print(image('$kind'))")"
   start=$SECONDS
   if [ "$local_build" = 1 ]; then
     run buildah bud --isolation chroot --layers --build-arg "BASE=$LOCAL_BASE" \

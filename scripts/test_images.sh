@@ -25,7 +25,7 @@ command -v buildah >/dev/null || { echo "test_images: needs buildah (apt-get ins
 # shellcheck source=scripts/buildah_run.sh
 . "$root/scripts/buildah_run.sh"
 
-image_ref() { PYTHONPATH="$root" "$py" -c "from distrain.images import image; print(image('$1'))"; }
+image_ref() { PYTHONPATH="$root" "$py" -c "from distrain.base.images import image; print(image('$1'))"; }
 
 work="$(mktemp -d)"
 sshd_pid=""

@@ -1,8 +1,8 @@
 """Plain TensorFlow peers of distrain's training modes, for the benchmark suite.
 
 Each peer is a small script written the way TensorFlow's own documentation writes the
-mode, training the same model (``distrain.train.models.build_model``) on the same
-preprocessed TFRecords (``distrain.train.inputs.make_dataset``) with the same batch,
+mode, training the same model (``distrain.learning.models.build_model``) on the same
+preprocessed TFRecords (``distrain.learning.inputs.make_dataset``) with the same batch,
 learning rate and threads as distrain, so that distrain's modes can be measured against
 them:
 
@@ -127,7 +127,7 @@ def run_peer(
         data_dir: A preprocessed data directory (``metadata.json`` and TFRecords).
         workers: Worker processes (1 for ``single``).
         batch: Examples per step of one worker.
-        model: A model name of ``distrain.train.models`` for the data set (``mlp``...).
+        model: A model name of ``distrain.learning.models`` for the data set (``mlp``...).
         epochs: Epochs (see the peer modules for what an epoch is in each mode).
         threads: Intra-op threads per worker; 0 gives each ``cores // workers`` (>= 1).
             Inter-op threads are 2 per worker; parameter servers get 1 intra-op and 4

@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         server.join()  # forever: run_peer kills it
         return 0
 
-    from distrain.train.inputs import DatasetInfo, make_dataset
-    from distrain.train.models import build_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.inputs import make_dataset
+    from distrain.learning.models import build_model
 
     sync = args.kind == "syncreplicas"
     num_workers = cluster.num_tasks("worker")

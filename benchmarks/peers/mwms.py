@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(2)
     import tf_keras
 
-    from distrain.train.inputs import DatasetInfo, make_dataset
-    from distrain.train.models import build_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.inputs import make_dataset
+    from distrain.learning.models import build_model
 
     config = tf_config()
     num_workers = len(config["cluster"]["worker"])

@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     tf.config.threading.set_inter_op_parallelism_threads(2)
     import tf_keras
 
-    from distrain.train.inputs import DatasetInfo, make_dataset
-    from distrain.train.models import build_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.inputs import make_dataset
+    from distrain.learning.models import build_model
 
     info = DatasetInfo.load(args.data_dir)
     steps_per_epoch = info.splits["train"] // args.batch

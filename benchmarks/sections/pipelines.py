@@ -88,7 +88,7 @@ def bench_pipelines(cfg: SuiteConfig, tmp: Path) -> dict:
 def _time_to_target(dataset: str, report: dict, target: float) -> dict:
     import math
 
-    from distrain.compare import time_to_target
+    from distrain.analysis.compare import time_to_target
 
     epochs = report["history"]["epochs"]
     lm = dataset == "gutenberg"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks.common import SuiteConfig
-from distrain.costmodel import fit_link, ps_throughput, ring_step
+from distrain.base.costmodel import fit_link, ps_throughput, ring_step
 
 
 def scaling_plan(cfg: SuiteConfig, training: dict, allreduce: dict) -> dict:

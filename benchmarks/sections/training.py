@@ -351,8 +351,8 @@ def bench_training(cfg: SuiteConfig, tmp: Path) -> dict:
 
 
 def _model_bytes(data: Path) -> int:
-    from distrain.train.inputs import DatasetInfo
-    from distrain.train.models import build_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.models import build_model
 
     model = build_model(DatasetInfo.load(data), "cnn")
     return int(sum(int(v.shape.num_elements()) for v in model.trainable_variables) * 4)

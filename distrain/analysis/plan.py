@@ -1,7 +1,7 @@
 """A recommendation at the user's own scale: the cost model, calibrated on this comparison's runs.
 
 ``--plan "workers=16,gpus_per_worker=1,link_gbps=25"`` asks: at that scale, which mode
-reaches the target first? The answer is the cost model's (:mod:`distrain.costmodel`, each
+reaches the target first? The answer is the cost model's (:mod:`distrain.base.costmodel`, each
 mode's :meth:`~distrain.train.modes.Mode.predicted_step`), calibrated on what this
 comparison measured: the one-process step time of the ``single`` run, the model's profile,
 and the link the sync runs probed (its per-message latency; the bandwidth is the user's).
@@ -17,8 +17,9 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from distrain.costmodel import contention, fit_link, ps_throughput
-from distrain.train.config import ConfigError, RunSpec
+from distrain.base.costmodel import contention, fit_link, ps_throughput
+from distrain.base.errors import ConfigError
+from distrain.train.config import RunSpec
 from distrain.train.driver import steady
 
 # A message's latency when no run probed the link (a data-centre network's order).
@@ -139,7 +140,7 @@ def build_plan(comparison: dict, reports: list[dict], plan: Plan) -> dict:
     """Each compared mode's predicted seconds per step and time to target at ``plan``'s scale.
 
     Args:
-        comparison: :func:`distrain.compare.build_comparison`'s result (rows: steps to
+        comparison: :func:`distrain.analysis.compare.build_comparison`'s result (rows: steps to
             target, effective batch).
         reports: The run reports it was built from (histories, the model's profile).
         plan: The scale.

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 import re
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 
 # The parameters a search can tune (the rate rules of other branches plug in as the
-# search's centre: a mode's own default rate, distrain.tuning.start's ``default_rate``).
+# search's centre: a mode's own default rate, distrain.analysis.tuning.start's ``default_rate``).
 TUNABLE = ("learning_rate",)
 DEFAULT_GRID = 6
 DEFAULT_ETA = 3

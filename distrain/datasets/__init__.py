@@ -12,7 +12,7 @@ named in :data:`BUILT_IN`, and its test: a subclass of
 :class:`distrain.datasets.testing.DataSetTestCase` naming it. Another package adds data
 sets and models without touching this one, through the entry-point groups
 ``distrain.datasets`` (a :class:`DataSet` subclass) and ``distrain.models`` (a
-:class:`PluginModel`), loaded the first time the registry is asked (:mod:`distrain.plugins`).
+:class:`PluginModel`), loaded the first time the registry is asked (:mod:`distrain.base.plugins`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrain import plugins
+from distrain.base import plugins
 from distrain.datasets.info import DataError, DatasetInfo, FeatureSpec
 
 # The runs a pipeline compares unless told otherwise (``--runs``, a pipeline's ``runs``).
@@ -39,7 +39,7 @@ BUILT_IN = ("mnist", "dbpedia", "gutenberg", "tfrecord")
 
 # A model in the user's code: ``FILE.py:FUNCTION`` or ``package.module:FUNCTION``, then an
 # optional ``@TASK``. The registry only tells one from a registered model's name: the learning
-# layer resolves it (:func:`distrain.train.models.model_spec`, :mod:`distrain.train.usermodel`
+# layer resolves it (:func:`distrain.learning.models.model_spec`, :mod:`distrain.learning.usermodel`
 # builds it), so that no import runs from the registry up to the code that uses it.
 USER_MODEL = re.compile(
     r"^(?P<where>(?:.+\.py)|(?:[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*))"
@@ -82,7 +82,7 @@ class ModelSpec:
 
     Attributes:
         build: ``build(info, seed)`` returns the (built) tf-keras model.
-        task: What the model learns and how it is scored (a :class:`distrain.train.tasks.Task`,
+        task: What the model learns and how it is scored (a :class:`distrain.learning.tasks.Task`,
             of the learning layer above this one).
         view: Which records the model reads (``""``: the data set's main records; else a
             view its preprocessing writes, e.g. Gutenberg's line ``pairs``).
@@ -91,9 +91,9 @@ class ModelSpec:
         summary: One line for ``--help`` and the README.
         stream: A language model that trains on contiguous streams with its state carried
             from batch to batch in the modes that carry state, and how
-            (:class:`distrain.lm.StreamTraining`); None: records in shuffled order.
+            (:class:`distrain.learning.lm.StreamTraining`); None: records in shuffled order.
         choices: The user's own loss, optimizer and class weights, from a model file
-            (:class:`distrain.train.choices.Choices`); None: distrain's.
+            (:class:`distrain.learning.choices.Choices`); None: distrain's.
     """
 
     build: Callable
@@ -131,7 +131,7 @@ class DataSet:
         sample_size: A generated sample's default size (the unit is the data set's).
         sample_unit: What ``sample_size`` counts (``--sample-size``'s help).
         title: How reports and titles name it.
-        experiments: The experiments (:mod:`distrain.experiments`) it serves, each with
+        experiments: The experiments (:mod:`distrain.analysis.experiments`) it serves, each with
             what that experiment needs to know of it (e.g. which of its models run);
             an experiment asks :func:`serving` instead of naming a data set.
         pipeline: Its pipeline's name, description and parameter defaults.
@@ -237,14 +237,14 @@ class DataSet:
         """The named model of the data set's own (its plugins' included).
 
         A model in the user's code (:func:`is_user_model`) is resolved above the registry,
-        by :func:`distrain.train.models.model_spec`.
+        by :func:`distrain.learning.models.model_spec`.
 
         Raises:
             DataSetError: The data set has no such model.
         """
         if is_user_model(name):
             raise DataSetError(
-                f"model {name!r} is the user's code: distrain.train.models.model_spec "
+                f"model {name!r} is the user's code: distrain.learning.models.model_spec "
                 "resolves it, not the data-set registry"
             )
         if name not in self.models:

@@ -1,7 +1,7 @@
 """What a preprocessed data directory holds (its ``metadata.json``), as training reads it.
 
 Below the data-set registry (:mod:`distrain.datasets`), which finds a directory's data set
-with it, and below the input pipelines (:mod:`distrain.train.inputs`).
+with it, and below the input pipelines (:mod:`distrain.learning.inputs`).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class DatasetInfo:
     metadata: dict
     view_name: str = ""
     # What the model reads (:meth:`distrain.datasets.DataSet.feature_spec`; None until
-    # :func:`distrain.train.models.load_info` fills it in).
+    # :func:`distrain.learning.models.load_info` fills it in).
     feature_spec: FeatureSpec | None = None
 
     @property
@@ -166,7 +166,8 @@ class DatasetInfo:
         """The model's input features by name (:class:`Feature`)."""
         if self.feature_spec is None:
             raise DataError(
-                f"{self.data_dir}: no feature spec (load it with distrain.train.models.load_info)"
+                f"{self.data_dir}: no feature spec "
+                "(load it with distrain.learning.models.load_info)"
             )
         return self.feature_spec.features
 
@@ -175,7 +176,8 @@ class DatasetInfo:
         """The label's name."""
         if self.feature_spec is None:
             raise DataError(
-                f"{self.data_dir}: no feature spec (load it with distrain.train.models.load_info)"
+                f"{self.data_dir}: no feature spec "
+                "(load it with distrain.learning.models.load_info)"
             )
         return self.feature_spec.label
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain import datasets
-from distrain.train.inputs import make_dataset
-from distrain.train.models import load_info
+from distrain.learning.inputs import make_dataset
+from distrain.learning.models import load_info
 
 # The local Beam runner, named: in Beam 2.77 the DirectRunner first tries to download the
 # Prism runner binary (distrain.preprocess.runners.job_pipeline).

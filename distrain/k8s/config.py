@@ -7,8 +7,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from distrain.images import image
-from distrain.train.config import ConfigError
+from distrain.base.errors import ConfigError
+from distrain.base.images import image
 
 LAUNCHERS = ("local", "kubernetes", "trainjob")
 # The cluster launchers: MPIJob + Jobs (MPI Operator), or Kubeflow Trainer v2 TrainJobs.
@@ -54,7 +54,7 @@ class KubernetesConfig:
     Attributes:
         namespace: Namespace of the pods (default: the step's own, else ``distrain``).
         image: Trainer image (default: ``trainer-gpu`` when GPUs are asked for, else
-            ``trainer``, both from :mod:`distrain.images`).
+            ``trainer``, both from :mod:`distrain.base.images`).
         gpus_per_worker: ``nvidia.com/gpu`` limit of each worker pod (0: CPU only). A sync
             run puts one Horovod rank on each GPU.
         cpu_per_worker: CPU request and limit of each training pod (Kubernetes quantity).

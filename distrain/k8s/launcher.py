@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from distrain.base.errors import TrainingError
 from distrain.k8s.api import ApiCaller, KubeApi, not_found, transient
 from distrain.k8s.config import KubernetesConfig, request_timeout
 from distrain.k8s.objects import MPIJOB_API, ROLE_LABEL, RUN_LABEL, TRAINJOB_API
-from distrain.train.config import TrainingError
 
 # Waiting reasons that will not resolve by themselves: fail at once instead of timing out.
 STUCK_REASONS = {

@@ -27,7 +27,7 @@ import re
 import secrets
 from typing import TYPE_CHECKING
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
 from distrain.train.engine import server_args, worker_args
 from distrain.train.ps.roles import tf_config

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.k8s.validate import KSERVE_GROUP_VERSION
 
 # KServe's webhook refuses other names (IsvcNameFmt in inference_service_validation.go).

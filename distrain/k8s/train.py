@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from distrain.base.errors import TrainingError
 from distrain.datasets import is_user_model
 from distrain.k8s.api import KubeApi, not_found
 from distrain.k8s.config import KubernetesConfig, request_timeout
@@ -20,8 +21,8 @@ from distrain.k8s.launcher import CUSTOM_KINDS, ClusterRun, add_owner, launcher_
 from distrain.k8s.objects import build_objects, run_name
 from distrain.k8s.validate import validate_all, validate_model_shipping
 from distrain.k8s.watchdog import stall_watch
-from distrain.train import usermodel
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.learning import usermodel
+from distrain.train.config import TrainConfig
 
 # Every object and pod of a run carries its run key: what ties the attempts of one training
 # task together (the ``distrain.dev/run`` label, by contrast, names one attempt's objects).

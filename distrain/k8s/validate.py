@@ -23,7 +23,7 @@ import re
 from importlib import resources
 
 from distrain.datasets import is_user_model
-from distrain.train.usermodel import ModelReference
+from distrain.learning.usermodel import ModelReference
 
 KUBERNETES_VERSION = "1.33"
 TRAINER_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -216,7 +216,9 @@ def _containers(node, where: str):
 
 
 def validate_model_shipping(objects: list[dict], model: str) -> None:
-    """Checks that every pod of a run can read the user's model (:mod:`distrain.train.usermodel`).
+    """Checks that every pod of a run can read the user's model.
+
+    The model in the user's code: :mod:`distrain.learning.usermodel`.
 
     A model file must lie on a volume of every container that mounts the run's volumes
     (the training processes; the shared claim the launcher ships it to); a

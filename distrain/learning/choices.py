@@ -1,6 +1,6 @@
 """The user's own training choices: a model file's loss, optimizer and class weights.
 
-Beside its builder, a model file (:mod:`distrain.train.usermodel`) may define any of:
+Beside its builder, a model file (:mod:`distrain.learning.usermodel`) may define any of:
 
 * ``loss(info)``: a tf-keras loss, a ``tf_keras.losses.Loss`` (e.g.
   ``CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)``) or a function of
@@ -53,7 +53,7 @@ class Choices:
 
     Args:
         load: Returns ``{name: (function, where)}`` for those the file defines: each
-            function guarded as the user's code (:func:`distrain.train.usermodel.choices`),
+            function guarded as the user's code (:func:`distrain.learning.usermodel.choices`),
             ``where`` its ``FILE:LINE``.
     """
 
@@ -135,7 +135,7 @@ class Choices:
         if self.defines("loss"):
             found["loss"] = describe_loss(self._call("loss", info))
         if self.defines("optimizer"):
-            from distrain.train.optim import KerasOptimizer
+            from distrain.learning.optim import KerasOptimizer
 
             found["optimizer"] = json.loads(KerasOptimizer(self.optimizer(info)).describe())
         if self.defines("class_weights"):
@@ -273,7 +273,7 @@ def make_optimizer(spec, info, learning_rate: float, **schedule):
         learning_rate: Adam's rate (the user's optimizer has its own: this one is unused).
         schedule: Adam's schedule (a language model's decay and anneal).
     """
-    from distrain.train.optim import Adam, KerasOptimizer
+    from distrain.learning.optim import Adam, KerasOptimizer
 
     choices = spec.choices
     made = choices.optimizer(info) if choices is not None else None

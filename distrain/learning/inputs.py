@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from distrain import datasets
-from distrain.datasets.info import (  # noqa: F401 (their home before)
-    DataError,
-    DatasetInfo,
-    Feature,
-    FeatureSpec,
-)
+from distrain.datasets.info import DatasetInfo
 
 _PARSE_CALLS = 2
 _PREFETCH_BATCHES = 2

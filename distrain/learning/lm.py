@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distrain.datasets import texts as read_texts
-from distrain.ngram import best_ngram
+from distrain.learning.ngram import best_ngram
 
 # Recurrent layers whose state a stateful copy carries.
 RECURRENT_LAYERS = ("LSTM", "GRU", "SimpleRNN")
@@ -56,7 +56,7 @@ class StreamTraining:
         return self.decay_per_epoch ** (1.0 / max(updates_per_epoch, 1))
 
     def schedule(self, updates_per_epoch: int, epochs: int) -> dict:
-        """The optimizer's schedule arguments (:class:`distrain.train.optim.Adam`) for a run.
+        """The optimizer's schedule arguments (:class:`distrain.learning.optim.Adam`) for a run.
 
         Every mode's optimizer takes them from here, whichever process applies the
         updates, so that a comparison of modes trains each on the same schedule.
@@ -131,7 +131,7 @@ def stream_dataset(
     """The split's text as stream batches: a ``tf.data.Dataset`` of ``(x, y)``, in order.
 
     Never shuffled (the order is what carries the state); each epoch is the same pass.
-    ``info``: the data set's :class:`distrain.train.inputs.DatasetInfo`; ``seq_len``:
+    ``info``: the data set's :class:`distrain.learning.inputs.DatasetInfo`; ``seq_len``:
     characters per row (default: the data set's window).
     """
     import tensorflow as tf
@@ -163,7 +163,7 @@ def recurrent_copy(model, batch_size: int | None, stateful: bool = True, float32
     A stateful recurrent layer keeps each row's last state for the next call, so a batch
     of rows that continue the previous batch's rows is read as one long sequence.
     ``float32``: every layer computes in float32, whatever precision the model trained in
-    (:mod:`distrain.train.precision`): scores and samples measure the weights alone.
+    (:mod:`distrain.learning.precision`): scores and samples measure the weights alone.
     """
     import tf_keras as keras
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from distrain.verdict import Z95
+from distrain.base.verdict import Z95
 
 
 def _validate(y_true, y_pred, num_classes: int) -> tuple[np.ndarray, np.ndarray]:

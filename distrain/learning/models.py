@@ -4,7 +4,7 @@ Each data set's module (:mod:`distrain.datasets`) names its models; the builders
 more than one model uses live here. So do the lookups of a model by the name a run's
 settings give (:func:`model_spec`, :func:`find_model`, :func:`load_info`): a data set's
 model, asked of the registry, or a model in the user's code (``FILE.py:FUNCTION``,
-:mod:`distrain.train.usermodel`), resolved here, above the registry, which imports no
+:mod:`distrain.learning.usermodel`), resolved here, above the registry, which imports no
 training code.
 """
 
@@ -15,9 +15,8 @@ from dataclasses import replace
 
 from distrain import datasets
 from distrain.datasets import DataSetError, ModelSpec, is_user_model
-from distrain.datasets.info import DataError
-from distrain.train import usermodel
-from distrain.train.inputs import DatasetInfo
+from distrain.datasets.info import DataError, DatasetInfo
+from distrain.learning import usermodel
 
 
 def keras_module():
@@ -42,11 +41,11 @@ def perceptron(info: DatasetInfo, seed: int, hidden: tuple[int, ...], name: str)
 def bag_of_embeddings(info: DatasetInfo, seed: int, dim: int, hidden: tuple[int, ...], name: str):
     """Averaged token embeddings (padding left out), ReLU layers of ``hidden`` units, logits.
 
-    The average is one :class:`~distrain.train.layers.MeanEmbedding` layer: what an
+    The average is one :class:`~distrain.learning.layers.MeanEmbedding` layer: what an
     ``Embedding`` and a masked ``GlobalAveragePooling1D`` compute, with a gradient of one
     row per distinct id of the batch.
     """
-    from distrain.train.layers import MeanEmbedding
+    from distrain.learning.layers import MeanEmbedding
 
     keras = keras_module()
     init = keras.initializers.GlorotUniform
@@ -70,7 +69,7 @@ def model_spec(dataset: str, model: str) -> ModelSpec:
     """The spec of ``model`` on ``dataset`` (both checked); the user's code too.
 
     A model in the user's code reads the records as the data set's first own model of its
-    task does (:func:`distrain.train.usermodel.spec`).
+    task does (:func:`distrain.learning.usermodel.spec`).
 
     Raises:
         DataSetError: No such data set, or no such model for it.
@@ -145,5 +144,5 @@ def build_model(info: DatasetInfo, name: str, seed: int = 0):
 
 
 def task_of(info: DatasetInfo, name: str):
-    """What the named model of the data set learns (:mod:`distrain.train.tasks`)."""
+    """What the named model of the data set learns (:mod:`distrain.learning.tasks`)."""
     return _spec(info, name).task

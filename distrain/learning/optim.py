@@ -15,7 +15,7 @@ table of 100,000 rows costs far more than the batch's few thousand rows (issue 4
 mode applies its updates with this class, so every mode follows the same rule.
 
 A model file may give its own tf-keras optimizer (``optimizer(info)``,
-:mod:`distrain.train.choices`): :class:`KerasOptimizer` holds it behind the same three
+:mod:`distrain.learning.choices`): :class:`KerasOptimizer` holds it behind the same three
 calls (``build``, ``variables``, ``apply_gradients``), so every mode applies it where it
 applies Adam, the parameter-server modes on the servers. A tf-keras optimizer chains its
 updates only where TensorFlow adds control dependencies itself (eagerly, in a
@@ -36,7 +36,7 @@ def _dense_rows(grad: tf.IndexedSlices) -> tf.IndexedSlices:
     """Sums the rows of repeated indices, as a dense gradient would have them.
 
     Indices that are already distinct (a lookup of each distinct id once, as
-    :class:`distrain.train.layers.MeanEmbedding` does) keep their rows as they are: the
+    :class:`distrain.learning.layers.MeanEmbedding` does) keep their rows as they are: the
     sum would copy every row to the same place.
     """
     unique, positions = tf.unique(grad.indices)
@@ -192,7 +192,7 @@ class KerasOptimizer(tf.Module):
 
     Args:
         optimizer: A ``tf_keras.optimizers.Optimizer`` (checked by
-            :mod:`distrain.train.choices`).
+            :mod:`distrain.learning.choices`).
     """
 
     needs_cluster_devices = True

@@ -8,7 +8,7 @@ workers, stay in float32; the layers' matrix products run in bfloat16) and its l
 ``auto`` takes bfloat16 only where the processor multiplies it natively (AVX-512 BF16 or
 AMX, read from ``/proc/cpuinfo``) and TensorFlow sees no GPU: elsewhere bfloat16 is
 emulated and slower than float32. Scores and samples are computed in float32 whatever the
-training precision (:func:`distrain.lm.recurrent_copy`).
+training precision (:func:`distrain.learning.lm.recurrent_copy`).
 """
 
 from __future__ import annotations

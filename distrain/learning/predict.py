@@ -8,11 +8,12 @@ import os
 import numpy as np
 
 from distrain.datasets import texts as read_texts
-from distrain.lm import StreamScorer, is_recurrent, recurrent_copy, row_spread
-from distrain.train.inputs import DatasetInfo, make_dataset
+from distrain.datasets.info import DatasetInfo
+from distrain.learning.inputs import make_dataset
+from distrain.learning.lm import StreamScorer, is_recurrent, recurrent_copy, row_spread
 
 # How the model being scored is loaded, when it is one of the user's code: set by
-# :func:`distrain.train.usermodel.loading` around its evaluation (None: :func:`keras_load`).
+# :func:`distrain.learning.usermodel.loading` around its evaluation (None: :func:`keras_load`).
 LOADER: contextvars.ContextVar = contextvars.ContextVar("distrain_model_loader", default=None)
 
 
@@ -20,7 +21,7 @@ def load_model(model_path: str | os.PathLike):
     """Loads a model written by the training loop (tf-keras ``.keras`` file).
 
     A model of the user's code is loaded by :data:`LOADER`, which imports the user's module
-    first (:func:`distrain.train.usermodel.load_saved`).
+    first (:func:`distrain.learning.usermodel.load_saved`).
     """
     loader = LOADER.get()
     return keras_load(model_path) if loader is None else loader(model_path)
@@ -30,7 +31,7 @@ def keras_load(model_path: str | os.PathLike, custom_objects=None, safe_mode: bo
     """tf-keras's load of a ``.keras`` file, distrain's own layers known by name."""
     import tf_keras
 
-    import distrain.train.layers  # noqa: F401 (registers distrain's own layers by name)
+    import distrain.learning.layers  # noqa: F401 (registers distrain's own layers by name)
 
     return tf_keras.models.load_model(
         str(model_path), compile=False, custom_objects=custom_objects, safe_mode=safe_mode
@@ -42,7 +43,7 @@ def predict_split(model_path: str | os.PathLike, info: DatasetInfo, split: str =
 
     Args:
         model_path: The trained model file.
-        info: The preprocessed data (:func:`distrain.train.models.load_info`).
+        info: The preprocessed data (:func:`distrain.learning.models.load_info`).
         split: Which split to predict.
 
     Returns:
@@ -135,7 +136,7 @@ def evaluate_language_model(
     temperature: float = 0.8,
     sample_length: int = 300,
 ) -> dict:
-    """Scores a character language model on a split's contiguous text (:mod:`distrain.lm`).
+    """Scores a character language model on a split's contiguous text (:mod:`distrain.learning.lm`).
 
     Each character after a book's first is scored once, a recurrent model carrying its
     state along the text. Returns nats/char, bits/char, perplexity and next-character

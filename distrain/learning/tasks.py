@@ -17,7 +17,8 @@ import os
 import numpy as np
 
 from distrain.datasets import texts as read_texts
-from distrain.evaluate import (
+from distrain.learning.lm import language_model_scores, score_ngrams
+from distrain.learning.metrics import (
     classification_metrics,
     majority_baseline,
     mean_baseline,
@@ -25,8 +26,7 @@ from distrain.evaluate import (
     regression_markdown,
     regression_metrics,
 )
-from distrain.lm import language_model_scores, score_ngrams
-from distrain.train.predict import (
+from distrain.learning.predict import (
     evaluate_language_model,
     load_model,
     predict_split,
@@ -70,7 +70,7 @@ class Task:
     def training_losses(self, y, outputs):
         """Per-label losses a training step minimises (by default :meth:`losses`).
 
-        The user's class weights weigh them (:class:`distrain.train.choices.WeightedTask`).
+        The user's class weights weigh them (:class:`distrain.learning.choices.WeightedTask`).
         """
         return self.losses(y, outputs)
 
@@ -340,7 +340,7 @@ class Regression(Task):
     """One float target per example; the model outputs one value (``[batch]`` or ``[batch, 1]``).
 
     The loss is the squared error; scored on ``test`` by MSE, MAE and R², each with its
-    95 % interval over the examples (:func:`distrain.evaluate.regression_metrics`), against
+    95 % interval over the examples (:func:`distrain.learning.metrics.regression_metrics`), against
     the mean of the training labels. A regression has no hits (its accuracy is 0): the
     verdict decides on test MSE, lower being better.
     """

@@ -4,31 +4,31 @@ A *model reference* names a function in the user's code, as uvicorn and entry po
 an attribute (``module:attr``): ``path/to/my_model.py:build`` (a file, imported by path)
 or ``my_package.models:build`` (a module on ``sys.path``, e.g. installed in an image
 built ``FROM`` distrain's trainer). ``@TASK`` after it names one of distrain's tasks
-(:data:`distrain.train.tasks.TASKS`); without it the task is classification.
+(:data:`distrain.learning.tasks.TASKS`); without it the task is classification.
 
 ``FUNCTION(info, seed)`` returns an uncompiled tf-keras model that outputs logits.
-``info`` is the :class:`~distrain.train.inputs.DatasetInfo` of the data as the model reads
-it: ``info.features`` (name -> :class:`~distrain.train.inputs.Feature`), ``info.label``,
+``info`` is the :class:`~distrain.learning.inputs.DatasetInfo` of the data as the model reads
+it: ``info.features`` (name -> :class:`~distrain.learning.inputs.Feature`), ``info.label``,
 ``info.num_classes`` and ``info.feature_spec.as_dict`` (whether the model is called with
 a dict of the features keyed by name, or with the one feature's tensor).
 
 The same module may define the user's own training choices, ``loss(info)``,
 ``optimizer(info)`` and ``class_weights(info)`` (:func:`choices`; what they may be and how
-every mode applies them: :mod:`distrain.train.choices`); a model's spec carries them.
+every mode applies them: :mod:`distrain.learning.choices`); a model's spec carries them.
 
 Whatever goes wrong in the user's code (a syntax or import error, a missing function, an
 exception while building, a return that is not a tf-keras model, logits of the wrong
 width) is a :class:`UserModelError`: a ``ValueError`` (permanent, exit 2, never retried,
-:mod:`distrain.failures`) whose one line names the user's file and line.
+:mod:`distrain.preprocess.failures`) whose one line names the user's file and line.
 
 The user's code runs here only (:func:`load_function` imports it, :func:`build` calls it),
 under one guard (:func:`_users_code`): it cannot end the process quietly. ``sys.exit``,
 ``raise SystemExit``, ``KeyboardInterrupt`` and ``os._exit`` (on the thread running it)
 from its import or its function become a :class:`UserModelError` naming its file and line.
-Its file is registered with :func:`distrain.failures.add_user_code`, so an error raised
+Its file is registered with :func:`distrain.preprocess.failures.add_user_code`, so an error raised
 later through it (a custom layer's ``call`` while training) is permanent too. What no guard
 can catch (``os._exit`` from a layer while training) is caught by what waits for the
-result: a process or step that produced none fails (:mod:`distrain.failures`).
+result: a process or step that produced none fails (:mod:`distrain.preprocess.failures`).
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distrain.datasets import USER_MODEL, ModelSpec, is_user_model
-from distrain.failures import add_user_code
-from distrain.train import predict
-from distrain.train.choices import NAMES, Choices
-from distrain.train.predict import keras_load
-from distrain.train.tasks import CLASSIFICATION, TASKS
+from distrain.learning import predict
+from distrain.learning.choices import NAMES, Choices
+from distrain.learning.predict import keras_load
+from distrain.learning.tasks import CLASSIFICATION, TASKS
+from distrain.preprocess.failures import add_user_code
 
 # module:attr with dotted module names, or a path ending in .py; then :FUNCTION[@TASK].
 _REFERENCE = USER_MODEL
@@ -65,7 +65,8 @@ class _ProcessExit(SystemExit):
     """``os._exit(code)`` called by the user's code, made an exception (:func:`_users_code`).
 
     A ``SystemExit``: called later (``from os import _exit`` kept at import), it is told as
-    the user's code ending the process, by the worker and the steps (:mod:`distrain.failures`).
+    the user's code ending the process, by the worker and the steps
+    (:mod:`distrain.preprocess.failures`).
     """
 
 
@@ -114,7 +115,7 @@ def _users_code(fallback: str, source: str = "", suffix: str = ""):
 
 
 def spec(name: str, own: dict[str, ModelSpec]) -> ModelSpec:
-    """The spec of a model in the user's code (:func:`distrain.train.models.model_spec`).
+    """The spec of a model in the user's code (:func:`distrain.learning.models.model_spec`).
 
     It reads the records as the data set's first own model of its task does (``own``:
     the data set's models). A split mode checks the built model before any process
@@ -143,7 +144,7 @@ class ModelReference:
     Attributes:
         where: The ``.py`` file's path, or the dotted module name.
         function: The function's name.
-        task: The task's name (:data:`distrain.train.tasks.TASKS`).
+        task: The task's name (:data:`distrain.learning.tasks.TASKS`).
     """
 
     where: str
@@ -271,7 +272,7 @@ def load_function(ref: ModelReference):
 
 
 def choices(ref: ModelReference) -> dict:
-    """The training choices the reference's module defines (:mod:`distrain.train.choices`).
+    """The training choices the reference's module defines (:mod:`distrain.learning.choices`).
 
     Returns:
         ``{name: (function, "FILE:LINE")}`` for each of ``loss``, ``optimizer`` and
@@ -424,7 +425,7 @@ def load_saved(path: str | os.PathLike, reference: str, info=None, seed: int = 0
 def loading(reference: str, info=None, seed: int = 0):
     """Within it, every load of a saved model is :func:`load_saved`'s for ``reference``.
 
-    What a task's evaluation loads (:func:`distrain.train.predict.load_model`) is then
+    What a task's evaluation loads (:func:`distrain.learning.predict.load_model`) is then
     loaded as the user's model must be, wherever the task asks for it.
     """
     token = predict.LOADER.set(lambda path: load_saved(path, reference, info, seed))

@@ -242,7 +242,7 @@ class RecordAccountingError(ValueError):
     """Records read from a file and records written or rejected do not add up.
 
     A ``ValueError``: the same input gives the same count again, so the step's failure is
-    permanent (never retried, see :mod:`distrain.failures`).
+    permanent (never retried, see :mod:`distrain.preprocess.failures`).
     """
 
 

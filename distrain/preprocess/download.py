@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
-from distrain.progress import Progress
+from distrain.base.progress import Progress
 
 CHUNK = 1 << 16
 
@@ -50,7 +50,7 @@ class ArchiveLimitError(UnsafeArchiveError):
 class DownloadDeadlineError(TimeoutError):
     """A download did not finish within its overall deadline.
 
-    A ``TimeoutError``, so transient (:func:`distrain.failures.classify`): the partial
+    A ``TimeoutError``, so transient (:func:`distrain.preprocess.failures.classify`): the partial
     file is kept, and a retried step resumes it with a ``Range`` request where the last
     attempt stopped, so a slow link still gets the file in a few attempts.
     """
@@ -239,7 +239,7 @@ def fetch(
         dest_dir: Destination directory.
         retries: Attempts after a connection error (each resumes the partial file).
         timeout: Socket timeout in seconds (each read's).
-        progress: Show the download's progress on stderr (:mod:`distrain.progress`).
+        progress: Show the download's progress on stderr (:mod:`distrain.base.progress`).
         allow_unverified: Accept a RemoteFile without a pinned sha256.
         deadline: Seconds the whole download may take, every attempt and wait included
             (None: :attr:`DownloadLimits.download_deadline`, from the environment).

@@ -9,8 +9,8 @@ Errors are told apart (:func:`classify`):
 
 * **permanent** (not retried): bad input, bad parameters, a missing file. Every
   ``ValueError`` of distrain (:class:`~distrain.train.config.ConfigError`, among them a
-  checkpoint of another model, :class:`~distrain.errors.StepError`,
-  :class:`~distrain.train.inputs.DataError`, a data set's format errors (a file header
+  checkpoint of another model, :class:`~distrain.base.errors.StepError`,
+  :class:`~distrain.learning.inputs.DataError`, a data set's format errors (a file header
   with impossible sizes among them) and its preprocessing job's,
   :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
   archive, an archive past its size or member limit, ...), a download whose digest did
@@ -24,7 +24,7 @@ Errors are told apart (:func:`classify`):
   (:class:`~distrain.train.config.TrainingError`), network errors (``ConnectionError``,
   ``TimeoutError``, ``urllib``'s ``URLError`` without an answer), unavailable servers
   (gRPC errors, HTTP and Kubernetes 5xx, 408, 429), a download past its overall deadline
-  (:class:`~distrain.data.download.DownloadDeadlineError`, a ``TimeoutError``: the
+  (:class:`~distrain.preprocess.download.DownloadDeadlineError`, a ``TimeoutError``: the
   partial file is kept and the retried step resumes it where it stopped, so a slow link
   still gets the file), and anything distrain does not know (it was retried before this
   module existed, and still is). A network or server error stays transient even when the
@@ -32,7 +32,7 @@ Errors are told apart (:func:`classify`):
 
 A process or step that produced no result never exits 0: the user's code cannot end one
 quietly (``sys.exit``, ``KeyboardInterrupt``, ``os._exit``: caught where the user's code
-is called, :mod:`distrain.train.usermodel`), and what cannot be caught is seen by what
+is called, :mod:`distrain.learning.usermodel`), and what cannot be caught is seen by what
 waits for the result: the local launcher (the main process's ``history.json`` and
 ``model.keras``) and ``distrain run`` (each step's executor output) fail naming it.
 
@@ -61,8 +61,8 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from distrain.data.download import ChecksumError
-from distrain.gate import GateFailed
+from distrain.base.gate import GateFailed
+from distrain.preprocess.download import ChecksumError
 
 DEBUG_ENV = "DISTRAIN_DEBUG"
 # Where a step writes its error (for tests and steps outside KFP; KFP steps find theirs

@@ -9,11 +9,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrain.base.errors import ConfigError
 from distrain.datasets import is_user_model
-from distrain.errors import ConfigError, TrainingError  # noqa: F401 (their home before)
-from distrain.train.models import model_names
+from distrain.learning.models import model_names
+from distrain.learning.precision import PRECISIONS
 from distrain.train.modes import mode_class, mode_for, mode_names
-from distrain.train.precision import PRECISIONS
 
 # Horovod controllers for sync runs (see TrainConfig.controller).
 CONTROLLERS = ("auto", "gloo", "mpi")
@@ -177,7 +177,7 @@ def setting(default, help: str, *, check=None, choices=None, flag=None, **field_
     """A config field declared once: its default, help text, check and command-line flag.
 
     The type is the field's annotation. :meth:`TrainConfig.check` applies ``check`` and
-    ``choices``; :mod:`distrain.flags` derives the flag of ``distrain train`` from the rest.
+    ``choices``; :mod:`distrain.base.flags` derives the flag of ``distrain train`` from the rest.
 
     Args:
         default: The default (a callable: the ``default_factory``; ``dataclasses.MISSING``:
@@ -203,7 +203,7 @@ class TrainConfig:
     """Settings of one training run; the same for every mode.
 
     Each field is declared once, with its type, default, help text and check
-    (:func:`setting`): ``distrain train``'s flags (:mod:`distrain.flags`), the steps'
+    (:func:`setting`): ``distrain train``'s flags (:mod:`distrain.base.flags`), the steps'
     keyword arguments (:func:`distrain.steps.train`, :func:`distrain.steps.check_parameters`)
     and the check below derive from them; ``distrain train --help`` lists them.
     """
@@ -428,7 +428,7 @@ class TrainConfig:
         return self.learning_rate * self.run.impl.gradients_per_update()
 
     def rate_schedule(self, updates_per_epoch: int) -> dict:
-        """The optimizer's warm-up arguments (:class:`distrain.train.optim.Adam`).
+        """The optimizer's warm-up arguments (:class:`distrain.learning.optim.Adam`).
 
         Goyal et al.'s gradual warm-up: from the base rate to :attr:`effective_learning_rate`
         over ``warmup_epochs`` epochs of ``updates_per_epoch`` updates (none: empty).

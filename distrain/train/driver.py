@@ -21,10 +21,11 @@ from typing import Protocol
 
 import numpy as np
 
-from distrain.train import precision
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.base.errors import ConfigError
+from distrain.learning import precision
+from distrain.learning.staleness import summarize
+from distrain.train.config import TrainConfig
 from distrain.train.hooks import Hook
-from distrain.train.staleness import summarize
 from distrain.train.status import ProgressHook
 from distrain.train.tensorboard import TensorBoardHook
 

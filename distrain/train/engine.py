@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A run's ``model.keras`` needs distrain (and a user's code) to load; the export does not.
 It loads the model as the evaluate step does (a model of the user's code through
-:func:`distrain.train.usermodel.load_saved`: the user's module imported, its custom layers,
+:func:`distrain.learning.usermodel.load_saved`: the user's module imported, its custom layers,
 ``Lambda`` layers and subclassed models revived), traces the data set's own example parser
 (:meth:`distrain.datasets.DataSet.parser`) and the model into TensorFlow graphs and saves
 them with the weights, so plain TensorFlow (``tf.saved_model.load``), TF Serving and KServe's
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import distrain
 from distrain import datasets
+from distrain.base.verdict import accuracy_interval
 from distrain.datasets import is_user_model
 from distrain.datasets.info import DataError
-from distrain.lm import is_recurrent, recurrent_copy
-from distrain.train.predict import load_model
-from distrain.train.tasks import quality_of
-from distrain.train.usermodel import ModelReference, load_saved
-from distrain.verdict import accuracy_interval
+from distrain.learning.lm import is_recurrent, recurrent_copy
+from distrain.learning.predict import load_model
+from distrain.learning.tasks import quality_of
+from distrain.learning.usermodel import ModelReference, load_saved
 
 SERVING_SIGNATURE = "serving_default"
 PARSED_SIGNATURE = "serving_parsed"
@@ -171,12 +171,12 @@ def export_saved_model(
     Args:
         model_path: The run's ``model.keras``.
         info: The data it was trained on, as the model reads it
-            (:func:`distrain.train.models.load_info`).
-        task: The model's task name (:data:`distrain.train.tasks.TASKS`).
+            (:func:`distrain.learning.models.load_info`).
+        task: The model's task name (:data:`distrain.learning.tasks.TASKS`).
         out: The SavedModel's directory (must not exist).
         reference: The run's model (its name or reference): a model of the user's code is loaded
-            with its module imported (:func:`distrain.train.usermodel.load_saved`; empty:
-            :func:`distrain.train.predict.load_model`).
+            with its module imported (:func:`distrain.learning.usermodel.load_saved`; empty:
+            :func:`distrain.learning.predict.load_model`).
         seed: The run's seed (a user's model that is built again to load its weights).
 
     Returns:
@@ -270,7 +270,7 @@ def export_saved_model(
 def pick_run(comparison: dict, reports: list[dict]) -> tuple[dict, str]:
     """The report of the run a pipeline exports, and why that one.
 
-    The verdict's winner (:func:`distrain.verdict.decide`); with none, the cheapest of the
+    The verdict's winner (:func:`distrain.base.verdict.decide`); with none, the cheapest of the
     runs it could not tell apart; with neither, the best point estimate (``best``, what a
     gate's ``best.`` scope reads). Of that run's repeats, the one of the best quality its
     task declares (the lowest seed on a tie).

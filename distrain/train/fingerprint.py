@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 from distrain.datasets import is_user_model
-from distrain.train.usermodel import ModelReference
+from distrain.learning.usermodel import ModelReference
 
 # The fingerprint's key of the settings (a checkpoint without it is of an older distrain).
 SETTINGS = "settings"
@@ -76,7 +76,7 @@ def model_file_digest(model: str) -> str | None:
 def schedule(stream, epochs: int) -> str:
     """The learning rate's schedule, in words that do not depend on the workers' count.
 
-    ``stream``: a stream language model's :class:`distrain.lm.StreamTraining` (None:
+    ``stream``: a stream language model's :class:`distrain.learning.lm.StreamTraining` (None:
     every other model, whose rate is constant).
     """
     if stream is None:
@@ -94,12 +94,12 @@ def settings(cfg, optimizer, precision: str, metadata: dict, stream, choices=Non
     Args:
         cfg: The run's :class:`distrain.train.config.TrainConfig` (as given, not a rank's
             variant of it).
-        optimizer: The replica's optimizer (:class:`distrain.train.optim.Adam`, or the
-            user's in a :class:`distrain.train.optim.KerasOptimizer`).
-        precision: What the model computes in (:func:`distrain.train.precision.of_model`).
+        optimizer: The replica's optimizer (:class:`distrain.learning.optim.Adam`, or the
+            user's in a :class:`distrain.learning.optim.KerasOptimizer`).
+        precision: What the model computes in (:func:`distrain.learning.precision.of_model`).
         metadata: The data's ``metadata.json``, as the model reads it.
         stream: A stream language model's training (:attr:`distrain.datasets.ModelSpec.stream`).
-        choices: The user's loss and class weights (:func:`distrain.train.choices.recorded`):
+        choices: The user's loss and class weights (:func:`distrain.learning.choices.recorded`):
             recorded when the model file defines them.
     """
     chosen = {k: v for k, v in (choices or {}).items() if k in ("loss", "class_weights")}

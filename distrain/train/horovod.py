@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distrain.errors import ConfigError, TrainingError
+from distrain.base.errors import ConfigError, TrainingError
 from distrain.k8s.objects import mpijob, trainjob
 from distrain.train.engine import Engine, Process, worker_args, worker_command
 from distrain.train.runtime import die_with_parent
@@ -371,7 +371,7 @@ def probe_link(hvd) -> dict | None:
     """[sync] Times allreduces of a few sizes over all ranks: the link this run trains on.
 
     A few tens of milliseconds at the start; a report fits a latency and a bandwidth to
-    them (:func:`distrain.costmodel.fit_link`) to predict what the run's messages cost.
+    them (:func:`distrain.base.costmodel.fit_link`) to predict what the run's messages cost.
     A collective: every rank calls it, in the same order.
 
     Returns:

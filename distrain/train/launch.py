@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distrain.errors import TrainingError
-from distrain.progress import Progress
+from distrain.base.errors import TrainingError
+from distrain.base.progress import Progress
+from distrain.datasets.info import DatasetInfo
 from distrain.train import heartbeat
-from distrain.train.inputs import DatasetInfo
 
 if TYPE_CHECKING:
     from distrain.train.config import TrainConfig
@@ -152,7 +152,7 @@ class WorkerFailed(TrainingError):
     """A training process failed and said why (its record in ``<output>/errors/``).
 
     Attributes:
-        retryable: Whether the process's error was transient (:mod:`distrain.failures`):
+        retryable: Whether the process's error was transient (:mod:`distrain.preprocess.failures`):
             a process that failed on bad data or settings fails every attempt.
     """
 
@@ -238,7 +238,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     procs = _Processes()
     timeout = timeout if timeout is not None else (cfg.deadline or None)
     deadline = time.monotonic() + timeout if timeout else None
-    # In a terminal, one updating line shows the run's epochs and time (distrain.progress).
+    # In a terminal, one updating line shows the run's epochs and time (distrain.base.progress).
     bar = Progress(f"train {cfg.run.name}", cfg.epochs, "epochs", stream=sys.stdout)
     bar = bar if bar.live else None
     launched = time.time()

@@ -10,7 +10,7 @@ What follows is the run's ``on_nan`` setting (:class:`LossWatch`):
 
 * ``stop`` (the default): the first non-finite loss ends the process with
   :class:`NonFiniteLoss`, one line naming the run, the rank, the epoch and the step. It is
-  a permanent error (:mod:`distrain.failures`): not retried, exit 2. Nothing is written
+  a permanent error (:mod:`distrain.preprocess.failures`): not retried, exit 2. Nothing is written
   after it: no checkpoint and no ``model.keras`` holds non-finite weights
   (:func:`check_weights`, which also catches a rank whose weights a peer's gradient made
   non-finite before that peer's line arrived).

@@ -14,18 +14,23 @@ from pathlib import Path
 
 import numpy as np
 
-from distrain import lm
+from distrain.base.errors import ConfigError, TrainingError
 from distrain.datasets import texts as read_texts
-from distrain.lm import StreamScorer, random_resets, stream_batches_per_epoch, stream_dataset
-from distrain.train import precision
-from distrain.train.choices import make_optimizer, recorded, training_task
-from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.learning import lm, precision
+from distrain.learning.choices import make_optimizer, recorded, training_task
+from distrain.learning.inputs import make_dataset, shard_size
+from distrain.learning.lm import (
+    StreamScorer,
+    random_resets,
+    stream_batches_per_epoch,
+    stream_dataset,
+)
+from distrain.learning.models import load_info, model_spec
+from distrain.learning.tasks import CLASSIFICATION
+from distrain.train.config import TrainConfig
 from distrain.train.fingerprint import SETTINGS, differences
 from distrain.train.fingerprint import settings as run_settings
-from distrain.train.inputs import make_dataset, shard_size
-from distrain.train.models import load_info, model_spec
 from distrain.train.nonfinite import LossWatch, check_weights
-from distrain.train.tasks import CLASSIFICATION
 
 VAL_BATCH = 512
 
@@ -93,7 +98,7 @@ def batch_gradients(model, variables, x, y, task=None, clip_norm: float = 0.0):
         variables: The variables to differentiate by (the trainable ones).
         x: Features.
         y: Targets.
-        task: What the model learns (:mod:`distrain.train.tasks`; default: classification).
+        task: What the model learns (:mod:`distrain.learning.tasks`; default: classification).
         clip_norm: Clip the gradients to this global norm (0: not clipped).
     """
     import tensorflow as tf
@@ -281,7 +286,7 @@ class Replica:
         [sync] Each rank reads a disjoint 1/size of the split. ``selection``: more of
         :func:`make_dataset`'s choice of records (``common_every``, ``held_out``). A
         stream model in a mode that carries state reads contiguous streams instead, in
-        order (:func:`distrain.lm.stream_dataset`).
+        order (:func:`distrain.learning.lm.stream_dataset`).
         """
         if self.streams:
             g = self.group
@@ -358,7 +363,7 @@ class Replica:
         """Validation loss and accuracy per label, over the whole split (every rank's share).
 
         A language model is scored over the contiguous validation text, each character
-        once (:class:`distrain.lm.StreamScorer`), as the evaluate step scores it; a split
+        once (:class:`distrain.learning.lm.StreamScorer`), as the evaluate step scores it; a split
         model (:attr:`scores_text` off) on the validation windows, its evaluate step on the
         text.
         """

@@ -17,8 +17,8 @@ import tempfile
 
 import numpy as np
 
-from distrain.failures import debug
-from distrain.train import precision
+from distrain.learning import precision
+from distrain.preprocess.failures import debug
 
 # What TensorFlow's C++ prints while its libraries load, before its logging is set up (so
 # TF_CPP_MIN_LOG_LEVEL, which distrain sets to 2, cannot silence it): absl's note that it

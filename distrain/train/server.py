@@ -10,7 +10,7 @@ import argparse
 import sys
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from distrain.failures import Failure, report
+from distrain.preprocess.failures import Failure, report
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.runtime import import_tensorflow
 from distrain.train.worker import record_error

@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 import distrain  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from distrain.failures import Failure, report, user_frame
+from distrain.preprocess.failures import Failure, report, user_frame
 from distrain.train import heartbeat
 from distrain.train.config import TrainConfig
 from distrain.train.horovod import bind_rank_to_cores, die_with_launcher
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     A failure is recorded for the launcher (:func:`record_error`) and printed as one
     line; the exit code is 2 for bad input or settings, 1 otherwise. ``sys.exit`` or
     ``KeyboardInterrupt`` from the user's code (a layer's ``call`` while training) is such
-    a failure too, permanent, naming its file and line (:func:`distrain.failures.user_frame`).
+    a failure too, permanent, naming its file and line
+    (:func:`distrain.preprocess.failures.user_frame`).
     """
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="train_config.json")

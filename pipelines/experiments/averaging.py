@@ -5,7 +5,7 @@ or ``distrain compile averaging --output a.yaml``; run it locally with
 ``distrain experiment averaging``.
 """
 
-from distrain.experiments import get
+from distrain.analysis.experiments import get
 from distrain.pipelines.experiments.common import build_experiment_pipeline
 
 averaging_pipeline = build_experiment_pipeline(get("averaging").config("small"))

@@ -9,12 +9,12 @@ import json
 
 from kfp import dsl
 
+from distrain.analysis.experiments import ExperimentConfig
+from distrain.base.images import image
 from distrain.components.data import fetch_data, preprocess
 from distrain.components.evaluate import evaluate
 from distrain.components.experiment import experiment_report, gather
 from distrain.components.train import train
-from distrain.experiments import ExperimentConfig
-from distrain.images import image
 from distrain.pipelines.common import _retry
 
 

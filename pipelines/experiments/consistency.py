@@ -5,7 +5,7 @@ or ``distrain compile consistency --output c.yaml``; run it locally with
 ``distrain experiment consistency``.
 """
 
-from distrain.experiments import get
+from distrain.analysis.experiments import get
 from distrain.pipelines.experiments.common import build_experiment_pipeline
 
 consistency_pipeline = build_experiment_pipeline(get("consistency").config("small"))

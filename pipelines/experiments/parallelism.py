@@ -5,7 +5,7 @@ or ``distrain compile parallelism --output p.yaml``; run it locally with
 ``distrain experiment parallelism``.
 """
 
-from distrain.experiments import get
+from distrain.analysis.experiments import get
 from distrain.pipelines.experiments.common import build_experiment_pipeline
 
 parallelism_pipeline = build_experiment_pipeline(get("parallelism").config("small"))

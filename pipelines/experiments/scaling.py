@@ -5,7 +5,7 @@ or ``distrain compile scaling --output p.yaml``; run it locally with
 ``distrain experiment scaling``.
 """
 
-from distrain.experiments import get
+from distrain.analysis.experiments import get
 from distrain.pipelines.experiments.common import build_experiment_pipeline
 
 scaling_pipeline = build_experiment_pipeline(get("scaling").config("small"))

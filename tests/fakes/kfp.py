@@ -3,7 +3,7 @@
 Responses are kfp-server-api model objects serialised by its own ApiClient, and request
 bodies are parsed back into those models, so a call the real client could not make, or
 a reply it could not read, fails here as it would against a real server. The server
-"runs" a pipeline by applying the pipeline's own quality-gate logic (distrain.gate) to
+"runs" a pipeline by applying the pipeline's own quality-gate logic (distrain.base.gate) to
 a canned comparison: what the gate step would do on the cluster.
 """
 
@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 import kfp_server_api as api
 import yaml
 
-from distrain.gate import GateError, GateFailed, check_gate
+from distrain.base.gate import GateError, GateFailed, check_gate
 
 
 class FakeKfp:

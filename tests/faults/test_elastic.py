@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.base.errors import TrainingError
+from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training
 
 from .probes import assert_no_orphans, checkpoint_steps, config, sync_rank, when

@@ -9,9 +9,12 @@ import urllib.error
 
 import pytest
 
-from distrain.data.download import ChecksumError
+from distrain.base.errors import ConfigError, TrainingError
+from distrain.base.gate import GateFailed
+from distrain.datasets.info import DataError
 from distrain.datasets.mnist.idx import IdxFormatError
-from distrain.failures import (
+from distrain.preprocess.download import ChecksumError
+from distrain.preprocess.failures import (
     ERROR_FILE,
     Failure,
     StepFailed,
@@ -22,10 +25,7 @@ from distrain.failures import (
     read_error,
     step_errors,
 )
-from distrain.gate import GateFailed
 from distrain.steps import StepError
-from distrain.train.config import ConfigError, TrainingError
-from distrain.train.inputs import DataError
 from tests.conftest import VENV_BIN
 
 
@@ -73,13 +73,13 @@ def _permanent_and_transient_causes():
     """The table of issue 37: each cause of failure, and whether a retry can help."""
     import tarfile
 
-    from distrain.data.download import UnsafeArchiveError
     from distrain.datasets.dbpedia.rows import DbpediaFormatError
     from distrain.preprocess.common import (
         BadRecordsError,
         OutputExistsError,
         RecordAccountingError,
     )
+    from distrain.preprocess.download import UnsafeArchiveError
     from distrain.preprocess.records import TFRecordFramingError
 
     return [
@@ -221,13 +221,13 @@ def test_a_failed_process_says_why_to_its_launcher(tmp_path, monkeypatch):
 def _counting_pipeline(tmp_path, kind: str):
     from kfp import dsl
 
-    from distrain.images import TRAINER_IMAGE
+    from distrain.base.images import TRAINER_IMAGE
 
     @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
     def flaky(counter: str, kind: str) -> str:
         import os
 
-        from distrain.failures import step_errors
+        from distrain.preprocess.failures import step_errors
         from distrain.steps import StepError
 
         with open(counter, "a") as f:

@@ -16,9 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from distrain.base.errors import TrainingError
+from distrain.datasets.info import DataError
 from distrain.steps import StepError, check_parameters
-from distrain.train.config import TrainConfig, TrainingError
-from distrain.train.inputs import DataError
+from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training
 
 from .probes import (

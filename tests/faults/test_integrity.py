@@ -19,8 +19,8 @@ from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preproce
 from distrain.datasets.gutenberg.sample import book_text
 from distrain.datasets.mnist.beam import MnistPreprocessConfig, preprocess_mnist
 from distrain.datasets.mnist.idx import IdxFormatError, write_idx
-from distrain.failures import Failure
 from distrain.preprocess.common import OutputExistsError
+from distrain.preprocess.failures import Failure
 from distrain.preprocess.records import count_tfrecords
 
 OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
@@ -175,8 +175,8 @@ def test_training_reads_exactly_the_listed_files_and_refuses_any_difference(
 ):
     import shutil
 
+    from distrain.datasets.info import DataError, DatasetInfo
     from distrain.preprocess.records import write_tfrecords
-    from distrain.train.inputs import DataError, DatasetInfo
 
     data = tmp_path / "data"
     shutil.copytree(mnist_examples, data)
@@ -250,7 +250,8 @@ def test_a_job_that_fails_its_checks_leaves_no_data_set(tmp_path):
 def test_checkpoints_are_found_by_their_files_and_refused_from_another_model(
     mnist_examples, tmp_path
 ):
-    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.base.errors import ConfigError
+    from distrain.train.config import TrainConfig
     from distrain.train.replica import Replica
 
     out = tmp_path / "run"

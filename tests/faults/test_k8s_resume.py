@@ -15,10 +15,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from distrain.base.errors import TrainingError
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL
 from distrain.k8s.train import RUN_KEY_LABEL, remove_earlier_attempts, run_key, train_on_cluster
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import TrainConfig
 from tests.fakes.k8s import FakeCluster, _api, _terminated
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from distrain.failures import Failure
 from distrain.preprocess.common import staged_output
+from distrain.preprocess.failures import Failure
 from distrain.preprocess.outputs import OutputBusyError, lock_path, one_writer
 from distrain.preprocess.records import count_tfrecords
 from tests.conftest import ROOT, VENV_BIN

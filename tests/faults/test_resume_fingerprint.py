@@ -52,8 +52,8 @@ def _checkpointed(data, out, step=5, **settings):
 def test_a_resume_with_a_setting_that_changes_the_updates_is_refused_naming_it(
     mnist_examples, tmp_path, change, named
 ):
-    from distrain.failures import Failure
-    from distrain.train.config import ConfigError
+    from distrain.base.errors import ConfigError
+    from distrain.preprocess.failures import Failure
 
     out = tmp_path / "run"
     _checkpointed(mnist_examples, out)
@@ -97,7 +97,7 @@ def test_settings_that_do_not_change_the_updates_still_resume(mnist_examples, tm
 def test_a_resume_after_the_user_edited_the_model_file_is_refused_naming_its_digest(
     mnist_examples, tmp_path
 ):
-    from distrain.train.config import ConfigError
+    from distrain.base.errors import ConfigError
 
     mine = tmp_path / "my_model.py"
     shutil.copyfile(EXAMPLE, mine)
@@ -113,7 +113,7 @@ def test_a_resume_after_the_user_edited_the_model_file_is_refused_naming_its_dig
 
 @pytest.mark.case(CASE)
 def test_the_data_is_checked_by_its_manifest_not_its_folder(mnist_examples, tmp_path):
-    from distrain.train.config import ConfigError
+    from distrain.base.errors import ConfigError
 
     out = tmp_path / "run"
     _checkpointed(mnist_examples, out)
@@ -137,7 +137,7 @@ def test_the_data_is_checked_by_its_manifest_not_its_folder(mnist_examples, tmp_
 def test_a_checkpoint_of_an_older_distrain_resumes_with_a_note_of_what_was_not_checked(
     mnist_examples, tmp_path
 ):
-    from distrain.train.config import ConfigError
+    from distrain.base.errors import ConfigError
 
     out = tmp_path / "run"
     first = _replica(mnist_examples, out)
@@ -204,7 +204,8 @@ def test_refused_resume_then_restart_then_plain_resume(mnist_examples, tmp_path)
 def test_a_rank_with_its_own_seed_checks_the_runs_settings(mnist_examples, tmp_path):
     import dataclasses
 
-    from distrain.train.config import ConfigError, TrainConfig
+    from distrain.base.errors import ConfigError
+    from distrain.train.config import TrainConfig
     from distrain.train.replica import Replica
 
     # avg:N:init=independent: rank r builds its replica from seed + 7919 r, and resumes

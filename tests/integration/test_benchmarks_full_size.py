@@ -41,7 +41,7 @@ def _full_size_section(accuracies=(0.9, 0.95)):
 
 def test_full_size_section_times_to_accuracy_fits_slopes_and_judges_its_targets():
     from benchmarks.full_size import full_size_targets, slope, time_to
-    from distrain.verdict import wilson
+    from distrain.base.verdict import wilson
 
     # 0.93 lies 3/5 of the way from epoch 1's 0.90 to epoch 2's 0.95: 16 + 0.6 * 16 s.
     history = {"epochs": _full_size_section()["ours"]["epochs"]}

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import distrain
+from distrain.base.images import image
 from distrain.cli import build_parser, cmd_server, cmd_worker
-from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import build_objects
 from distrain.train.config import TrainConfig

@@ -11,11 +11,17 @@ import subprocess
 import pytest
 import yaml
 
-from distrain import experiments
-from distrain.experiments import ExperimentConfig, load_config
-from distrain.experiments.report import build_report, match_results, worker_delays, write_report
+from distrain.analysis import experiments
+from distrain.analysis.experiments import ExperimentConfig, load_config
+from distrain.analysis.experiments.report import (
+    build_report,
+    match_results,
+    worker_delays,
+    write_report,
+)
+from distrain.base.errors import ConfigError
 from distrain.steps import StepError
-from distrain.train.config import ConfigError, RunSpec
+from distrain.train.config import RunSpec
 from tests.conftest import ROOT, VENV_BIN
 
 NAMES = ("consistency", "averaging", "parallelism", "scaling")
@@ -357,8 +363,8 @@ def test_parallelism_shows_a_split_a_model_cannot_take_as_refused():
 
 def test_parallelism_scores_each_model_by_its_declared_quality():
     """A task's declared metric, or the one the data set's study declaration names."""
-    from distrain.experiments.parallelism import row_of
-    from distrain.experiments.report import Result
+    from distrain.analysis.experiments.parallelism import row_of
+    from distrain.analysis.experiments.report import Result
 
     points = {p.model: p for p in experiments.get("parallelism").config("small").points}
     scores = {"accuracy": 0.6, "bits_per_char": 2.5, "num_examples": 100}
@@ -609,8 +615,8 @@ def test_the_strongly_convex_model_adds_its_l2_penalty_to_the_gradient():
     import numpy as np
     import tensorflow as tf
 
+    from distrain.datasets.info import DatasetInfo
     from distrain.datasets.mnist.models import SOFTMAX_L2, softmax, softmax_l2
-    from distrain.train.inputs import DatasetInfo
     from distrain.train.replica import batch_gradients
 
     info = DatasetInfo("", "mnist", 10, [str(i) for i in range(10)], {}, {}, {})

@@ -13,9 +13,10 @@ import re
 import pytest
 import yaml
 
+from distrain.base.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL, build_objects
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.config import TrainConfig
 from distrain.train.modes import mode_names
 from tests.conftest import ROOT
 

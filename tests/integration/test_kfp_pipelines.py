@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
+from distrain.base.images import BEAM_IMAGE, TRAINER_IMAGE
 from distrain.datasets import DEFAULT_RUNS
-from distrain.images import BEAM_IMAGE, TRAINER_IMAGE
 from tests.conftest import ROOT, VENV_BIN
 
 

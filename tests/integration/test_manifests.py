@@ -9,10 +9,11 @@ import sys
 import pytest
 import yaml
 
+from distrain.base.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import RUN_LABEL, build_objects
 from distrain.k8s.validate import ManifestError, validate_all, validate_object
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.config import TrainConfig
 from distrain.train.horovod import mca_options
 from tests.conftest import ROOT
 
@@ -499,7 +500,7 @@ def test_compiled_trainjob_pipeline_validates_for_every_run_mode(tmp_path, works
     through, and what it creates for a run of every mode validates."""
     from kfp import compiler
 
-    from distrain.datasets.mnist.pipeline import DEFAULTS
+    from distrain.datasets.mnist.defaults import DEFAULTS
     from distrain.pipelines.common import build_pipeline
     from distrain.train.modes import mode_names
 

@@ -79,7 +79,7 @@ def test_split_lstm_run_trains_as_the_unsplit_one_and_saves_the_whole_model(
 ):
     import tf_keras as keras
 
-    from distrain.train.inputs import DatasetInfo
+    from distrain.datasets.info import DatasetInfo
 
     settings = {"model": "lstm-seed", "epochs": 1, "batch_size": 16, "checkpoint_every_steps": 0}
     single = run_training(_cfg(gutenberg_examples, tmp_path / "single", "single:1", **settings))

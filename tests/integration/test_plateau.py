@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from distrain.base.errors import ConfigError
 from distrain.cli import build_parser
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.config import TrainConfig
 from distrain.train.driver import Plateau
 
 
@@ -56,8 +57,9 @@ def test_until_plateau_flag_config_and_pipeline_parameter():
 def _validation_loss(data_dir, model_path) -> float:
     import tensorflow as tf
 
-    from distrain.train.inputs import DatasetInfo, make_dataset
-    from distrain.train.predict import load_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.inputs import make_dataset
+    from distrain.learning.predict import load_model
 
     model = load_model(model_path)
     nats = count = 0.0

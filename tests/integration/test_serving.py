@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from distrain.k8s.validate import validate_object
+from distrain.learning import usermodel
+from distrain.learning.models import load_info
+from distrain.learning.predict import predict_split
 from distrain.steps import evaluate, fetch, preprocess, train
-from distrain.train import usermodel
 from distrain.train.export import PARSED_SIGNATURE
-from distrain.train.models import load_info
-from distrain.train.predict import predict_split
 from tests.conftest import ROOT
 
 # Run by a fresh interpreter: TensorFlow and the standard library only.

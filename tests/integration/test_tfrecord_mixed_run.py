@@ -17,7 +17,7 @@ import pytest
 from distrain.datasets.testing import BEAM_ARGS
 from distrain.datasets.tfrecord.beam import TfrecordPreprocessConfig, preprocess_tfrecord
 from distrain.datasets.tfrecord.sample import write_mixed_sample
-from distrain.train.models import load_info
+from distrain.learning.models import load_info
 from tests.conftest import ROOT
 
 MODEL = f"{ROOT / 'examples' / 'mixed_model.py'}:build"
@@ -51,7 +51,7 @@ def _check_saved(out, data):
     import tensorflow as tf
     import tf_keras as keras
 
-    from distrain.train.inputs import make_dataset
+    from distrain.learning.inputs import make_dataset
 
     info = load_info(data, MODEL)
     model = keras.models.load_model(out / "model.keras")

@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distrain.base.errors import ConfigError, TrainingError
+from distrain.datasets.info import DataError, DatasetInfo
+from distrain.learning.inputs import make_dataset, shard_size
 from distrain.train import horovod, launch
-from distrain.train.config import ConfigError, TrainConfig, TrainingError
+from distrain.train.config import TrainConfig
 from distrain.train.engine import worker_command
 from distrain.train.horovod import MPIRUN_OPTIONS, horovod_env, sync_controller
-from distrain.train.inputs import DataError, DatasetInfo, make_dataset, shard_size
 from distrain.train.launch import launch_command, launch_env, run_training
 
 
@@ -181,7 +183,7 @@ def test_sync_two_ranks_end_with_identical_weights(mnist_examples, tmp_path, con
     for key in rank0.files:
         np.testing.assert_array_equal(rank0[key], rank1[key])
     # Training moved the weights away from the shared initialisation.
-    from distrain.train.models import build_model
+    from distrain.learning.models import build_model
 
     info = DatasetInfo.load(mnist_examples)
     fresh = build_model(info, "mlp", cfg.seed)

@@ -2,7 +2,8 @@
 
 import yaml
 
-from distrain import datasets, tuning
+from distrain import datasets
+from distrain.analysis import tuning
 
 
 def _compile(tmp_path, **kwargs) -> dict:

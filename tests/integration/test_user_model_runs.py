@@ -310,7 +310,7 @@ def test_an_error_in_a_custom_layer_while_training_is_permanent_and_names_its_li
 def _ending_pipeline(kind: str):
     from kfp import dsl
 
-    from distrain.images import TRAINER_IMAGE
+    from distrain.base.images import TRAINER_IMAGE
 
     @dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
     def ends(counter: str) -> str:
@@ -334,7 +334,7 @@ def _ending_pipeline(kind: str):
 def test_a_step_that_exits_0_without_its_outputs_fails_the_local_run_unretried(tmp_path):
     from kfp import local
 
-    from distrain.failures import StepFailed, local_retries_stop_on_permanent_errors
+    from distrain.preprocess.failures import StepFailed, local_retries_stop_on_permanent_errors
 
     local.init(
         runner=local.SubprocessRunner(use_venv=False),

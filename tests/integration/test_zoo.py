@@ -11,7 +11,7 @@ too): a mode added later joins the zoo by registering. Each run is checked for:
 - finite weights in the saved model;
 - batch norm's moving statistics moved by training (not the 0 and 1 Keras starts from);
 - the saved model, reloaded through distrain's one loader of saved models
-  (:func:`distrain.train.usermodel.load_saved`, what the evaluate step uses), scoring the
+  (:func:`distrain.learning.usermodel.load_saved`, what the evaluate step uses), scoring the
   validation split as the model in memory did at the end of training (the history's last
   ``val_loss`` and ``val_accuracy``, computed in the training process before it saved).
 
@@ -29,11 +29,11 @@ import re
 import numpy as np
 import pytest
 
-from distrain.failures import Failure
+from distrain.base.errors import ConfigError
+from distrain.learning import usermodel
+from distrain.learning.models import load_info, model_spec
+from distrain.preprocess.failures import Failure
 from distrain.steps import train
-from distrain.train import usermodel
-from distrain.train.config import ConfigError
-from distrain.train.models import load_info, model_spec
 from distrain.train.modes import Mode, mode_class, mode_names
 from tests.conftest import ROOT
 
@@ -71,7 +71,7 @@ def _reference(model: str) -> str:
 
 def _validation_scores(model, info, task) -> tuple[float, float]:
     """Loss and accuracy per label on the validation split, as the training loop counts them."""
-    from distrain.train.inputs import make_dataset
+    from distrain.learning.inputs import make_dataset
 
     loss = hits = count = 0.0
     for x, y in make_dataset(info, "validation", 64):

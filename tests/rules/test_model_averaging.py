@@ -117,7 +117,8 @@ def test_avg_replicas_end_equal_and_independent_starts_diverge_more(mnist_exampl
 
 
 def test_avg_spec_options_are_checked():
-    from distrain.train.config import ConfigError, RunSpec
+    from distrain.base.errors import ConfigError
+    from distrain.train.config import RunSpec
 
     spec = RunSpec.parse("avg:4:period=8:init=independent:weights=accuracy:common=0.1")
     assert spec.name == "avg:4:period=8:init=independent:weights=accuracy:common=0.1"

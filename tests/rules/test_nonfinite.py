@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from distrain.failures import Failure, classify
+from distrain.preprocess.failures import Failure, classify
 from distrain.train.modes.single import LocalSteps
 from distrain.train.nonfinite import (
     LossWatch,

@@ -2,7 +2,7 @@
 
 Batch norm's moving statistics are changed by the forward pass, not by a gradient. A
 real cluster of TensorFlow servers in this process (one parameter server, the workers,
-a chief), the workers' own step graphs (:class:`distrain.train.ps.worker.Worker`) fed
+a chief), the workers' own step graphs (:class:`distrain.train.ps.worker_loop.Worker`) fed
 known batches, and a model whose first layer is a ``BatchNormalization``: every moving
 mean and variance on the parameter servers after a step is known (docs/modes.md,
 "Non-trainable state").
@@ -17,7 +17,7 @@ from distrain.train.config import TrainConfig
 from distrain.train.launch import free_ports
 from distrain.train.ps.chief import Chief
 from distrain.train.ps.roles import Role, start_server
-from distrain.train.ps.worker import Worker
+from distrain.train.ps.worker_loop import Worker
 from tests.rules.test_ps_rules import tiny_info
 
 MOMENTUM = 0.75
@@ -278,9 +278,9 @@ def test_sync_ranks_take_rank_0s_moving_statistics_at_each_segment_end(mnist_exa
 def test_pipeline_refuses_batch_norm_naming_the_layer_and_tensor_and_hybrid_take_it(
     mnist_examples, tmp_path
 ):
-    from distrain.failures import Failure
+    from distrain.base.errors import ConfigError
+    from distrain.preprocess.failures import Failure
     from distrain.steps import check_user_model
-    from distrain.train.config import ConfigError
 
     path = tmp_path / "bn_model.py"
     path.write_text(MNIST_MODEL)

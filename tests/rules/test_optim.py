@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from distrain.train.optim import Adam
+from distrain.learning.optim import Adam
 
 LR, B1, B2, EPS = 0.01, 0.9, 0.999, 1e-7
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from distrain.costmodel import stage_bounds
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.base.costmodel import stage_bounds
+from distrain.base.errors import ConfigError
+from distrain.train.config import TrainConfig
 from tests.rules.ranks import run_on_ranks
 
 
@@ -46,13 +47,13 @@ import distrain  # noqa: F401
 import numpy as np
 import tensorflow as tf
 from distrain.train.config import TrainConfig
-from distrain.train.inputs import DatasetInfo
-from distrain.train.models import build_model
+from distrain.datasets.info import DatasetInfo
+from distrain.learning.models import build_model
 from distrain.train.modes.pipeline import PipelineReplica
 from distrain.train.replica import batch_gradients
 from distrain.train.horovod import keep_collectives_in_order, start_horovod
 from distrain.train.runtime import configure_tensorflow
-from distrain.train.split import ModelGroup
+from distrain.learning.split import ModelGroup
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from distrain.datasets.info import DatasetInfo
 from distrain.train.config import TrainConfig
-from distrain.train.inputs import DatasetInfo
 from distrain.train.launch import free_ports
 from distrain.train.ps import chief as chief_module
 from distrain.train.ps.chief import Chief
@@ -345,7 +345,8 @@ def test_ssp_leaves_a_worker_that_never_moves_out_of_the_bound(graph_rule):
 
 
 def test_ssp_needs_its_bound():
-    from distrain.train.config import ConfigError, RunSpec
+    from distrain.base.errors import ConfigError
+    from distrain.train.config import RunSpec
 
     assert RunSpec.parse("ssp:2:staleness=3").option("staleness") == 3
     assert RunSpec.parse("ssp:2:staleness=3").option("patience") == 20
@@ -446,7 +447,8 @@ def test_easgd_adaptive_period_is_bounded_so_the_centre_moves_every_epoch(graph_
 
 
 def test_easgd_spec():
-    from distrain.train.config import ConfigError, RunSpec
+    from distrain.base.errors import ConfigError
+    from distrain.train.config import RunSpec
 
     spec = RunSpec.parse("easgd:3:tau=4")
     assert spec.option("alpha") == pytest.approx(0.3) and spec.name == "easgd:3:tau=4"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.base.errors import ConfigError
+from distrain.train.config import RunSpec, TrainConfig
 from tests.rules.test_ps_rules import Cluster
 
 LR = 0.01
@@ -30,7 +31,7 @@ def adam_changes(grads, rates) -> float:
 def test_warm_up_rises_linearly_to_the_scaled_rate_then_stays():
     import tensorflow as tf
 
-    from distrain.train.optim import Adam
+    from distrain.learning.optim import Adam
 
     # Base 0.01 scaled to 0.04 (sync:4), warmed up over 3 updates: 0.02, 0.03, 0.04, 0.04.
     adam = Adam(0.04, warmup_updates=3, warmup_from=0.01)

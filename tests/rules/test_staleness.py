@@ -3,7 +3,7 @@ test_ps_rules.py, on a cluster of TensorFlow servers."""
 
 import pytest
 
-from distrain.train.staleness import summarize
+from distrain.learning.staleness import summarize
 
 
 def test_summarize():

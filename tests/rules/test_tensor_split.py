@@ -20,12 +20,12 @@ import distrain  # noqa: F401
 import numpy as np
 import tensorflow as tf
 from distrain.train.config import TrainConfig
-from distrain.train.inputs import DatasetInfo
-from distrain.train.models import build_model
+from distrain.datasets.info import DatasetInfo
+from distrain.learning.models import build_model
 from distrain.train.replica import batch_gradients
 from distrain.train.horovod import start_horovod
 from distrain.train.runtime import configure_tensorflow
-from distrain.train.split import ColumnDense, ModelGroup, parameters, split_model, whole_weights
+from distrain.learning.split import ColumnDense, ModelGroup, parameters, split_model, whole_weights
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)
@@ -104,12 +104,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 from distrain.train.config import TrainConfig
-from distrain.train.inputs import DatasetInfo
-from distrain.train.models import build_model
+from distrain.datasets.info import DatasetInfo
+from distrain.learning.models import build_model
 from distrain.train.replica import batch_gradients
 from distrain.train.horovod import start_horovod
 from distrain.train.runtime import configure_tensorflow
-from distrain.train.split import ColumnLayer, ModelGroup, split_model, whole_weights
+from distrain.learning.split import ColumnLayer, ModelGroup, split_model, whole_weights
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)
@@ -232,7 +232,7 @@ def test_recurrent_models_are_accepted_by_the_split_modes(tmp_path):
 def test_layers_the_split_does_not_cover_are_refused_by_name():
     import tf_keras as keras
 
-    from distrain.train.split import ModelGroup, split_model, unsplittable
+    from distrain.learning.split import ModelGroup, split_model, unsplittable
 
     model = keras.Sequential(
         [
@@ -257,13 +257,13 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 from distrain.train.config import TrainConfig
-from distrain.train.inputs import DatasetInfo
-from distrain.train.models import build_model
+from distrain.datasets.info import DatasetInfo
+from distrain.learning.models import build_model
 from distrain.train.modes.hybrid import groups, layout, process_sets
 from distrain.train.replica import allreduce_gradients, batch_gradients
 from distrain.train.horovod import start_horovod
 from distrain.train.runtime import configure_tensorflow
-from distrain.train.split import ColumnDense, split_model
+from distrain.learning.split import ColumnDense, split_model
 
 cfg = TrainConfig.from_json(open(sys.argv[2]).read())
 configure_tensorflow(cfg)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrain.train import choices as choices_module
-from distrain.train.choices import WeightedTask
+from distrain.learning import choices as choices_module
+from distrain.learning.choices import WeightedTask
+from distrain.learning.models import model_spec
+from distrain.learning.tasks import CLASSIFICATION
 from distrain.train.config import TrainConfig
-from distrain.train.models import model_spec
-from distrain.train.tasks import CLASSIFICATION
 from tests.rules.test_ps_rules import Cluster
 
 BATCH = 16

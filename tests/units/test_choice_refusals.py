@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from distrain.failures import Failure
+from distrain.base.errors import ConfigError
+from distrain.learning.optim import Adam, KerasOptimizer
+from distrain.preprocess.failures import Failure
 from distrain.steps import check_user_model
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.train.config import TrainConfig
 from distrain.train.fingerprint import settings
-from distrain.train.optim import Adam, KerasOptimizer
 
 MODEL = (
     "import tf_keras as keras\n\n\n"

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from distrain.compare import (
+from distrain.analysis.compare import (
     CompareConfig,
     build_comparison,
     render_html,

@@ -1,6 +1,7 @@
 import pytest
 
-from distrain.train.config import ConfigError, RunSpec, TrainConfig, parse_run_specs
+from distrain.base.errors import ConfigError
+from distrain.train.config import RunSpec, TrainConfig, parse_run_specs
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,11 @@ import inspect
 import pytest
 
 from distrain import datasets
+from distrain.base.errors import ConfigError
 from distrain.k8s.config import KubernetesConfig
+from distrain.learning.models import find_model, load_info
 from distrain.steps import preprocess
-from distrain.train.config import ConfigError, RunSpec, TrainConfig
-from distrain.train.models import find_model, load_info
+from distrain.train.config import RunSpec, TrainConfig
 from distrain.train.modes import Mode, Process, mode_class, mode_for, mode_names
 
 # A run spec of each mode, with the options its mode requires (the others take defaults).
@@ -163,7 +164,7 @@ def test_a_mode_registered_from_outside_joins_the_registry_after_the_built_in_on
 
 
 def test_a_data_set_registered_from_outside_is_listed_and_found(monkeypatch):
-    from distrain.train.tasks import CLASSIFICATION
+    from distrain.learning.tasks import CLASSIFICATION
 
     class Probe(datasets.DataSet):
         """A data set registered by a test."""

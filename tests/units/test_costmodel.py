@@ -1,8 +1,8 @@
-"""The cost model (:mod:`distrain.costmodel`): known inputs in, the equations' values out."""
+"""The cost model (:mod:`distrain.base.costmodel`): known inputs in, the equations' values out."""
 
 import pytest
 
-from distrain.costmodel import (
+from distrain.base.costmodel import (
     contention,
     fit_link,
     pipeline_step,

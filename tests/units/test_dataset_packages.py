@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from distrain import datasets
-from distrain.compare import time_to_target
+from distrain.analysis.compare import time_to_target
 from distrain.datasets.testing import DataSetTestCase
-from distrain.train.tasks import CLASSIFICATION, NEXT_CHARACTER, RECONSTRUCTION, quality_of
+from distrain.learning.tasks import CLASSIFICATION, NEXT_CHARACTER, RECONSTRUCTION, quality_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # The package's source outside the data sets' own packages: what ships in the wheel

@@ -11,9 +11,9 @@ import pytest
 from distrain import datasets
 from distrain.datasets import DataSetError
 from distrain.datasets.gutenberg.beam import line_pairs
+from distrain.learning.models import find_model, load_info
+from distrain.learning.tasks import NEXT_CHARACTER, RECONSTRUCTION, TRANSLATION, markdown
 from distrain.steps import StepError, check_parameters, fetch
-from distrain.train.models import find_model, load_info
-from distrain.train.tasks import NEXT_CHARACTER, RECONSTRUCTION, TRANSLATION, markdown
 from tests.conftest import ROOT
 
 
@@ -28,7 +28,7 @@ def test_registry_lists_each_data_set_once_and_model_names_are_unique():
     with pytest.raises(DataSetError, match="no such model for mnist.*mlp, cnn"):
         datasets.get("mnist").model("lstm")
     # The user's code is resolved above the registry, which only tells it from a name.
-    with pytest.raises(DataSetError, match="user's code: distrain.train.models.model_spec"):
+    with pytest.raises(DataSetError, match="user's code: distrain.learning.models.model_spec"):
         datasets.get("mnist").model("m.py:build")
     assert find_model("m.py:build@reconstruction").task is RECONSTRUCTION
 
@@ -119,7 +119,7 @@ def gutenberg_examples(tmp_path_factory):
 
 def test_gutenberg_writes_line_pairs_the_seq2seq_view_reads(gutenberg_examples):
     from distrain.datasets.gutenberg.beam import read_texts
-    from distrain.train.inputs import make_dataset
+    from distrain.learning.inputs import make_dataset
 
     info = load_info(gutenberg_examples, "seq2seq")
     assert info.view_name == "pairs" and info.metadata["target_len"] == 32
@@ -139,7 +139,7 @@ def test_gutenberg_writes_line_pairs_the_seq2seq_view_reads(gutenberg_examples):
 
 
 def test_reconstruction_view_pairs_each_image_with_itself(mnist_examples):
-    from distrain.train.inputs import make_dataset
+    from distrain.learning.inputs import make_dataset
 
     x, y = next(iter(make_dataset(load_info(mnist_examples, "convae"), "test", 8)))
     np.testing.assert_array_equal(x.numpy(), y.numpy())
@@ -148,8 +148,8 @@ def test_reconstruction_view_pairs_each_image_with_itself(mnist_examples):
 
 
 def test_mean_image_baseline_is_the_training_mean(mnist_examples):
+    from distrain.learning.predict import split_labels
     from distrain.steps import baseline
-    from distrain.train.predict import split_labels
 
     result = baseline(mnist_examples, "convae")
     assert result["run"]["name"] == "mean image" and result["run"]["mode"] == "baseline"

@@ -7,7 +7,8 @@ import zipfile
 
 import pytest
 
-from distrain.data.download import (
+from distrain.datasets.mnist.download import MNIST_REMOTE, download_mnist
+from distrain.preprocess.download import (
     ArchiveLimitError,
     ChecksumError,
     DownloadDeadlineError,
@@ -16,7 +17,6 @@ from distrain.data.download import (
     fetch,
     safe_extract,
 )
-from distrain.datasets.mnist.download import MNIST_REMOTE, download_mnist
 from tests.fakes.download import DIGEST, PAYLOAD, Server
 
 
@@ -233,7 +233,7 @@ def _zip(path, members, compression=zipfile.ZIP_DEFLATED):
 def test_an_archive_past_the_size_limit_is_refused_before_anything_is_extracted(
     tmp_path, monkeypatch
 ):
-    from distrain.failures import Failure
+    from distrain.preprocess.failures import Failure
 
     # A bomb in small: 4 MB of zeros in a tar.gz of a few KB, the big member second.
     bomb = _tar(tmp_path / "bomb.tar.gz", [_file("a/small.txt"), _file("a/zeros", bytes(4 << 20))])
@@ -299,7 +299,7 @@ def test_an_extraction_that_fails_half_way_leaves_nothing_behind(tmp_path):
 def test_the_default_limits_admit_the_real_archive():
     # dbpedia_csv.tar.gz (the pinned 68,341,698 bytes): a folder and four files, about 196 MB
     # (the sizes as published with the archive, to within a few bytes for the small files).
-    from distrain.data.download import DownloadLimits, _Tally
+    from distrain.preprocess.download import DownloadLimits, _Tally
 
     limits = DownloadLimits()
     tally = _Tally("dbpedia_csv.tar.gz", limits.max_extract_bytes, limits.max_extract_members)
@@ -322,7 +322,7 @@ def test_a_download_that_trickles_past_the_overall_deadline_is_ended_naming_url_
 ):
     import time
 
-    from distrain.failures import Failure
+    from distrain.preprocess.failures import Failure
 
     # 100 bytes every 50 ms: each read comes well within the 10 s per-read timeout, and
     # the whole 200 KB would take 100 s.

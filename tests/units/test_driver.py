@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from distrain.train.config import ConfigError, RunSpec, TrainConfig
+from distrain.base.errors import ConfigError
+from distrain.train.config import RunSpec, TrainConfig
 from distrain.train.driver import (
     EpochDriver,
     next_checkpoint,
@@ -50,7 +51,7 @@ def test_resume_point_from_a_checkpoint():
     with pytest.raises(ConfigError, match="does not fit epochs of 10 updates") as err:
         resume_point(25, 1, 10, 3, "ckpt")  # written with another batch size
     # A retry would find the same checkpoint: the error is permanent, not retried.
-    from distrain.failures import classify
+    from distrain.preprocess.failures import classify
 
     assert classify(err.value) is False
 
@@ -308,8 +309,8 @@ def test_no_import_cycle_in_distrain_train():
     paths = [
         *(ROOT / "distrain" / "train").rglob("*.py"),
         *(ROOT / "distrain" / "k8s").rglob("*.py"),
-        ROOT / "distrain" / "costmodel.py",
-        ROOT / "distrain" / "errors.py",
+        ROOT / "distrain" / "base" / "costmodel.py",
+        ROOT / "distrain" / "base" / "errors.py",
     ]
     modules = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from distrain.evaluate import classification_metrics, majority_baseline, metrics_markdown
+from distrain.learning.metrics import classification_metrics, majority_baseline, metrics_markdown
 
 NAMES = ["a", "b", "c", "d"]
 

@@ -159,10 +159,10 @@ def test_traced_generation_and_scoring_match_eager_calls(tmp_path):
     import numpy as np
     import tensorflow as tf
 
-    from distrain.lm import encode
-    from distrain.train.inputs import DatasetInfo
-    from distrain.train.models import build_model
-    from distrain.train.predict import evaluate_language_model, generate_text, load_model
+    from distrain.datasets.info import DatasetInfo
+    from distrain.learning.lm import encode
+    from distrain.learning.models import build_model
+    from distrain.learning.predict import evaluate_language_model, generate_text, load_model
 
     raw, data = tmp_path / "raw", tmp_path / "data"
     write_gutenberg_sample(raw, GutenbergSampleConfig(books=2, chars_per_book=3000, seed=5))

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from distrain.base.errors import TrainingError
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.launcher import Cancelled, ClusterRun, add_owner, launcher_owner
 from distrain.k8s.objects import build_objects
 from distrain.k8s.train import run_key, train_on_cluster
 from distrain.k8s.validate import validate_all
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.train.config import TrainConfig
 from tests.fakes.k8s import (
     FakeBatch,
     FakeCluster,

@@ -30,7 +30,7 @@
 
 Every import counts (:func:`module_imports`): inside functions too, those under
 ``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
-that import a literal name (``importlib.import_module("distrain.train.usermodel")``). An
+that import a literal name (``importlib.import_module("distrain.learning.usermodel")``). An
 import may go to its own layer or below, never up, and the whole graph has no cycle (a
 failure lists every circle with its lines). A module that
 no layer names fails the test (add it to :data:`LAYERS`). A package's ``__init__`` is not
@@ -57,44 +57,49 @@ LAYERS = [
         "base",
         [
             "distrain",
-            "distrain.errors",
-            "distrain.progress",
-            "distrain.machine",
-            "distrain.memory",
-            "distrain.gate",
-            "distrain.flags",
-            "distrain.verdict",
-            "distrain.images",
-            "distrain.costmodel",
-            "distrain.evaluate",
-            "distrain.ngram",
-            "distrain.plugins",
-            "distrain.tuning",
+            "distrain.base.errors",
+            "distrain.base.progress",
+            "distrain.base.machine",
+            "distrain.base.memory",
+            "distrain.base.gate",
+            "distrain.base.flags",
+            "distrain.base.verdict",
+            "distrain.base.images",
+            "distrain.base.costmodel",
+            "distrain.learning.metrics",
+            "distrain.learning.ngram",
+            "distrain.base.plugins",
+            "distrain.analysis.tuning",
         ],
     ),
     (
         "files",
-        ["distrain.data", "distrain.data.*", "distrain.preprocess*", "distrain.failures"],
+        [
+            "distrain.preprocess",
+            "distrain.preprocess.*",
+            "distrain.preprocess*",
+            "distrain.preprocess.failures",
+        ],
     ),
     ("registry", ["distrain.datasets", "distrain.datasets.info"]),
     (
         "learning",
         [
-            "distrain.lm",
+            "distrain.learning.lm",
             "distrain.train",
-            "distrain.train.inputs",
-            "distrain.train.models",
-            "distrain.train.layers",
-            "distrain.train.predict",
-            "distrain.train.tasks",
-            "distrain.train.optim",
-            "distrain.train.split",
-            "distrain.train.staleness",
+            "distrain.learning.inputs",
+            "distrain.learning.models",
+            "distrain.learning.layers",
+            "distrain.learning.predict",
+            "distrain.learning.tasks",
+            "distrain.learning.optim",
+            "distrain.learning.split",
+            "distrain.learning.staleness",
             "distrain.train.runtime",
             "distrain.train.heartbeat",
-            "distrain.train.usermodel",
-            "distrain.train.choices",
-            "distrain.train.precision",
+            "distrain.learning.usermodel",
+            "distrain.learning.choices",
+            "distrain.learning.precision",
         ],
     ),
     ("data sets", ["distrain.datasets.*"]),
@@ -110,7 +115,12 @@ LAYERS = [
     ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
     (
         "analysis",
-        ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
+        [
+            "distrain.analysis.plan",
+            "distrain.analysis.compare",
+            "distrain.analysis.compare.*",
+            "distrain.analysis.experiments*",
+        ],
     ),
     (
         "steps",
@@ -404,18 +414,18 @@ def test_function_level_imports_keep_heavy_libraries_out_and_cannot_grow_unseen(
 def test_the_checks_catch_an_upward_import_and_a_cycle(monkeypatch):
     """The layer check sees a low module importing a high one; the cycle check a loop."""
     graph = {m: dict(d) for m, d in _graph().items()}
-    graph["distrain.errors"]["distrain.cli"] = 1
+    graph["distrain.base.errors"]["distrain.cli"] = 1
     monkeypatch.setattr(sys.modules[__name__], "_graph", lambda local=True, typing=True: graph)
     try:
         test_imports_go_down_the_layers()
     except AssertionError as err:
-        assert "distrain.errors (base) imports distrain.cli (front)" in str(err)
+        assert "distrain.base.errors (base) imports distrain.cli (front)" in str(err)
     else:
         raise AssertionError("the upward import went unseen")
     try:
         test_no_import_cycle_in_the_package()
     except AssertionError as err:
-        assert "distrain.errors" in str(err)
+        assert "distrain.base.errors" in str(err)
     else:
         raise AssertionError("the cycle went unseen")
 
@@ -426,9 +436,9 @@ def test_every_kind_of_import_is_counted():
         "import importlib\n"
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from distrain.train.tasks import Task\n"
+        "    from distrain.learning.tasks import Task\n"
         "def spec(name):\n"
-        "    return importlib.import_module('distrain.train.usermodel').spec(name)\n"
+        "    return importlib.import_module('distrain.learning.usermodel').spec(name)\n"
         "def plugin(package):\n"
         "    return importlib.import_module(f'distrain.datasets.{package}')\n"
     )
@@ -438,8 +448,8 @@ def test_every_kind_of_import_is_counted():
     assert rows == {
         "importlib": (False, False),
         "typing": (False, False),
-        "distrain.train.tasks": (False, True),
-        "distrain.train.usermodel": (True, False),
+        "distrain.learning.tasks": (False, True),
+        "distrain.learning.usermodel": (True, False),
     }
 
 
@@ -447,7 +457,7 @@ MAX_LINES = 700
 
 
 def test_no_python_file_is_over_700_lines():
-    """A module one can read whole: split a longer one by concern (as ``distrain/compare/``)."""
+    """A module one can read whole: split a longer one by concern (as ``analysis/compare/``)."""
     folders = ["distrain", "components", "pipelines", "benchmarks", "tests", "scripts"]
     paths = [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
     assert len(paths) > 100  # the folders are there
@@ -463,7 +473,8 @@ def test_the_cli_and_the_registries_load_no_heavy_library():
     """``distrain --help``, the modes and the data sets: no TensorFlow, tf_keras nor Beam."""
     code = (
         "import sys\n"
-        "import distrain.cli, distrain.steps, distrain.compare, distrain.experiments.report\n"
+        "import distrain.cli, distrain.steps, distrain.analysis.compare\n"
+        "import distrain.analysis.experiments.report\n"
         "from distrain import datasets\n"
         "from distrain.train import modes\n"
         "from distrain.train.config import TrainConfig\n"

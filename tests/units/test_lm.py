@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from distrain.lm import (
+from distrain.learning.lm import (
     StreamScorer,
     encode,
     known,
@@ -14,7 +14,7 @@ from distrain.lm import (
     stream_batches,
     stream_ids,
 )
-from distrain.ngram import KneserNeyModels, best_ngram
+from distrain.learning.ngram import KneserNeyModels, best_ngram
 
 VOCAB = ["<oov>", *"abcdefgh ."]
 TEXTS = ["abcab cabca bcab. " * 20 + "hgfe", "ddd eee fff. gha " * 15]
@@ -127,7 +127,7 @@ def test_a_model_carrying_state_scores_better_than_reset_every_window():
     """Trained on streams with its state carried, scored carried and reset every window."""
     import tf_keras as keras
 
-    from distrain.lm import recurrent_copy
+    from distrain.learning.lm import recurrent_copy
 
     rng = np.random.default_rng(0)
     period = "".join(rng.choice(list("abcdefgh "), 30))
@@ -196,7 +196,7 @@ def test_single_and_sync_carry_the_state_over_contiguous_streams(tmp_path):
 def test_the_learning_rate_anneals_along_a_half_cosine_to_zero():
     import math
 
-    from distrain.train.optim import Adam
+    from distrain.learning.optim import Adam
 
     opt = Adam(0.004, anneal_updates=100)
     rate = [float(opt.step_size(float(s))) for s in (1, 51, 101, 150)]

@@ -5,9 +5,15 @@ import functools
 import numpy as np
 import pytest
 
-from distrain import lm
 from distrain.datasets.gutenberg.models import char_lstm
-from distrain.lm import StreamScorer, encode, recurrent_copy, scored_characters, stream_batches
+from distrain.learning import lm
+from distrain.learning.lm import (
+    StreamScorer,
+    encode,
+    recurrent_copy,
+    scored_characters,
+    stream_batches,
+)
 
 VOCAB = ["<oov>", *"abcdefgh ."]
 LOG2 = np.log(2)
@@ -73,7 +79,7 @@ def test_the_score_does_not_depend_on_how_the_text_is_cut(trained):
 
 
 def test_rows_far_above_the_others_or_a_unigram_are_flagged(trained):
-    from distrain.lm import row_outliers, row_spread
+    from distrain.learning.lm import row_outliers, row_spread
 
     assert row_outliers([2.0, 2.1, 5.0, 1.9], [4.0] * 4) == [2]  # far above the others
     assert row_outliers([2.0, 2.1, 2.2, 1.9], [4.0, 4.0, 2.1, 4.0]) == [2]  # above the unigram
@@ -96,7 +102,7 @@ def test_rows_far_above_the_others_or_a_unigram_are_flagged(trained):
 
 
 def test_the_comparison_notes_the_rows_that_stand_out():
-    from distrain.compare import build_comparison, render_markdown
+    from distrain.analysis.compare import build_comparison, render_markdown
 
     evaluation = {
         "bits_per_char": 3.1,
@@ -113,7 +119,7 @@ def test_the_comparison_notes_the_rows_that_stand_out():
     note = next(n for n in comparison["notes"] if n.startswith("single:1"))
     assert "1 of 4 scored rows" in note and "row 2: 9.50 (unigram 4.40)" in note
     assert "worst row b/c" in render_markdown(comparison)
-    from distrain.train.tasks import NEXT_CHARACTER
+    from distrain.learning.tasks import NEXT_CHARACTER
 
     summary = {**evaluation, "perplexity": 8.6, "accuracy": 0.5, "temperature": 0.8}
     summary = NEXT_CHARACTER.markdown({**summary, "prompt": "a", "sample": "b"}, "lstm")
@@ -126,7 +132,7 @@ def test_the_comparison_notes_the_rows_that_stand_out():
 
 def test_sampling_carries_the_state_from_character_to_character(trained, monkeypatch):
     """Each character is sampled given all before it; after the prompt the model reads one."""
-    import distrain.train.predict as predict
+    import distrain.learning.predict as predict
 
     model, texts = trained
     prompt = texts[0][:40]
@@ -174,7 +180,7 @@ def _small_default(monkeypatch, stream):
     """The data set's ``lstm`` made small (the same builder and training, fewer units)."""
     from distrain.datasets import ModelSpec
     from distrain.datasets.gutenberg import Gutenberg
-    from distrain.train.tasks import NEXT_CHARACTER
+    from distrain.learning.tasks import NEXT_CHARACTER
 
     build = functools.partial(char_lstm, units=64, embed=16, dropout=0)
     models = {**Gutenberg.models, "lstm": ModelSpec(build, NEXT_CHARACTER, stream=stream)}

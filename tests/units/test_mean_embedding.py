@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from distrain.train.layers import MeanEmbedding
+from distrain.learning.layers import MeanEmbedding
 
 IDS = [[3, 5, 5, 0, 0], [7, 1, 0, 0, 0], [2, 2, 2, 2, 9], [0, 0, 0, 0, 0]]
 

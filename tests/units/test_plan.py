@@ -2,10 +2,15 @@
 
 import pytest
 
-from distrain.compare import build_comparison, render_markdown, render_text_table, write_comparison
-from distrain.costmodel import ring_step
-from distrain.plan import Plan, build_plan
-from distrain.train.config import ConfigError
+from distrain.analysis.compare import (
+    build_comparison,
+    render_markdown,
+    render_text_table,
+    write_comparison,
+)
+from distrain.analysis.plan import Plan, build_plan
+from distrain.base.costmodel import ring_step
+from distrain.base.errors import ConfigError
 
 PARAMETERS = 100_000
 PROFILE = {"parameters": PARAMETERS, "layer_costs": [1.0], "output_sizes": [10.0]}

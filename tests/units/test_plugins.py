@@ -6,9 +6,10 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from distrain import datasets, plugins
-from distrain.train.models import find_model
-from distrain.train.tasks import CLASSIFICATION
+from distrain import datasets
+from distrain.base import plugins
+from distrain.learning.models import find_model
+from distrain.learning.tasks import CLASSIFICATION
 
 SPEC = datasets.ModelSpec(lambda info, seed: None, CLASSIFICATION, summary="probe")
 PROBE_MODEL = datasets.PluginModel("tfrecord", SPEC)

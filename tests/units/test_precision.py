@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from distrain.datasets.gutenberg.models import char_lstm
-from distrain.lm import recurrent_copy
-from distrain.train import precision
+from distrain.learning import precision
+from distrain.learning.lm import recurrent_copy
 from distrain.train.config import TrainConfig
 from distrain.train.runtime import configure_tensorflow
 

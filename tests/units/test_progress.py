@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from distrain.progress import Progress, interactive
+from distrain.base.progress import Progress, interactive
 from tests.fakes.download import DIGEST, PAYLOAD, Server
 
 
@@ -64,7 +64,7 @@ def test_an_updating_bar_in_a_terminal(monkeypatch):
 
 
 def test_downloads_show_their_progress(tmp_path, capsys):
-    from distrain.data.download import RemoteFile, fetch
+    from distrain.preprocess.download import RemoteFile, fetch
 
     server = Server()
     try:

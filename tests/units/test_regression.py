@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from distrain import datasets
-from distrain.compare import build_comparison, render_text_table
+from distrain.analysis.compare import build_comparison, render_text_table
+from distrain.base.gate import check_gate
+from distrain.base.verdict import Z95, summarize
 from distrain.datasets.info import DatasetInfo
 from distrain.datasets.testing import BEAM_ARGS
 from distrain.datasets.tfrecord.beam import TfrecordPreprocessConfig, preprocess_tfrecord
 from distrain.datasets.tfrecord.sample import write_frames
 from distrain.datasets.tfrecord.spec import FeatureSpec, SpecError, check_example
-from distrain.evaluate import mean_baseline, mean_interval, regression_metrics
-from distrain.gate import check_gate
+from distrain.learning.metrics import mean_baseline, mean_interval, regression_metrics
+from distrain.learning.models import load_info, model_spec
+from distrain.learning.tasks import REGRESSION, TASKS, markdown, quality_of
 from distrain.preprocess.records import example, float_feature, int64_feature
-from distrain.train.models import load_info, model_spec
-from distrain.train.tasks import REGRESSION, TASKS, markdown, quality_of
-from distrain.verdict import Z95, summarize
 
 # Four examples whose scores are worked out by hand below.
 Y_TRUE = [1.0, 2.0, 3.0, 4.0]
@@ -249,7 +249,7 @@ def test_the_job_counts_a_float_labels_splits_without_classes_and_the_parser_giv
     summary = meta["target_summary"]
     assert summary["test"] == {"count": 3, "mean": 1.5, "std": pytest.approx(math.sqrt(2 / 3))}
     info = load_info(out)
-    from distrain.train.predict import split_labels
+    from distrain.learning.predict import split_labels
 
     labels = split_labels(info, "test")
     assert labels.dtype == np.float32 and labels.tolist() == [0.5, 1.5, 2.5]
@@ -311,7 +311,7 @@ def build(info, seed):
 
 def test_the_users_model_is_checked_for_its_task_in_one_line_naming_the_file(tmp_path):
     from distrain.datasets.info import FeatureSpec as InputSpec
-    from distrain.train import usermodel
+    from distrain.learning import usermodel
 
     features = {"x": {"dtype": "float32", "shape": [2]}, "y": {"dtype": "float32", "shape": []}}
     spec = InputSpec.from_json({"features": features, "label": "y"})

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.k8s.serving import inference_service, push_version, storage_uri, versions
 from distrain.k8s.validate import ManifestError, trainer_schema, validate_object
 from distrain.steps import push
@@ -175,9 +175,9 @@ def test_the_export_loads_a_users_classes_and_refuses_a_model_that_calls_python(
     tmp_path, mnist_examples, function
 ):
     """A custom-class model exports through the user's loader; a Python op is refused."""
-    from distrain.train import usermodel
+    from distrain.learning import usermodel
+    from distrain.learning.models import load_info
     from distrain.train.export import export_saved_model
-    from distrain.train.models import load_info
 
     source = tmp_path / "user.py"
     if function == "build":

@@ -8,10 +8,11 @@ import inspect
 
 import pytest
 
+from distrain.base.errors import ConfigError
+from distrain.base.flags import field_types, flag_name
 from distrain.cli import build_parser, main
-from distrain.flags import field_types, flag_name
 from distrain.steps import StepError, check_parameters
-from distrain.train.config import PIPELINE_SETTINGS, ConfigError, RunSpec, TrainConfig
+from distrain.train.config import PIPELINE_SETTINGS, RunSpec, TrainConfig
 
 FIELDS = dataclasses.fields(TrainConfig)
 TYPES = field_types(TrainConfig)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from distrain.failures import Failure
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.base.errors import ConfigError
+from distrain.preprocess.failures import Failure
+from distrain.train.config import TrainConfig
 
 
 def _subclassed():

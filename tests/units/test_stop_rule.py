@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrain.train.config import ConfigError, TrainConfig
+from distrain.base.errors import ConfigError
+from distrain.train.config import TrainConfig
 from distrain.train.driver import EpochDriver, Plateau, epoch_list, weights_digest
 from tests.units.test_driver import FakeEngine, FakeReplica
 

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from distrain.gate import GateError, GateFailed, check_gate, parse_gate
+from distrain.base.gate import GateError, GateFailed, check_gate, parse_gate
 from distrain.submit import SubmitConfig, SubmitError, parse_params, submit
 from tests.conftest import VENV_BIN
 from tests.fakes.kfp import FakeKfp

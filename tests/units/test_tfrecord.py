@@ -18,6 +18,7 @@ from distrain.datasets.tfrecord.spec import (
     count_frames,
     read_frames,
 )
+from distrain.learning.models import load_info
 from distrain.preprocess.common import BadRecordsError
 from distrain.preprocess.records import (
     TFRecordFramingError,
@@ -26,7 +27,6 @@ from distrain.preprocess.records import (
     float_feature,
     int64_feature,
 )
-from distrain.train.models import load_info
 
 PLUGIN = datasets.get("tfrecord")
 
@@ -164,7 +164,7 @@ def test_above_the_bad_ratio_the_job_fails_and_leaves_its_dead_letters(tmp_path)
 def test_the_parser_gives_a_dict_of_the_features_by_name_and_the_label(tmp_path):
     import tensorflow as tf
 
-    from distrain.train.inputs import make_dataset
+    from distrain.learning.inputs import make_dataset
 
     raw = tmp_path / "raw"
     spec = {

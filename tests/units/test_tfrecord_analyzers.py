@@ -15,10 +15,10 @@ from distrain.datasets.testing import BEAM_ARGS
 from distrain.datasets.tfrecord.beam import TfrecordPreprocessConfig, preprocess_tfrecord
 from distrain.datasets.tfrecord.sample import MIXED_SPEC, mixed_records, write_frames
 from distrain.datasets.tfrecord.spec import FeatureSpec, SpecError
+from distrain.learning.models import load_info
 from distrain.preprocess.analyzers import MomentsFn, TopKFn, TopTokens, merge_moments
 from distrain.preprocess.records import bytes_feature, example, float_feature, int64_feature
 from distrain.preprocess.tokens import tokens
-from distrain.train.models import load_info
 
 
 def _pipeline():

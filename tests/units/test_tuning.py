@@ -5,10 +5,11 @@ import math
 
 import pytest
 
-from distrain import cli, tuning
-from distrain.compare.tuned import attach, ranking_sentence, rankings
+from distrain import cli
+from distrain.analysis import tuning
+from distrain.analysis.compare.tuned import attach, ranking_sentence, rankings
+from distrain.base.errors import ConfigError, StepError
 from distrain.datasets.info import DataError, DatasetInfo
-from distrain.errors import ConfigError, StepError
 from distrain.search import search_view, seed_from, tune_start
 
 

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from distrain import datasets
-from distrain.train import usermodel
-from distrain.train.inputs import DatasetInfo
+from distrain.datasets.info import DatasetInfo
+from distrain.learning import usermodel
 from distrain.train.ps.graph import PSGraph
 from tests.conftest import ROOT
 
@@ -80,8 +80,8 @@ LOAD_ELSEWHERE = """
 import json, sys
 import numpy as np
 from distrain import datasets
-from distrain.train import usermodel
-from distrain.train.inputs import DatasetInfo
+from distrain.learning import usermodel
+from distrain.datasets.info import DatasetInfo
 from dataclasses import replace
 
 data, copy, folder = sys.argv[1:]

@@ -6,18 +6,19 @@ import time
 import pytest
 
 from distrain import datasets
-from distrain.failures import Failure
+from distrain.base.errors import ConfigError
+from distrain.datasets.info import DataError, Feature, FeatureSpec
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import build_objects
 from distrain.k8s.train import shipped_model
 from distrain.k8s.validate import ManifestError, validate_all, validate_model_shipping
+from distrain.learning import usermodel
+from distrain.learning.models import find_model, load_info, model_spec
+from distrain.learning.tasks import CLASSIFICATION, RECONSTRUCTION
+from distrain.learning.usermodel import ModelReference, UserModelError
+from distrain.preprocess.failures import Failure
 from distrain.steps import StepError, check_parameters, check_user_model
-from distrain.train import usermodel
-from distrain.train.config import ConfigError, TrainConfig
-from distrain.train.inputs import DataError, Feature, FeatureSpec
-from distrain.train.models import find_model, load_info, model_spec
-from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
-from distrain.train.usermodel import ModelReference, UserModelError
+from distrain.train.config import TrainConfig
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "my_model.py"
@@ -215,7 +216,7 @@ def test_the_users_code_cannot_end_the_process_it_is_one_permanent_line(
 
 @pytest.mark.case("usermodel/error-permanent", "integrity/errors")
 def test_an_error_raised_through_the_users_code_is_permanent_and_names_it(tmp_path):
-    from distrain.failures import classify
+    from distrain.preprocess.failures import classify
 
     path = tmp_path / "custom_layer.py"
     path.write_text(
@@ -248,7 +249,7 @@ def test_a_step_fails_when_the_users_code_exits_later_and_passes_other_exits_on(
 ):
     import json
 
-    from distrain.failures import ERROR_FILE_ENV, step_errors
+    from distrain.preprocess.failures import ERROR_FILE_ENV, step_errors
 
     path = tmp_path / "later.py"
     path.write_text(

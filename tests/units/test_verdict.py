@@ -2,8 +2,8 @@
 
 import pytest
 
-from distrain.compare import build_comparison, render_markdown, render_text_table
-from distrain.verdict import Candidate, decide, summarize, t_interval, wilson
+from distrain.analysis.compare import build_comparison, render_markdown, render_text_table
+from distrain.base.verdict import Candidate, decide, summarize, t_interval, wilson
 
 
 def run(name, mode, workers, seed, seconds, accuracy, reach=(0.9, 0.97), test=2000, ps=None):
@@ -140,7 +140,7 @@ def test_one_repeat_names_no_winner_inside_the_binomial_interval():
         run("sync:2", "sync", 2, 0, 20.0, 0.9820, reach=(0.9, 0.97)),
         run("syncreplicas:3", "syncreplicas", 3, 0, 25.0, 0.9825, reach=(0.9, 0.97), ps=1),
     ]
-    from distrain.compare import CompareConfig
+    from distrain.analysis.compare import CompareConfig
 
     c = build_comparison(reports, CompareConfig(target_accuracy=0.99))
     v = c["verdict"]
@@ -194,7 +194,7 @@ def test_same_name_and_seed_is_a_duplicate_but_other_seeds_are_repeats():
 
 
 def test_headline_metrics_have_stable_keys_with_interval_bounds():
-    from distrain.compare import headline_metrics
+    from distrain.analysis.compare import headline_metrics
 
     reports = repeats("single:1", "single", 1, (30.0, 31.0, 29.0), (0.975, 0.976, 0.974))
     reports += repeats("sync:2", "sync", 2, (10.0, 10.5, 9.5), (0.975, 0.977, 0.974))

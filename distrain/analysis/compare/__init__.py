@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from distrain.compare.page import plots, render_html
-from distrain.compare.rows import (
+from distrain.analysis.compare.page import plots, render_html
+from distrain.analysis.compare.rows import (
     BASELINE,
     COLUMNS,
     QUALITY,
@@ -23,7 +23,7 @@ from distrain.compare.rows import (
     time_to_target,
     verdict_of,
 )
-from distrain.compare.tables import (
+from distrain.analysis.compare.tables import (
     HEADLINE,
     WITH_INTERVAL,
     columns,
@@ -33,8 +33,8 @@ from distrain.compare.tables import (
     render_text_table,
     verdict_sentence,
 )
-from distrain.compare.tuned import attach
-from distrain.plan import Plan, build_plan
+from distrain.analysis.compare.tuned import attach
+from distrain.analysis.plan import Plan, build_plan
 
 __all__ = [
     "BASELINE",
@@ -69,9 +69,9 @@ def write_comparison(
 ) -> dict:
     """Writes ``comparison.json`` (with the reports under ``runs``), ``.md`` and ``.html``.
 
-    ``environment`` (:func:`distrain.machine.describe`) is recorded as the comparison's
+    ``environment`` (:func:`distrain.base.machine.describe`) is recorded as the comparison's
     ``environment`` and said under the table. ``plan`` (``workers=16,link_gbps=25``) adds
-    the cost model's recommendation at that scale (:mod:`distrain.plan`) as ``plan``.
+    the cost model's recommendation at that scale (:mod:`distrain.analysis.plan`) as ``plan``.
     ``tuning`` (run name -> its search's record, :mod:`distrain.search`) puts each run's
     search into its row and says in the verdict whether it changed the ranking
     (:mod:`.tuned`).

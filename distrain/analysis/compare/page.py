@@ -8,11 +8,17 @@ import io
 
 import numpy as np
 
-from distrain.compare.rows import BASELINE
-from distrain.compare.tables import WITH_INTERVAL, _cell, columns, plan_table, verdict_sentence
-from distrain.compare.tuned import sensitivity_plot
-from distrain.machine import text as environment_text
-from distrain.verdict import interval_text
+from distrain.analysis.compare.rows import BASELINE
+from distrain.analysis.compare.tables import (
+    WITH_INTERVAL,
+    _cell,
+    columns,
+    plan_table,
+    verdict_sentence,
+)
+from distrain.analysis.compare.tuned import sensitivity_plot
+from distrain.base.machine import text as environment_text
+from distrain.base.verdict import interval_text
 
 
 def _png(fig) -> str:

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from distrain.base.verdict import Candidate, decide, summarize
+from distrain.learning.tasks import QUALITY_KEYS, TASKS, quality_of
 from distrain.train.driver import steady
 from distrain.train.modes import mode_class, mode_names
-from distrain.train.tasks import QUALITY_KEYS, TASKS, quality_of
-from distrain.verdict import Candidate, decide, summarize
 
 # Rows that are not training runs (a majority class, an n-gram): listed last.
 BASELINE = "baseline"
@@ -232,7 +232,7 @@ SUMMARIZED = (
 
 
 # Means over the test examples whose evaluation gives their own 95 % interval
-# (``KEY_interval``, :func:`distrain.evaluate.regression_metrics`): a row's interval is at
+# (``KEY_interval``, :func:`distrain.learning.metrics.regression_metrics`): a row's interval is at
 # least that of its median repeat, as an accuracy's is at least its Wilson interval.
 OWN_INTERVAL = ("mse", "mae", "r2")
 
@@ -333,7 +333,7 @@ def _cost(row: dict) -> float:
 
 
 def verdict_of(rows: list[dict]) -> dict:
-    """The comparison's verdict (:func:`distrain.verdict.decide`) over its trained rows.
+    """The comparison's verdict (:func:`distrain.base.verdict.decide`) over its trained rows.
 
     On time to the target where a run reached it in every repeat; otherwise on the quality
     itself (the quality its task declares, and which way is better: :func:`quality_of`).

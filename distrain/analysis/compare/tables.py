@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.compare.rows import BASELINE, COLUMNS
-from distrain.machine import text as environment_text
-from distrain.verdict import interval_text
+from distrain.analysis.compare.rows import BASELINE, COLUMNS
+from distrain.base.machine import text as environment_text
+from distrain.base.verdict import interval_text
 
 # The headline numbers a pipeline logs as KFP Metrics, one key per (run, number): the keys
 # stay the same from one pipeline run to the next, so that KFP's run-compare page lines

@@ -1,7 +1,7 @@
 """What a learning-rate search adds to a comparison: its cost per row, its sensitivity, its ranking.
 
-Input: the comparison (:func:`distrain.compare.rows.build_comparison`) and each run
-name's ``tuning`` record (:func:`distrain.tuning.record`). Each row gets its record, the
+Input: the comparison (:func:`distrain.analysis.compare.rows.build_comparison`) and each run
+name's ``tuning`` record (:func:`distrain.analysis.tuning.record`). Each row gets its record, the
 search's seconds and process-seconds, and the time to a tuned model (the search's seconds
 plus the time to target); the verdict says whether the search changed the modes' order;
 the page plots each mode's validation score against the rate.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from distrain.compare.rows import BASELINE
+from distrain.analysis.compare.rows import BASELINE
 
 
 def attach(comparison: dict, records: dict) -> dict:

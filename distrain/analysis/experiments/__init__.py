@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrain import datasets
-from distrain.train.config import ConfigError, RunSpec, TrainConfig
-from distrain.train.models import model_spec
+from distrain.base.errors import ConfigError
+from distrain.learning.models import model_spec
+from distrain.train.config import RunSpec, TrainConfig
 
 SCALES = ("tiny", "small", "full")
 # Experiments that ship with distrain, in the order the CLI lists them.
@@ -227,7 +228,7 @@ class Experiment:
         raise NotImplementedError
 
     def analyse(self, config: ExperimentConfig, results: list, figures: bool = True) -> dict:
-        """The report's parts from the results (:class:`distrain.experiments.report.Result`).
+        """The report's parts from the results (each a ``report.Result``).
 
         ``figures=False`` leaves the figures out (tests of the sentences).
 
@@ -248,7 +249,7 @@ def register(cls: type[Experiment]) -> type[Experiment]:
 
 def _load_built_in() -> None:
     for module in BUILT_IN:
-        importlib.import_module(f"distrain.experiments.{module}")
+        importlib.import_module(f"distrain.analysis.experiments.{module}")
 
 
 def names() -> list[str]:

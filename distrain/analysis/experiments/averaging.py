@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
-from distrain.experiments.report import Result, Table, fmt, png, pyplot
-from distrain.verdict import accuracy_difference, accuracy_interval, with_interval
+from distrain.analysis.experiments import DataSource, Experiment, ExperimentConfig, Point, register
+from distrain.analysis.experiments.report import Result, Table, fmt, png, pyplot
+from distrain.base.verdict import accuracy_difference, accuracy_interval, with_interval
 
 REPLICAS = 4
 # The models and the kind of loss they have.
 MODELS = {"softmax": "convex", "softmax-l2": "strongly convex", "cnn": "non-convex"}
 # An accuracy difference is measurable when the two accuracies' 95 % intervals separate
-# (distrain.verdict), whatever its size; a configuration's old "negligible" is ignored.
+# (distrain.base.verdict), whatever its size; a configuration's old "negligible" is ignored.
 BASE = {"init": "shared", "common": 0.0, "weights": "uniform"}
 # The variants, each one knob away from BASE at the middle period.
 VARIANTS = {"init": "independent", "common": 0.1, "weights": "accuracy"}

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
-from distrain.experiments.report import Result, Table, fmt, png, pyplot, time_to, worker_delays
-from distrain.verdict import accuracy_difference, accuracy_interval, interval_text
+from distrain.analysis.experiments import DataSource, Experiment, ExperimentConfig, Point, register
+from distrain.analysis.experiments.report import (
+    Result,
+    Table,
+    fmt,
+    png,
+    pyplot,
+    time_to,
+    worker_delays,
+)
+from distrain.base.verdict import accuracy_difference, accuracy_interval, interval_text
 
 WORKERS = 2  # the paper's two workers
 # The two staleness bounds of SSP: a tight one and a loose one.

@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from distrain import datasets
-from distrain.compare import COLUMNS
-from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
-from distrain.experiments.report import Result, Table, fmt, png, pyplot
-from distrain.train.config import ConfigError, RunSpec, TrainConfig
-from distrain.train.tasks import TASKS, quality_of
-from distrain.verdict import accuracy_difference, with_interval
+from distrain.analysis.compare import COLUMNS
+from distrain.analysis.experiments import DataSource, Experiment, ExperimentConfig, Point, register
+from distrain.analysis.experiments.report import Result, Table, fmt, png, pyplot
+from distrain.base.errors import ConfigError
+from distrain.base.verdict import accuracy_difference, with_interval
+from distrain.learning.tasks import TASKS, quality_of
+from distrain.train.config import RunSpec, TrainConfig
 
 
 def models() -> dict[str, str]:
@@ -32,7 +33,7 @@ def models() -> dict[str, str]:
 def quality(dataset: str, evaluation: dict) -> tuple[str, bool]:
     """``(key, lower_is_better)`` of a run's quality in this study.
 
-    Its task's declared metric (:func:`distrain.train.tasks.quality_of`), unless the data
+    Its task's declared metric (:func:`distrain.learning.tasks.quality_of`), unless the data
     set's declaration of the study names another (``"quality"``, e.g. a translation
     model's character accuracy, not its task's bits per character); that key's direction
     is the direction of the task that declares it.

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from distrain.compare import time_to_target
-from distrain.errors import StepError
-from distrain.experiments import ExperimentConfig, Point, get
+from distrain.analysis.compare import time_to_target
+from distrain.analysis.experiments import ExperimentConfig, Point, get
+from distrain.base.errors import StepError
 
 
 @dataclass

@@ -7,7 +7,7 @@ hidden layers 2, 4 and 8 times as wide) trains alone, data-parallel (``sync``) a
 by columns (``tensor``) at two ranks for every width, and at more ranks for one width.
 Speedup is one worker's time per epoch over the run's (the epochs after the first, which
 traces). Beside each measured point is the cost model's prediction
-(:mod:`distrain.costmodel`) from the one-worker step time, the model's profile (recorded
+(:mod:`distrain.base.costmodel`) from the one-worker step time, the model's profile (recorded
 by the evaluate step), the link fitted to the runs' own allreduce probes and the cores
 the run's processes shared.
 """
@@ -18,12 +18,12 @@ import statistics
 
 import numpy as np
 
-from distrain.costmodel import contention, fit_link
-from distrain.experiments import DataSource, Experiment, ExperimentConfig, Point, register
-from distrain.experiments.report import Result, Table, fmt, png, pyplot
+from distrain.analysis.experiments import DataSource, Experiment, ExperimentConfig, Point, register
+from distrain.analysis.experiments.report import Result, Table, fmt, png, pyplot
+from distrain.base.costmodel import contention, fit_link
+from distrain.base.verdict import accuracy_difference, with_interval
 from distrain.train.config import RunSpec
 from distrain.train.driver import steady
-from distrain.verdict import accuracy_difference, with_interval
 
 # The net at each width (hidden layers this many times seed 000's).
 MODELS = {1: "fc", 2: "fc-x2", 4: "fc-x4", 8: "fc-x8"}
@@ -165,7 +165,7 @@ def rows_of(results: list[Result], link: dict | None) -> list[dict]:
         if base_epoch and prof:
             t1 = base_epoch / (base.history["steps"] / len(base.history["epochs"]))
             slow = contention(spec.processes, r.point.threads, history.get("host_cores"))
-            # The mode's own equation (distrain.costmodel), from one worker's step.
+            # The mode's own equation (distrain.base.costmodel), from one worker's step.
             step = spec.impl.predicted_step(t1 * slow, prof, r.point.batch_size, link)
             predicted = step * steps if step is not None else None
         speedup = base_epoch / epoch if base_epoch and epoch else None
@@ -279,7 +279,7 @@ def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -
             f"Test accuracy ranged from {lo['accuracy']:.4f} to {hi['accuracy']:.4f} over the "
             f"{len(scored)} runs"
         )
-        # Decided by the test set's 95 % intervals (distrain.verdict), not by a threshold.
+        # Decided by the test set's 95 % intervals (distrain.base.verdict), not by a threshold.
         if accuracy_difference(
             hi["accuracy"], hi["test_examples"], lo["accuracy"], lo["test_examples"]
         ):

@@ -6,12 +6,12 @@ import shutil
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.dbpedia.defaults import DEFAULTS
 from distrain.datasets.dbpedia.download import download_dbpedia
 from distrain.datasets.dbpedia.models import fasttext, fasttext10, logreg, nbow
-from distrain.datasets.dbpedia.pipeline import DEFAULTS
 from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
 from distrain.datasets.info import Feature, FeatureSpec
-from distrain.train.tasks import CLASSIFICATION
+from distrain.learning.tasks import CLASSIFICATION
 
 FILES = ("classes.txt", "train.csv", "test.csv")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from distrain.data.download import RemoteFile, fetch, safe_extract
+from distrain.preprocess.download import RemoteFile, fetch, safe_extract
 
 # DBPedia-14 as Zhang et al. distribute it. Its publishers give an MD5 (torchtext pins it) and
 # the archive's size is 68,341,698 bytes; no sha256 is published.

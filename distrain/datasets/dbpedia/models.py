@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.models import bag_of_embeddings, keras_module
+from distrain.learning.models import bag_of_embeddings, keras_module
 
 
 def fasttext(info, seed: int, dim: int = 64):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.gutenberg.defaults import DEFAULTS
 from distrain.datasets.gutenberg.download import fetch_gutenberg
 from distrain.datasets.gutenberg.models import char_lstm, lstm_seed, rnn, seq2seq
-from distrain.datasets.gutenberg.pipeline import DEFAULTS
 from distrain.datasets.gutenberg.sample import GutenbergSampleConfig, write_gutenberg_sample
-from distrain.lm import StreamTraining
-from distrain.train.tasks import NEXT_CHARACTER, TRANSLATION
+from distrain.learning.lm import StreamTraining
+from distrain.learning.tasks import NEXT_CHARACTER, TRANSLATION
 
 
 def _book_ids(source: str) -> list[int]:

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from distrain.data.download import RemoteFile, fetch, sha256_of
+from distrain.preprocess.download import RemoteFile, fetch, sha256_of
 
 # Project Gutenberg's plain-text books by id. Books change between editions, so no digest can
 # be pinned: fetch_gutenberg records each book's sha256 in a manifest on first download and

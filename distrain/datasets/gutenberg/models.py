@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from distrain.train.models import keras_module
-from distrain.train.precision import compute_dtype
+from distrain.learning.models import keras_module
+from distrain.learning.precision import compute_dtype
 
 
 def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 64, dropout=0.4):
@@ -17,9 +17,9 @@ def char_lstm(info, seed: int, units: int = 512, layers: int = 1, embed: int = 6
     0.55 2.150 (seed 0, one run each).
 
     Built for any batch and without state; training in a mode that carries state, and
-    scoring, use its stateful copy (:func:`distrain.lm.recurrent_copy`).
+    scoring, use its stateful copy (:func:`distrain.learning.lm.recurrent_copy`).
 
-    It allows bfloat16 (:mod:`distrain.train.precision`): on 2 cores with native bfloat16
+    It allows bfloat16 (:mod:`distrain.learning.precision`): on 2 cores with native bfloat16
     a training step computes about twice as fast as in float32, and on 1 MB of fortunes
     its validation bits/char after 2 epochs were no worse. The logits stay float32.
     """

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from distrain.datasets import DataSet, ModelSpec, register
 from distrain.datasets.info import Feature, FeatureSpec
+from distrain.datasets.mnist.defaults import DEFAULTS
 from distrain.datasets.mnist.download import download_mnist
 from distrain.datasets.mnist.idx import MNIST_FILES, inspect_mnist_split, mnist_paths
 from distrain.datasets.mnist.models import (
@@ -22,9 +23,8 @@ from distrain.datasets.mnist.models import (
     softmax_l2,
     vgg11,
 )
-from distrain.datasets.mnist.pipeline import DEFAULTS
 from distrain.datasets.mnist.sample import MnistSampleConfig, write_mnist_sample
-from distrain.train.tasks import CLASSIFICATION, RECONSTRUCTION
+from distrain.learning.tasks import CLASSIFICATION, RECONSTRUCTION
 
 
 @register

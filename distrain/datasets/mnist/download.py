@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from distrain.data.download import RemoteFile, fetch
+from distrain.preprocess.download import RemoteFile, fetch
 
 # The MNIST mirror TensorFlow's datasets use; sizes and digests as published with them.
 MNIST_MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.models import keras_module, perceptron
+from distrain.learning.models import keras_module, perceptron
 
 
 def image_shape(info) -> tuple[int, ...]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from distrain.datasets import DataSet, DataSetError, ModelSpec, register
+from distrain.datasets.tfrecord.defaults import DEFAULTS
 from distrain.datasets.tfrecord.models import mlp
-from distrain.datasets.tfrecord.pipeline import DEFAULTS
 from distrain.datasets.tfrecord.sample import write_tfrecord_sample
 from distrain.datasets.tfrecord.spec import (
     SOURCES,
@@ -27,7 +27,7 @@ from distrain.datasets.tfrecord.spec import (
     check_first_frame,
     source_files,
 )
-from distrain.train.tasks import CLASSIFICATION
+from distrain.learning.tasks import CLASSIFICATION
 
 # tf.io's dtype of each features.json dtype.
 TF_DTYPES = {"float32": "float32", "int64": "int64", "bytes": "string"}

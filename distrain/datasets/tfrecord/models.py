@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from distrain.datasets import DataSetError
-from distrain.train.models import keras_module
+from distrain.learning.models import keras_module
 
 
 def mlp(info, seed: int, hidden: tuple[int, ...] = (64, 64)):

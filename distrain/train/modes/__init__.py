@@ -11,7 +11,7 @@ on a mode's name: the launcher, the Kubernetes objects and the comparison ask th
 Adding a mode: a module here with a :func:`register`-ed subclass, its name in
 :data:`BUILT_IN`, and a test (docs/modes.md, "Adding a mode"). Another package adds modes
 without touching this one: a :class:`Mode` subclass as an entry point of the group
-``distrain.modes`` (:mod:`distrain.plugins`), loaded with the built-in modes.
+``distrain.modes`` (:mod:`distrain.base.plugins`), loaded with the built-in modes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 from typing import ClassVar
 
-from distrain import plugins
-from distrain.errors import ConfigError
+from distrain.base import plugins
+from distrain.base.errors import ConfigError
 from distrain.train.engine import ONE_PROCESS, Engine, Process
 
 # The modules of the built-in modes, in the order the comparison lists them.
@@ -139,7 +139,7 @@ class Mode:
     #: (``hybrid:2:2`` is ``hybrid:2:model=2``).
     positional: ClassVar[tuple[str, ...]] = ()
     #: Whether a language model's state is carried from one batch to the next: stream
-    #: models (:mod:`distrain.lm`) then train on contiguous streams, one per batch row.
+    #: models (:mod:`distrain.learning.lm`) then train on contiguous streams, one per batch row.
     #: Modes that do not carry it train them on shuffled windows from a zero state.
     carries_state: ClassVar[bool] = False
     #: How the run's processes start and exchange (:class:`distrain.train.engine.Engine`).
@@ -206,7 +206,8 @@ class Mode:
     def check_optimizer(self, cfg, optimizer) -> None:
         """Refuses a model file's tf-keras optimizer this mode cannot apply (default: none).
 
-        The training step asks it before any process starts (:func:`distrain.train.choices.check`).
+        The training step asks it before any process starts
+        (:func:`distrain.learning.choices.check`).
 
         Raises:
             ConfigError: One line naming the mode and the optimizer's setting.
@@ -281,13 +282,13 @@ class Mode:
     # ---- the cost model ------------------------------------------------------------------
 
     def predicted_step(self, t1: float, prof: dict, batch: int, link: dict | None):
-        """The cost model's seconds of one of this run's steps (:mod:`distrain.costmodel`).
+        """The cost model's seconds of one of this run's steps (:mod:`distrain.base.costmodel`).
 
         Args:
             t1: One process's step on one core with the same model and batch per worker,
-                stretched by :func:`distrain.costmodel.contention` when the run's
+                stretched by :func:`distrain.base.costmodel.contention` when the run's
                 processes share cores.
-            prof: The model's :func:`distrain.costmodel.profile`.
+            prof: The model's :func:`distrain.base.costmodel.profile`.
             batch: Examples per step per worker.
             link: ``bytes_per_second`` and ``latency_seconds`` of the run's link (None:
                 not measured).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from distrain.costmodel import FLOAT, ring_step
-from distrain.errors import ConfigError
+from distrain.base.costmodel import FLOAT, ring_step
+from distrain.base.errors import ConfigError
+from distrain.learning.inputs import make_dataset
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, start_horovod
-from distrain.train.inputs import make_dataset
 from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps
 from distrain.train.replica import VAL_BATCH, Group, Replica

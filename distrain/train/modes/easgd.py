@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from distrain.train.choices import make_optimizer
-from distrain.train.config import ConfigError
+from distrain.base.errors import ConfigError
+from distrain.learning.choices import make_optimizer
 from distrain.train.modes import register
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.mode import ParameterServerMode
@@ -74,7 +74,7 @@ class EASGDRule(PushRule):
         if g.role.job != "worker":
             return g.model, g.variables
         tf = g.tf
-        from distrain.train.optim import initializer
+        from distrain.learning.optim import initializer
 
         # [easgd] the worker's own copy and optimizer, on the worker (the caller's device)
         self.model = g.build_model()

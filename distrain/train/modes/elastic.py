@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from distrain.costmodel import FLOAT, ring_step
-from distrain.errors import ConfigError
+from distrain.base.costmodel import FLOAT, ring_step
+from distrain.base.errors import ConfigError
 from distrain.train import nonfinite
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import ELASTIC_HOROVOD, controller, start_horovod

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from distrain.costmodel import FLOAT, ring_step, tensor_step
-from distrain.errors import ConfigError
+from distrain.base.costmodel import FLOAT, ring_step, tensor_step
+from distrain.base.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, probe_link, start_horovod
 from distrain.train.modes import Mode, register
@@ -121,7 +121,7 @@ def groups(hvd, data: int, model: int, sets: tuple[list, list]):
         ``(Group, ModelGroup, reduce)``: ``reduce`` averages the gradients over the
         ranks holding the same columns (None with one data group).
     """
-    from distrain.train.split import ModelGroup  # (tf_keras: not in the launcher)
+    from distrain.learning.split import ModelGroup  # (tf_keras: not in the launcher)
 
     d, m = layout(hvd.rank(), model)
     if data == 1:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from distrain.costmodel import layer_costs, pipeline_step, stage_bounds
-from distrain.errors import ConfigError
+from distrain.base.costmodel import layer_costs, pipeline_step, stage_bounds
+from distrain.base.errors import ConfigError
+from distrain.learning.models import find_model
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, keep_collectives_in_order, probe_link, start_horovod
-from distrain.train.models import find_model
 from distrain.train.modes import Mode, register
 from distrain.train.modes.tensor import (
     SplitReplica,
@@ -360,7 +360,7 @@ class Pipeline(Mode):
     def train(self, cfg) -> dict:
         import horovod.tensorflow as hvd
 
-        from distrain.train.split import ModelGroup  # its layers subclass tf_keras's
+        from distrain.learning.split import ModelGroup  # its layers subclass tf_keras's
 
         keep_collectives_in_order()  # [pipeline] the transfers are ordered by control edges
         stages = cfg.run.workers

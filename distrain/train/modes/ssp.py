@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from distrain.train.config import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.train.modes import register
 from distrain.train.modes.asynchronous import AsyncRule
 from distrain.train.ps.graph import PSGraph

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.costmodel import FLOAT, ring_step
+from distrain.base.costmodel import FLOAT, ring_step
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
 from distrain.train.modes import Mode, register

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.config import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.train.modes import register
 from distrain.train.ps import state
 from distrain.train.ps.graph import PSGraph

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import resource
 
-from distrain.costmodel import tensor_step
-from distrain.errors import ConfigError
+from distrain.base.costmodel import tensor_step
+from distrain.base.errors import ConfigError
+from distrain.learning.models import build_model
 from distrain.train.driver import EpochDriver
 from distrain.train.horovod import HOROVOD, controller, probe_link, start_horovod
-from distrain.train.models import build_model
 from distrain.train.modes import Mode, register
 from distrain.train.modes.single import LocalSteps, share_state
 from distrain.train.replica import Group, Replica
@@ -20,7 +20,7 @@ def check_columns(cfg, model) -> None:
     Raises:
         ConfigError: One line naming each such layer and why.
     """
-    from distrain.train.split import unsplittable
+    from distrain.learning.split import unsplittable
 
     refused = unsplittable(model)
     if refused:
@@ -97,7 +97,7 @@ class SplitReplica(Replica):
         super().__init__(cfg, group)
 
     def build_model(self, model):
-        from distrain.train.split import split_model
+        from distrain.learning.split import split_model
 
         check_columns(self.cfg, model)
         return split_model(model, self.model_group)  # [tensor] this rank's share
@@ -112,7 +112,7 @@ class SplitReplica(Replica):
 
     def whole_weights(self) -> list:
         """The unsplit model's weights (a collective of the model group)."""
-        from distrain.train.split import whole_weights
+        from distrain.learning.split import whole_weights
 
         return whole_weights(self.model, self.model_group)
 
@@ -154,7 +154,7 @@ class SplitSteps(LocalSteps):
     def finish(self) -> None:
         import numpy as np
 
-        from distrain.train.split import parameters
+        from distrain.learning.split import parameters
 
         # [tensor] every rank's parameters and peak memory, for the comparison (a
         # collective: every rank comes here, at the end of training).
@@ -210,7 +210,7 @@ class Tensor(Mode):
         return tensor_step(t1, prof, batch, self.spec.workers, b, lat)["step"]
 
     def train(self, cfg) -> dict:
-        from distrain.train.split import ModelGroup
+        from distrain.learning.split import ModelGroup
 
         hvd, _ = start_horovod(cfg.idle_horovod_threads, ranks=cfg.run.processes)
         link = probe_link(hvd)  # [tensor] what a message costs on this run's link

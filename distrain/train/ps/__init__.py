@@ -40,7 +40,7 @@ Its modules, one concern each (each imports only those listed before it):
 * :mod:`~distrain.train.ps.rules`: :class:`~distrain.train.ps.rules.PushRule`, what a
   step does with its gradient (each mode's rule is in its module).
 * :mod:`~distrain.train.ps.mirror`: a worker's copy of a dense model.
-* :mod:`~distrain.train.ps.worker`: a worker's loop.
+* :mod:`~distrain.train.ps.worker_loop`: a worker's loop.
 * :mod:`~distrain.train.ps.chief`: the chief, and its engine for the epoch driver.
 * :mod:`~distrain.train.ps.mode`: what every parameter-server mode shares (its
   processes, Kubernetes objects, and the role each process plays).

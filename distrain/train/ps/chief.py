@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from distrain.train.config import TrainConfig, TrainingError
+from distrain.base.errors import TrainingError
+from distrain.learning.staleness import summarize
+from distrain.train.config import TrainConfig
 from distrain.train.driver import next_checkpoint
 from distrain.train.nonfinite import NonFiniteLoss
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.roles import Role, start_server
 from distrain.train.ps.rules import PushRule
-from distrain.train.staleness import summarize
 
 # Seconds the chief sleeps on the wake-up queue before it looks at the counters itself
 # (for the progress plots, and to notice that every worker has stopped).
@@ -65,7 +66,7 @@ class Chief:
     def __init__(self, cfg: TrainConfig, info, role: Role, rule: PushRule):
         import tensorflow as tf
 
-        from distrain.train.optim import initializer
+        from distrain.learning.optim import initializer
 
         self.cfg, self.role, self.rule = cfg, role, rule
         self.g = g = PSGraph(cfg, info, role, rule)

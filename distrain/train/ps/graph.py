@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from distrain.train.choices import make_optimizer, training_task
+from distrain.learning.choices import make_optimizer, training_task
+from distrain.learning.models import model_spec
 from distrain.train.config import TrainConfig
-from distrain.train.models import model_spec
 from distrain.train.ps import state
 from distrain.train.ps.roles import Role
 from distrain.train.ps.transport import arrived, by_server, moved_as_one

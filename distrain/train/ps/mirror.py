@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from distrain.train.config import TrainingError
+from distrain.base.errors import TrainingError
 from distrain.train.ps.graph import PSGraph
 from distrain.train.ps.transport import by_server, moved_as_one
 

@@ -12,17 +12,17 @@ import os
 import sys
 import traceback
 
-from distrain.errors import ConfigError
-from distrain.failures import Failure
+from distrain.base.errors import ConfigError
 from distrain.k8s.objects import ps_objects
+from distrain.learning.models import load_info
+from distrain.preprocess.failures import Failure
 from distrain.train.driver import EpochDriver
 from distrain.train.engine import Engine, Process, server_command, worker_command
-from distrain.train.models import load_info
 from distrain.train.modes import Mode
 from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefEngine
 from distrain.train.ps.roles import Role, cluster_spec, tf_config
 from distrain.train.ps.rules import PushRule
-from distrain.train.ps.worker import Worker
+from distrain.train.ps.worker_loop import Worker
 from distrain.train.replica import Replica
 from distrain.train.worker import record_error
 

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from distrain.train.config import TrainingError
+from distrain.base.errors import TrainingError
 from distrain.train.launch import free_ports
 
 

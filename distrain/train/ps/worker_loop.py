@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from distrain.train.config import TrainConfig, TrainingError
-from distrain.train.inputs import make_dataset
+from distrain.base.errors import TrainingError
+from distrain.learning.inputs import make_dataset
+from distrain.train.config import TrainConfig
 from distrain.train.nonfinite import LossWatch, NonFiniteLoss, is_finite
 from distrain.train.ps import state
 from distrain.train.ps.graph import PSGraph

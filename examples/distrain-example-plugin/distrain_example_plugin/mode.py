@@ -7,7 +7,7 @@ driver, checkpoints and history come with it.
 
 from __future__ import annotations
 
-from distrain.errors import ConfigError
+from distrain.base.errors import ConfigError
 from distrain.train.driver import EpochDriver
 from distrain.train.engine import ONE_PROCESS
 from distrain.train.modes import Mode

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from distrain.datasets import ModelSpec, PluginModel
-from distrain.train.tasks import CLASSIFICATION
+from distrain.learning.tasks import CLASSIFICATION
 
 
 def linear(info, seed: int):
