@@ -23,6 +23,7 @@ from pathlib import Path
 import distrain
 from distrain import datasets
 from distrain.analysis import experiments
+from distrain.base.errors import ConfigError
 from distrain.base.flags import add_flags, field_types, given
 from distrain.base.verdict import repeat_summary
 from distrain.cliflags import add_repeats, add_tune, tune_settings
@@ -125,7 +126,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """``distrain run``: a pipeline locally (kfp.local), its failures told as in ``failures``."""
     from distrain.analysis.compare import render_text_table
-    from distrain.base.errors import ConfigError
     from distrain.learning import usermodel
     from distrain.train.config import parse_run_specs
 
@@ -208,8 +208,6 @@ def _run_locally(pipeline, params: dict, out: Path):
 
 def _data_sources(given: list[str], names: list[str]) -> dict[str, str]:
     """``--data`` values (``DIR``, or ``DATASET=DIR`` per data set) as data set -> directory."""
-    from distrain.base.errors import ConfigError
-
     sources = {}
     for value in given:
         name, sep, directory = value.partition("=")
@@ -234,7 +232,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     import dataclasses
 
     from distrain.analysis.experiments import DataSource, load_config
-    from distrain.base.errors import ConfigError
     from distrain.pipelines.experiments.common import (
         build_experiment_pipeline,
         pipeline_arguments,
@@ -283,7 +280,6 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _check_repeats(repeats: int) -> None:
-    from distrain.base.errors import ConfigError
     from distrain.steps import MAX_REPEATS
 
     if not 1 <= repeats <= MAX_REPEATS:
