@@ -22,4 +22,3 @@ def image(kind: str) -> str:
 
 BEAM_IMAGE = image("beam")
 TRAINER_IMAGE = image("trainer")
-TRAINER_GPU_IMAGE = image("trainer-gpu")

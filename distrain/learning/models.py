@@ -124,11 +124,6 @@ def _spec(info: DatasetInfo, name: str):
     return model_spec(info.dataset, name)
 
 
-def models_for(dataset: str) -> list[str]:
-    """The names of the models for ``dataset`` (its default first)."""
-    return list(datasets.get(dataset).models)
-
-
 def model_names() -> list[str]:
     """Every model's name, over all data sets, in the data sets' order."""
     return list(dict.fromkeys(m for d in datasets.names() for m in datasets.get(d).models))
@@ -141,8 +136,3 @@ def build_model(info: DatasetInfo, name: str, seed: int = 0):
         ValueError: No such model for this data set.
     """
     return _spec(info, name).build(info, seed)
-
-
-def task_of(info: DatasetInfo, name: str):
-    """What the named model of the data set learns (:mod:`distrain.learning.tasks`)."""
-    return _spec(info, name).task

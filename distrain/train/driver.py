@@ -1,8 +1,8 @@
 """The epoch driver: epochs, checkpoint cadence, resume, timing and history, for every mode.
 
-A mode hands the driver an *engine* (its way of making updates) and the driver does the
-rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping every mode
-gets for free. What watches the run from inside the loop is a *hook*
+A mode hands the driver its *steps* (its way of making updates, a :class:`Steps`) and the
+driver does the rest, as Keras's fit loop calls its callbacks: one loop, and the bookkeeping
+every mode gets for free. What watches the run from inside the loop is a *hook*
 (:mod:`distrain.train.hooks`): the TensorBoard event files and the progress lines and
 reports, for every mode. The arithmetic of that bookkeeping is plain functions here,
 tested without TensorFlow (``tests/units/test_driver.py``).
@@ -270,7 +270,7 @@ def atomic_write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-class Engine(Protocol):
+class Steps(Protocol):
     """How a mode makes updates; the driver calls these, in this order.
 
     Attributes:
@@ -299,7 +299,7 @@ class Engine(Protocol):
     def epoch_totals(self, loss_sum: float, correct: float, seen: int) -> tuple[float, float, int]:
         """The epoch's totals over every worker (this process's sums in).
 
-        An engine whose ranks train on different data may also set ``rank_loss_sums``
+        A mode's steps whose ranks train on different data may also set ``rank_loss_sums``
         (each data rank's summed loss over the epoch, in rank order): the history keeps
         each one's loss per label. The ranks saw equal shares of the epoch's examples
         unless it also sets ``rank_shares`` (each one's fraction, in rank order).
@@ -337,18 +337,18 @@ class EpochDriver:
         cfg: The run's configuration.
         replica: The run's model, optimizer, checkpoints and evaluation
             (:class:`distrain.train.replica.Replica`).
-        engine: The mode's way of making updates.
+        steps: The mode's way of making updates.
         hooks: What watches the loop (default: :func:`default_hooks`).
     """
 
-    def __init__(self, cfg: TrainConfig, replica, engine: Engine, hooks: list[Hook] | None = None):
-        self.cfg, self.replica, self.engine = cfg, replica, engine
+    def __init__(self, cfg: TrainConfig, replica, steps: Steps, hooks: list[Hook] | None = None):
+        self.cfg, self.replica, self.steps = cfg, replica, steps
         self.hooks = default_hooks(cfg, replica) if hooks is None else list(hooks)
         self.epochs: list[dict] = []
         self.resumed_at: list[int] = []
         self.resumed_wall = 0.0
         self.step_durations: list[list[float]] = []
-        self.examples_so_far: int | None = None  # set by engines whose world size varies
+        self.examples_so_far: int | None = None  # set by steps whose world size varies
         self.plateau = Plateau(cfg.until_plateau, cfg.min_exchanges)
         # What a restart set aside (None: the run did not start over), and the notes of
         # earlier resumes of this run (the replica keeps this one's).
@@ -387,8 +387,8 @@ class EpochDriver:
 
     def run(self) -> dict:
         """Restores, trains every epoch left, saves; returns the history."""
-        cfg, r, engine = self.cfg, self.replica, self.engine
-        per_epoch = engine.updates_per_epoch()
+        cfg, r, steps = self.cfg, self.replica, self.steps
+        per_epoch = steps.updates_per_epoch()
         if not cfg.min_exchanges:  # the mode's rule (Mode.min_exchanges)
             self.plateau.min_exchanges = cfg.run.impl.min_exchanges(per_epoch)
         self.restore()
@@ -396,7 +396,7 @@ class EpochDriver:
             r.step, r.epoch, per_epoch, cfg.epochs, str(r.out / "checkpoints")
         )
         self.log_start()
-        engine.start()
+        steps.start()
         self.call_hooks("on_train_begin")
         every = cfg.checkpoint_every_steps
         start = time.perf_counter()
@@ -409,21 +409,21 @@ class EpochDriver:
             durations: list[float] = []
             while position < per_epoch:
                 stop = next_stop(epoch, position, per_epoch, every)
-                batch_loss, batch_correct, timed = engine.run(epoch, position, stop)
+                batch_loss, batch_correct, timed = steps.run(epoch, position, stop)
                 loss_sum += batch_loss
                 correct += batch_correct
                 durations.extend(timed)
                 position = stop
                 step = epoch * per_epoch + stop
                 if every and step % every == 0 and stop < per_epoch:
-                    r.checkpoint(step, engine)
+                    r.checkpoint(step, steps)
                 self.call_hooks("on_segment_end", step)
-            seconds = engine.epoch_seconds(time.perf_counter() - t0)
-            seen = (per_epoch - begin) * engine.gradients_per_update * cfg.batch_size
-            loss_sum, correct, seen = engine.epoch_totals(loss_sum, correct, seen)
+            seconds = steps.epoch_seconds(time.perf_counter() - t0)
+            seen = (per_epoch - begin) * steps.gradients_per_update * cfg.batch_size
+            loss_sum, correct, seen = steps.epoch_totals(loss_sum, correct, seen)
             self.end_epoch(epoch, loss_sum, correct, seen, seconds, start, durations)
-        engine.finish()
-        engine.refresh()
+        steps.finish()
+        steps.refresh()
         self.restore_best()
         r.save_model()
         history = self.history()
@@ -470,12 +470,12 @@ class EpochDriver:
         )
 
     def exchanges(self) -> int:
-        """Exchanges of the scored weights so far: the engine's count, else every update.
+        """Exchanges of the scored weights so far: the steps' count, else every update.
 
-        An engine whose scored weights move only at an exchange (EASGD's centre, averaged
+        Steps whose scored weights move only at an exchange (EASGD's centre, averaged
         replicas) counts them (``exchanges()``); in every other mode each update moves them.
         """
-        count = getattr(self.engine, "exchanges", None)
+        count = getattr(self.steps, "exchanges", None)
         return int(count()) if count is not None else int(self.replica.step)
 
     def log_start(self) -> None:
@@ -498,20 +498,20 @@ class EpochDriver:
         their spread goes into the record, and the history gives the spread over the
         epochs after the first as the run's ``step_ms``.
         """
-        cfg, r, engine = self.cfg, self.replica, self.engine
+        cfg, r, steps = self.cfg, self.replica, self.steps
         last = epoch + 1 == cfg.epochs
         val_loss = val_acc = None
         # Until plateau: every epoch is validated, its loss decides whether to go on.
         if last or (epoch + 1) % cfg.validation_freq == 0 or cfg.until_plateau:
             # Only for what reads the weights: a parameter-server chief copies them from
             # the servers, which costs their time while the workers go on.
-            engine.refresh()
+            steps.refresh()
             val_loss, val_acc = r.evaluate()
         per_label = max(seen * r.labels_per_example, 1)
         watch = getattr(r, "losses", None)  # (test doubles of a replica have none)
         if watch is not None:
             watch.epoch(epoch + 1, loss_sum)  # on_nan=stop: before the epoch's checkpoint
-        by_rank = getattr(engine, "rank_loss_sums", None)
+        by_rank = getattr(steps, "rank_loss_sums", None)
         record = {
             "epoch": epoch + 1,
             # Losses and accuracy are per label (per character for a language model).
@@ -524,10 +524,10 @@ class EpochDriver:
             # Examples in all updates so far (a resumed run counts the steps before it).
             "examples": self.examples_so_far
             if self.examples_so_far is not None
-            else r.step * cfg.batch_size * engine.gradients_per_update,
+            else r.step * cfg.batch_size * steps.gradients_per_update,
         }
         if by_rank and len(by_rank) > 1:
-            shares = getattr(engine, "rank_shares", None) or [1 / len(by_rank)] * len(by_rank)
+            shares = getattr(steps, "rank_shares", None) or [1 / len(by_rank)] * len(by_rank)
             if all(shares):  # (a worker that counted no step has no loss of its own)
                 # Each rank's loss per label, over the labels of its share of ``seen``.
                 record["rank_loss"] = [
@@ -557,10 +557,10 @@ class EpochDriver:
             f"epoch {epoch + 1}/{cfg.epochs}  loss {record['loss']:.4f}  "
             f"acc {record['accuracy']:.4f}  {validation}"
             f"{record['wall_seconds']:.1f}s  {seen / max(step_seconds, 1e-9):,.0f} ex/s"
-            f"{engine.epoch_note()}"
+            f"{steps.epoch_note()}"
         )
         if (epoch + 1) % cfg.checkpoint_every_epochs == 0 or last or self.plateau.stop:
-            r.checkpoint(r.step, engine)  # by the processes that write checkpoints
+            r.checkpoint(r.step, steps)  # by the processes that write checkpoints
             if r.rank == 0:
                 atomic_write_json(r.out / "history.json", self.history())
         self.call_hooks("on_epoch_end", record, list(durations))
@@ -576,7 +576,7 @@ class EpochDriver:
             "step_seconds": sum(e["step_seconds"] for e in epochs),
             "total_examples": epochs[-1]["examples"] if epochs else 0,
             "examples_per_second": steady_throughput(epochs),
-            "global_batch_size": cfg.batch_size * self.engine.gradients_per_update,
+            "global_batch_size": cfg.batch_size * self.steps.gradients_per_update,
             "steps": r.step,
             "resumed_at_steps": self.resumed_at,
             "python": sys.version.split()[0],
@@ -613,7 +613,7 @@ class EpochDriver:
         ]
         if watch is not None:
             history.update(watch.history())  # on_nan, and what continue trained through
-        history.update(self.engine.history())
+        history.update(self.steps.history())
         if "staleness_summary" not in history and any(history["staleness"]):
             history["staleness_summary"] = summarize(history["staleness"])
         return history

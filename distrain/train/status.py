@@ -179,7 +179,7 @@ class ProgressHook(Hook):
     def on_train_begin(self, driver) -> None:
         if not self.active:
             return
-        self.per_epoch = driver.engine.updates_per_epoch()
+        self.per_epoch = driver.steps.updates_per_epoch()
         self.total = self.cfg.epochs * self.per_epoch
         self.first_step = int(self.replica.step)
         self.start = self.last = self.clock()

@@ -33,14 +33,14 @@ class Replica:
         self.lines.append(message)
 
 
-class Engine:
+class Steps:
     def updates_per_epoch(self):
         return 10
 
 
 class Driver:
     def __init__(self):
-        self.engine, self.epochs = Engine(), []
+        self.steps, self.epochs = Steps(), []
 
 
 def record(epoch: int, examples: int, loss: float = 0.5) -> dict:

@@ -13,7 +13,7 @@ from distrain.train.modes import Mode
 from distrain.train.replica import Group, Replica, allreduce_gradients
 
 
-class ElasticEngine:
+class ElasticSteps:
     """What the epoch driver asks of an elastic run (its loop is :meth:`ElasticSync.train`'s)."""
 
     def __init__(self, hvd):
@@ -93,7 +93,7 @@ class ElasticSync(Mode):
         hvd, _ = start_horovod(False)
         group = Group(hvd.rank(), hvd.size(), hvd)
         replica = Replica(cfg, group)
-        engine = ElasticEngine(hvd)
+        engine = ElasticSteps(hvd)
         driver = EpochDriver(cfg, replica, engine)
         driver.restore()
         n_train = replica.info.splits["train"]

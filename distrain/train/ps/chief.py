@@ -1,6 +1,6 @@
 """[ps] The chief: initialises the servers, lets the workers go segment by segment, checkpoints.
 
-Its :class:`ChiefEngine` is the epoch driver's engine on the chief: evaluation,
+Its :class:`ChiefSteps` is the epoch driver's steps on the chief: evaluation,
 checkpoints and the saved model are the same code as every other mode's.
 """
 
@@ -249,8 +249,8 @@ class Chief:
         self.sess.run(self.set_stop)
 
 
-class ChiefEngine:
-    """The epoch driver's engine on a parameter-server chief: segments of updates.
+class ChiefSteps:
+    """The epoch driver's steps on a parameter-server chief: segments of updates.
 
     The workers drive their own steps; the chief lets them go up to the driver's next
     stop (a checkpoint or the epoch's end), waits until every granted update is applied,

@@ -19,7 +19,7 @@ from distrain.preprocess.failures import Failure
 from distrain.train.driver import EpochDriver
 from distrain.train.engine import Engine, Process, server_command, worker_command
 from distrain.train.modes import Mode
-from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefEngine
+from distrain.train.ps.chief import CHIEF_NICENESS, Chief, ChiefSteps
 from distrain.train.ps.roles import Role, cluster_spec, tf_config
 from distrain.train.ps.rules import PushRule
 from distrain.train.ps.worker_loop import Worker
@@ -144,4 +144,4 @@ class ParameterServerMode(Mode):
         chief = Chief(cfg, info, role, self.rule())
         replica = Replica(cfg)
         chief.attach(replica)
-        EpochDriver(cfg, replica, ChiefEngine(chief, replica)).run()
+        EpochDriver(cfg, replica, ChiefSteps(chief, replica)).run()
