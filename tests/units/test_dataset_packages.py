@@ -1,7 +1,12 @@
-"""Each data set is one package: its own contract test, and no name of it anywhere else."""
+"""Each data set is one package: its own contract test, and no name of it anywhere else.
+
+Each data set's contract test is ``tests/datasets/NAME/test_contract.py``, beside its other
+tests.
+"""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -66,7 +71,15 @@ def test_a_data_set_named_after_the_file_format_is_found_by_how_code_names_it(tm
 
 
 def test_every_registered_data_set_has_its_contract_test():
-    tested = {cls.DATASET for cls in DataSetTestCase.__subclasses__()}
+    """``tests/datasets/NAME/test_contract.py`` holds a contract test of each data set."""
+    tested = set()
+    for path in sorted((ROOT / "tests" / "datasets").glob("*/test_contract.py")):
+        module = importlib.import_module(f"tests.datasets.{path.parent.name}.test_contract")
+        tested |= {
+            cls.DATASET
+            for cls in vars(module).values()
+            if isinstance(cls, type) and issubclass(cls, DataSetTestCase) and cls.DATASET
+        }
     assert tested == set(datasets.names())
 
 
@@ -91,24 +104,6 @@ def test_time_to_target_rises_to_an_accuracy_or_falls_to_a_loss():
     assert time_to_target(epochs, 1.0, value=bits, lower_is_better=True) is None
 
 
-# ---- one small class per data set, over the shared contract ------------------------------
-
-
-class TestMnist(DataSetTestCase):
-    DATASET = "mnist"
-    SAMPLE_SIZE = 300  # training images
-
-
-class TestDbpedia(DataSetTestCase):
-    DATASET = "dbpedia"
-    SAMPLE_SIZE = 280  # training rows, 20 per class
-
-
-class TestGutenberg(DataSetTestCase):
-    DATASET = "gutenberg"
-    SAMPLE_SIZE = 30_000  # characters over three books
-
-
 def test_the_registry_lists_the_data_sets_in_its_order_whichever_was_imported_first():
     """The registry imports its plugins by name; a process that imported one first (a Beam
     job: ``python -m distrain.datasets.NAME.beam``) still lists them in BUILT_IN's order."""
@@ -125,8 +120,3 @@ def test_the_registry_lists_the_data_sets_in_its_order_whichever_was_imported_fi
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ",".join(datasets.BUILT_IN)
     assert datasets.names()[: len(datasets.BUILT_IN)] == list(datasets.BUILT_IN)
-
-
-class TestTfrecord(DataSetTestCase):
-    DATASET = "tfrecord"
-    SAMPLE_SIZE = 200  # training records, two files (one gzipped)

@@ -1,0 +1,1 @@
+"""The mnist data set's tests: its contract (test_contract.py), then its own pieces."""
