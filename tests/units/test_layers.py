@@ -1,32 +1,32 @@
 """The package's imports go one way, down these layers (lowest first):
 
-0. **base** (``errors``, ``progress``, ``machine``, ``memory``, ``gate``, ``flags``, ``verdict``,
-   ``images``, ``costmodel``, ``evaluate``, ``ngram``, ``plugins``): helpers that import no
-   other layer (``plugins`` loads other packages' entry points for the registries).
-1. **files** (``data``, ``preprocess``, ``failures``): downloads, records, the shared Beam
-   transforms, the one-line failure reports.
-2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
-   preprocessed directory holds. It imports its plugins by name on the first lookup, so
-   every layer above may ask it and none of its plugins is below it. It tells a model in
+Each layer is a folder of ``distrain/`` (:data:`LAYERS` names them by glob), but where a
+folder holds two layers or the root holds a layer's modules:
+
+0. **base** (``base/``; and ``distrain/__init__.py``): helpers that import no other layer
+   (``plugins`` loads other packages' entry points for the registries).
+1. **files** (``preprocess/``): downloads, records, the shared Beam transforms and runners,
+   the one-line failure reports.
+2. **registry** (``datasets/__init__.py``, ``datasets/info.py``): the data-set registry and
+   what a preprocessed directory holds. It imports its plugins by name on the first lookup,
+   so every layer above may ask it and none of its plugins is below it. It tells a model in
    the user's code (``FILE.py:FUNCTION``) from a registered one and no more: the learning
-   layer resolves it (``train.models``).
-3. **learning** (``lm``, ``train.inputs``, ``train.models``, ``train.layers``, ``train.predict``,
-   ``train.tasks``, ``train.optim``, ``train.split``, ``train.staleness``, ``train.runtime``,
-   ``train.heartbeat``, ``train.usermodel``, ``train.choices``, ``train.precision``): what a
-   run reads, the models' builders (the user's too, with its loss and optimizer) and their
-   layers, how a model is scored; they ask the registry for a data set's parser, texts and
-   models.
-4. **data sets** (``datasets.*``: each data set's package, plugin, Beam job, models; the
-   contract test base): built on the learning layer, found through the registry.
-5. **settings** (``train.engine``, ``train.launch``, ``train.modes``, ``train.config``): a
-   mode's processes and their commands, the process launch, the modes' registry and the
-   typed training config.
-6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
-7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
-   experiments and their reports.
-8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
-   and the CLI's commands call.
-9. **front** (``cli``, ``__main__``).
+   layer resolves it (``learning.models``).
+3. **learning** (``learning/``): what a run reads, the models' builders (the user's too,
+   with its loss and optimizer) and their layers, how a model is scored; they ask the
+   registry for a data set's parser, texts and models.
+4. **data sets** (``datasets/NAME/``: each data set's package, plugin, Beam job, models;
+   ``datasets/testing.py``, the contract test base): built on the learning layer, found
+   through the registry.
+5. **settings** (``train/``: ``engine``, ``launch``, ``heartbeat``, ``modes/__init__.py``,
+   ``config``): a mode's processes and their commands, the process launch and its
+   heartbeats, the modes' registry and the typed training config.
+6. **runs** (the rest of ``train/``: modes, driver, replica, engines, processes; ``k8s/``).
+7. **analysis** (``analysis/``: ``compare``, ``experiments``, ``plan``, ``tuning``): the
+   comparison, the experiments and their reports, the cost plan, the learning-rate search.
+8. **steps** (``steps``, ``search``, ``submit``, ``faults``, ``listing``): what the
+   pipelines' components and the CLI's commands call.
+9. **front** (``cli``, ``cliflags``, ``console``, ``__main__``).
 
 Every import counts (:func:`module_imports`): inside functions too, those under
 ``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 import subprocess
 import sys
 from functools import cache
@@ -444,3 +445,46 @@ def test_the_cli_and_the_registries_load_no_heavy_library():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _drawn_layers(page: str) -> dict[str, set[str]]:
+    """Folder -> the layers ``docs/layers.md``'s picture of ``distrain/`` gives it."""
+    block = page.split("```\ndistrain/\n", 1)[1].split("```", 1)[0]
+    drawn: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        if match := re.match(r"  (\w+)/\s+(\S+(?: \S+)?)\s{2,}", line):
+            folder = match.group(1)
+        elif not (match := re.match(r"\s{4,}(\S+(?: \S+)?)\s{2,}", line)):
+            continue
+        drawn.setdefault(folder, set()).add(match.group(match.lastindex))
+    return drawn
+
+
+def _folders() -> dict[str, set[str]]:
+    """Each package folder of ``distrain/`` -> the layers of its modules."""
+    names = [name for name, _ in LAYERS]
+    folders = {p.name for p in (ROOT / "distrain").iterdir() if (p / "__init__.py").exists()}
+    found: dict[str, set[str]] = {}
+    for module in _modules():
+        parts = module.split(".")
+        if len(parts) > 1 and parts[1] in folders:
+            found.setdefault(parts[1], set()).add(names[layer_of(module)])
+    return found
+
+
+def test_the_layers_page_draws_each_folder_in_its_layers():
+    """``docs/layers.md`` draws every folder of ``distrain/`` with the layers of its modules."""
+    drawn = _drawn_layers((ROOT / "docs" / "layers.md").read_text())
+    assert drawn == _folders()
+
+
+def test_the_readme_maps_each_folder_to_its_layers():
+    """The README's map of the code: a line per folder of ``distrain/``, naming its layers."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Map of the code\n", 1)[1].split("\n## ", 1)[0]
+    for folder, layers in _folders().items():
+        lines = [line for line in section.splitlines() if f"`{folder}/`" in line]
+        assert len(lines) == 1, f"README's map names distrain/{folder}/ on {len(lines)} lines"
+        for layer in layers:
+            assert f"**{layer}**" in lines[0], f"README's map: {folder}/ is not said {layer}"
