@@ -3,7 +3,7 @@
 A data set's package holds everything about it: its plugin (the :class:`DataSet`
 subclass in its ``__init__``: sample, download, raw-file checks, Beam job, parser, models
 with their tasks, pipeline defaults, fault cases and the experiments it serves), and the
-modules behind it (``sample.py``, ``download.py``, ``beam.py``, ``pipeline.py``, its
+modules behind it (``sample.py``, ``download.py``, ``beam.py``, ``defaults.py``, its
 models and parsers). Nothing outside ``distrain/datasets/`` names a data set: generic code
 asks the registry (:func:`names`, :func:`get`, :func:`texts`, :func:`serving`).
 
