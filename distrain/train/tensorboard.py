@@ -150,11 +150,11 @@ class TensorBoardHook(Hook):
             rate = self.learning_rate(step)
             if rate is not None:
                 scalar("learning_rate", rate)
-            self.write_staleness(driver.engine)
+            self.write_staleness(driver.steps)
         for rank, loss in enumerate(record.get("rank_loss") or []):
-            with self.writer(f"{self.rank_word(driver.engine)}-{rank}").as_default(step=step):
+            with self.writer(f"{self.rank_word(driver.steps)}-{rank}").as_default(step=step):
                 scalar("loss", float(loss))
-        workers = getattr(driver.engine, "worker_step_seconds", None)
+        workers = getattr(driver.steps, "worker_step_seconds", None)
         if workers is not None:  # the parameter-server chief: each worker's steps
             for worker, seconds_per_step in sorted(workers().items()):
                 with self.writer(f"worker-{worker}").as_default(step=step):

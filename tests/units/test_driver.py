@@ -1,4 +1,4 @@
-"""The epoch driver's bookkeeping, with a fake replica and engine: no TensorFlow, no cluster.
+"""The epoch driver's bookkeeping, with a fake replica and steps: no TensorFlow, no cluster.
 
 Also the plugin contract: a mode is one registered class, and nothing outside
 ``distrain/train/modes`` (and the parameter-server engine it shares) names a mode.
@@ -101,7 +101,7 @@ class FakeReplica:
         self.saved = True
 
 
-class FakeEngine:
+class FakeSteps:
     """Each update: 2 batches, loss 1.0 and 3 correct per batch."""
 
     gradients_per_update = 2
@@ -150,7 +150,7 @@ def config(tmp_path, **kw):
 
 def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
     replica = FakeReplica(tmp_path)
-    engine = FakeEngine(replica)
+    engine = FakeSteps(replica)
     history = EpochDriver(config(tmp_path), replica, engine).run()
     # Segments end at every third global update and at each epoch's end (5 updates).
     assert engine.calls[:3] == [(0, 0, 3), (0, 3, 5), (1, 0, 1)]
@@ -175,7 +175,7 @@ def test_the_driver_runs_segments_checkpoints_and_records(tmp_path):
     ],
 )
 def test_each_ranks_loss_is_over_its_own_share_of_the_labels(tmp_path, shares, expected):
-    class Ranked(FakeEngine):
+    class Ranked(FakeSteps):
         def epoch_totals(self, loss_sum, correct, seen):
             self.rank_loss_sums = [2.0, 8.0]
             if shares is not None:
@@ -194,7 +194,7 @@ def test_each_ranks_loss_is_over_its_own_share_of_the_labels(tmp_path, shares, e
 
 def test_validation_every_other_epoch_and_after_the_last(tmp_path):
     replica = FakeReplica(tmp_path)
-    engine = FakeEngine(replica)
+    engine = FakeSteps(replica)
     cfg = config(tmp_path, validation_freq=2, checkpoint_every_steps=0)
     history = EpochDriver(cfg, replica, engine).run()
     assert [e["val_accuracy"] for e in history["epochs"]] == [None, 0.9, 0.9]
@@ -207,7 +207,7 @@ def test_validation_every_other_epoch_and_after_the_last(tmp_path):
 
 def test_the_driver_resumes_mid_epoch_and_ends_at_the_same_step(tmp_path):
     replica = FakeReplica(tmp_path, restored=(7, 1))  # 2 updates into epoch 2
-    engine = FakeEngine(replica)
+    engine = FakeSteps(replica)
     history = EpochDriver(config(tmp_path), replica, engine).run()
     assert engine.calls[0] == (1, 2, 4)  # from position 2 to the checkpoint at 9
     assert history["steps"] == 15
@@ -409,7 +409,7 @@ def test_a_hook_that_fails_is_told_once_and_the_run_goes_on(tmp_path):
     lines = []
     replica.log = lines.append
     history = EpochDriver(
-        config(tmp_path), replica, FakeEngine(replica), [Broken(), Counting()]
+        config(tmp_path), replica, FakeSteps(replica), [Broken(), Counting()]
     ).run()
     assert len(history["epochs"]) == 3 and replica.saved
     assert Broken.calls == 1 and Counting.ends == 3
@@ -439,5 +439,5 @@ def test_the_driver_calls_its_hooks_at_each_point(tmp_path):
 
     replica = FakeReplica(tmp_path)
     hook = Recorder()
-    EpochDriver(config(tmp_path, epochs=2), replica, FakeEngine(replica), [hook]).run()
+    EpochDriver(config(tmp_path, epochs=2), replica, FakeSteps(replica), [hook]).run()
     assert hook.points == ["begin", 3, 5, ("epoch", 1, 5), 6, 9, 10, ("epoch", 2, 5), ("end", 10)]
