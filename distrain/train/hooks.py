@@ -13,7 +13,7 @@ class Hook:
     """The points of the epoch driver's loop; each does nothing unless overridden."""
 
     def on_train_begin(self, driver) -> None:
-        """After the replica is restored and the engine started, before the first update."""
+        """After the replica is restored and the steps started, before the first update."""
 
     def on_segment_end(self, driver, step: int) -> None:
         """After a segment of updates (to a checkpoint or an epoch's end), ``step`` updates in."""
@@ -22,7 +22,7 @@ class Hook:
         """After the epoch's record (``record``: its entry of the history's ``epochs``).
 
         ``durations``: this process's seconds of each step of the epoch (empty for the
-        engines that time none).
+        steps that time none).
         """
 
     def on_train_end(self, driver, history: dict) -> None:
