@@ -14,7 +14,7 @@ import pytest
 from distrain.base.errors import ConfigError
 from distrain.train.config import TrainConfig
 from distrain.train.driver import EpochDriver, Plateau, epoch_list, weights_digest
-from tests.units.test_driver import FakeEngine, FakeReplica
+from tests.units.test_driver import FakeReplica, FakeSteps
 
 
 def test_evaluations_of_unchanged_weights_do_not_count_towards_patience():
@@ -101,7 +101,7 @@ class CentreReplica(FakeReplica):
         return 0.2 + 0.01 * abs(self.model.value - 10.0), 0.9
 
 
-class ExchangingEngine(FakeEngine):
+class ExchangingEngine(FakeSteps):
     """Exchanges move the centre by 1, in the epochs of ``moves`` (1-based) only."""
 
     def __init__(self, replica, moves, per_epoch=8):
