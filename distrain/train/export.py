@@ -199,9 +199,13 @@ def export_saved_model(
     if first is None:
         raise ExportError(f"{info.data_dir}: split {split!r} has no record to export with")
     record = first.numpy()
-    parse = datasets.get(info.dataset).parser(info)
+    dataset = datasets.get(info.dataset)
+    parse = dataset.serving_parser(info)
     label = info.label if info.feature_spec is not None else ""
-    default = tf.constant(_default_label(record, label))
+    default = None
+    if parse is None:  # a plugin's parser needs the label: merge a default one before each
+        parse = dataset.parser(info)
+        default = tf.constant(_default_label(record, label))
     where = str(model_path)
     if is_user_model(reference):
         where = ModelReference.parse(reference).where  # the user's file, or module
@@ -219,7 +223,7 @@ def export_saved_model(
         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)], autograph=False
     )
     def serve_examples(examples):
-        features, _ = parse(tf.strings.join([default, examples]))
+        features, _ = parse(examples if default is None else tf.strings.join([default, examples]))
         return predict(features)
 
     traced = tf.function(parse, autograph=False).get_concrete_function(
