@@ -66,6 +66,7 @@ LAYERS = [
             "distrain.verdict",
             "distrain.images",
             "distrain.costmodel",
+            "distrain.noisescale",
             "distrain.evaluate",
             "distrain.ngram",
             "distrain.plugins",
@@ -110,7 +111,13 @@ LAYERS = [
     ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
     (
         "analysis",
-        ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
+        [
+            "distrain.plan",
+            "distrain.planstats",
+            "distrain.compare",
+            "distrain.compare.*",
+            "distrain.experiments*",
+        ],
     ),
     (
         "steps",

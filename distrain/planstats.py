@@ -1,0 +1,314 @@
+"""The plan's statistics, measured here: steps to target at the planned batch and staleness.
+
+Statistical efficiency does not depend on speed: the steps a mode needs at an effective batch
+of 1,024, or with 16 asynchronous workers' staleness, can be measured on one process of a
+small machine. :func:`measure` runs, on the comparison's preprocessed data and model, in one
+process and evaluating the validation split every few steps:
+
+* **base**: one worker's batch at the base learning rate (``single:1``'s statistics), with
+  the gradient noise scale (:mod:`distrain.noisescale`) measured at every evaluation from
+  mini-batch gradients at two batch sizes;
+* **check**: the planned effective batch of ``sync:N`` (N batches) at the rate sync's rule
+  gives it (``scale_learning_rate``: N times the base, warmed up over ``warmup_epochs`` as
+  the run was), the run that checks the noise scale's prediction;
+* **stale**: ``async:N``'s statistics: one worker's batch whose gradient is computed on the
+  weights of ``N - 1`` updates before (N workers of equal speed take turns at the servers,
+  so each gradient finds ``N - 1`` others applied since it read the weights), at the base
+  rate (or divided by 1 + staleness, ``lr=staleness``).
+
+Each returns the steps to the target (the first evaluation at or above it) or None.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+import numpy as np
+
+from distrain.noisescale import simple_noise_scale, steps_at
+from distrain.train.inputs import make_dataset
+from distrain.train.models import build_model, load_info, task_of
+
+# Gradients per evaluation for the noise scale: small batches and big ones (the big ones
+# BIG_FACTOR times the small).
+SMALL_GRADIENTS, BIG_GRADIENTS, BIG_FACTOR = 16, 4, 16
+# Evaluations per pass over the training split (the steps' resolution).
+EVALUATIONS_PER_EPOCH = 20
+# Seeds of the base run: the steps to a target vary from seed to seed, and the prediction's
+# range says by how much.
+BASE_SEEDS = 3
+
+
+def load_arrays(info, split: str) -> tuple:
+    """A split's features and labels as NumPy arrays (a structure of them for dict features)."""
+    import tensorflow as tf
+
+    parts = list(make_dataset(info, split, 4096).as_numpy_iterator())
+    features = tf.nest.map_structure(lambda *a: np.concatenate(a), *[p[0] for p in parts])
+    return features, np.concatenate([p[1] for p in parts])
+
+
+def _take(features, index):
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda a: a[index], features)
+
+
+class _Learner:
+    """A model, its task and distrain's Adam, stepped one batch at a time."""
+
+    def __init__(self, info, model_name: str, seed: int, rate: float, warmup: tuple = (0, None)):
+        import tensorflow as tf
+
+        from distrain.train.optim import Adam
+
+        self.model = build_model(info, model_name, seed)
+        self.task = task_of(info, model_name)
+        self.variables = self.model.trainable_variables
+        self.optimizer = Adam(rate, warmup_updates=warmup[0], warmup_from=warmup[1])
+        self.optimizer.build(self.variables)
+
+        @tf.function(reduce_retracing=True)
+        def gradient(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(self.task.losses(y, self.model(x, training=True)))
+            return tape.gradient(loss, self.variables)
+
+        @tf.function(reduce_retracing=True)
+        def hits(x, y):
+            return tf.reduce_sum(
+                tf.cast(self.task.hits(y, self.model(x, training=False)), "float32")
+            )
+
+        self.gradient, self._hits = gradient, hits
+
+    def apply(self, grads, scale=None) -> None:
+        import tensorflow as tf
+
+        self.optimizer.apply_gradients(
+            zip(grads, self.variables, strict=True),
+            scale=None if scale is None else tf.constant(scale, tf.float32),
+        )
+
+    def accuracy(self, x, y) -> float:
+        return float(self._hits(x, y)) / len(y)
+
+    def weights(self) -> list:
+        return [v.numpy() for v in self.variables]
+
+    def assign(self, weights) -> None:
+        for v, w in zip(self.variables, weights, strict=True):
+            v.assign(w)
+
+    def sq_norm(self, x, y) -> float:
+        return float(sum(np.sum(np.square(g.numpy())) for g in self.gradient(x, y)))
+
+
+def _noise(learner: _Learner, train, batch: int, rng) -> dict:
+    """The noise scale at the learner's weights: small and big batches' gradient norms."""
+    x, y = train
+    big = min(batch * BIG_FACTOR, len(y) // 2)
+    small_sq = [
+        learner.sq_norm(*_pair(x, y, rng.choice(len(y), batch, replace=False)))
+        for _ in range(SMALL_GRADIENTS)
+    ]
+    big_sq = [
+        learner.sq_norm(*_pair(x, y, rng.choice(len(y), big, replace=False)))
+        for _ in range(BIG_GRADIENTS)
+    ]
+    return {**simple_noise_scale(small_sq, big_sq, batch, big), "b_small": batch, "b_big": big}
+
+
+def _pair(x, y, index):
+    return _take(x, index), y[index]
+
+
+def run_to_target(
+    info,
+    model_name: str,
+    data: tuple,
+    *,
+    batch: int,
+    rate: float,
+    target: float,
+    max_steps: int,
+    seed: int = 0,
+    delay: int = 0,
+    staleness_rate: bool = False,
+    warmup: tuple = (0, None),
+    noise: bool = False,
+) -> dict:
+    """Trains one process until the validation accuracy reaches ``target`` (or ``max_steps``).
+
+    Args:
+        info: The data set's info (:func:`distrain.train.models.load_info`).
+        model_name: The model.
+        data: ``(train, validation)``, each ``(features, labels)`` arrays.
+        batch: Examples per update.
+        rate: Adam's learning rate.
+        target: The validation accuracy to reach.
+        max_steps: Updates at the most.
+        seed: Initial weights and the data order.
+        delay: Each gradient is computed on the weights of this many updates before.
+        staleness_rate: Divide each update's rate by 1 + its delay (async's ``lr=staleness``).
+        warmup: ``(updates, from_rate)`` of a gradual warm-up (none: ``(0, None)``).
+        noise: Measure the gradient noise scale at each evaluation.
+
+    Returns:
+        ``{"steps", "batch", "rate", "delay", "every", "evaluations", "noise"}``: ``steps``
+        to the target (None: not reached in ``max_steps``), ``every`` the updates between
+        evaluations (the steps' resolution), ``evaluations`` ``[step, accuracy]`` pairs and
+        ``noise`` the noise scale measured at each (with ``noise``).
+    """
+    train, (xv, yv) = data
+    x, y = train
+    rng = np.random.default_rng(seed)
+    learner = _Learner(info, model_name, seed, rate, warmup)
+    every = max(1, round(len(y) / batch / EVALUATIONS_PER_EPOCH))
+    history = collections.deque(maxlen=delay + 1)
+    out = {"batch": batch, "rate": rate, "delay": delay, "every": every, "steps": None}
+    out["evaluations"], out["noise"] = [], []
+    order, position = rng.permutation(len(y)), 0
+    for step in range(1, max_steps + 1):
+        if position + batch > len(y):
+            order, position = rng.permutation(len(y)), 0
+        index = order[position : position + batch]
+        position += batch
+        if delay:
+            history.append(learner.weights())
+            current = history[-1]
+            learner.assign(history[0])  # the oldest kept: up to ``delay`` updates before
+            grads = learner.gradient(*_pair(x, y, index))
+            learner.assign(current)
+            lag = len(history) - 1
+            learner.apply(grads, 1.0 / (1 + lag) if staleness_rate else None)
+        else:
+            learner.apply(learner.gradient(*_pair(x, y, index)))
+        if step % every and step != max_steps:
+            continue
+        if noise:
+            out["noise"].append({"step": step, **_noise(learner, train, batch, rng)})
+        accuracy = learner.accuracy(xv, yv)
+        out["evaluations"].append([step, accuracy])
+        if accuracy >= target:
+            out["steps"] = step
+            break
+    return out
+
+
+def noise_summary(late: list[dict], seed: int = 0, draws: int = 2000) -> dict | None:
+    """The noise scale over evaluations, with a 95 % bootstrap interval.
+
+    ``late``: the evaluations in the second half of each base run to the target (the noise
+    scale grows as the loss falls; the steps to a target are set near it). The value is the
+    ratio of their mean ``tr(Σ)`` to their mean ``|G|²`` (one evaluation's own ratio is far
+    noisier: its ``|G|²`` can come out near zero); the interval is the 2.5th and 97.5th
+    percentiles of that ratio over the evaluations resampled with replacement. None without
+    a positive estimate.
+    """
+    trace = np.array([p["trace"] for p in late], float)
+    grad = np.array([p["gradient_sq"] for p in late], float)
+    if not len(late) or grad.mean() <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(late), size=(draws, len(late)))
+    means = grad[picks].mean(axis=1)
+    ratios = trace[picks].mean(axis=1)[means > 0] / means[means > 0]
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return {
+        "b_noise": float(trace.mean() / grad.mean()),
+        "range": [float(max(low, 0.0)), float(high)],
+        "evaluations": len(late),
+    }
+
+
+def measure(
+    data_dir: str,
+    model_name: str,
+    *,
+    batch: int,
+    rate: float,
+    target: float,
+    workers: int,
+    seed: int = 0,
+    warmup_epochs: float = 0.0,
+    staleness_rate: bool = False,
+    max_epochs: float = 30.0,
+) -> dict:
+    """The plan's statistics for ``workers``: base run, noise scale, batch check, stale run.
+
+    Args:
+        data_dir: The comparison's preprocessed data.
+        model_name: Its model.
+        batch: One worker's batch.
+        rate: The base learning rate (one worker's).
+        target: The validation accuracy to reach.
+        workers: The plan's workers (N).
+        seed: Initial weights and the data order.
+        warmup_epochs: Sync's warm-up of its scaled rate, as the runs had it.
+        staleness_rate: Async's ``lr=staleness`` rule.
+        max_epochs: Passes over the training split each run may take at the most.
+
+    Returns:
+        ``{"workers", "base", "noise_scale", "sync", "async"}``: the three runs and, under
+        ``sync``, the noise scale's prediction of the steps at the planned batch with its
+        range, beside the check run's measured steps.
+    """
+    info = load_info(data_dir, model_name)
+    data = (load_arrays(info, "train"), load_arrays(info, "validation"))
+    examples = len(data[0][1])
+    common = {"target": target, "seed": seed}
+
+    def limit(b: int) -> int:
+        return max(10, int(max_epochs * examples / b))
+
+    bases = [
+        run_to_target(
+            info,
+            model_name,
+            data,
+            batch=batch,
+            rate=rate,
+            max_steps=limit(batch),
+            noise=True,
+            target=target,
+            seed=seed + k,
+        )  # fmt: skip
+        for k in range(BASE_SEEDS)
+    ]
+    base = bases[0]
+    noise = noise_summary([p for b in bases for p in b["noise"][len(b["noise"]) // 2 :]])
+    big = batch * workers
+    per_epoch = max(1, examples // big)
+    warmup = (max(1, round(warmup_epochs * per_epoch)), rate) if warmup_epochs else (0, None)
+    check = run_to_target(
+        info, model_name, data, batch=big, rate=rate * workers, max_steps=limit(big),
+        warmup=warmup, **common,
+    )  # fmt: skip
+    stale = run_to_target(
+        info, model_name, data, batch=batch, rate=rate, max_steps=limit(batch),
+        delay=workers - 1, staleness_rate=staleness_rate, **common,
+    )  # fmt: skip
+    sync = {"batch": big, "check": check, "predicted": None}
+    reached = [b["steps"] for b in bases if b["steps"]]
+    if noise and len(reached) == len(bases):
+        steps = statistics.median(reached)
+        sync["predicted"] = steps_at(steps, batch, noise["b_noise"], big)
+        # Over the seeds' steps (the lowest less the base's resolution: an evaluation every
+        # few steps) and the noise scale's interval.
+        ends = [
+            steps_at(s, batch, b, big)
+            for s in (min(reached) - base["every"], max(reached))
+            for b in noise["range"]
+        ]
+        sync["predicted_range"] = [min(ends), max(ends)]
+        base = {**base, "seed_steps": [b["steps"] for b in bases]}
+    return {
+        "workers": workers,
+        "target": target,
+        "base": base,
+        "noise_scale": noise,
+        "sync": sync,
+        "async": stale,
+    }
