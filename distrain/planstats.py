@@ -7,7 +7,9 @@ process and evaluating the validation split every few steps:
 
 * **base**: one worker's batch at the base learning rate (``single:1``'s statistics), with
   the gradient noise scale (:mod:`distrain.noisescale`) measured at every evaluation from
-  mini-batch gradients at two batch sizes;
+  mini-batch gradients at two batch sizes, in Adam's metric (each coordinate over
+  ``√v + ε``: Adam preconditions its steps, and a preconditioned optimizer's critical
+  batch is larger than plain SGD's, Zhang et al. 2019) and plainly, beside it;
 * **check**: the planned effective batch of ``sync:N`` (N batches) at the rate sync's rule
   gives it (``scale_learning_rate``: N times the base, warmed up over ``warmup_epochs`` as
   the run was), the run that checks the noise scale's prediction;
@@ -101,23 +103,30 @@ class _Learner:
         for v, w in zip(self.variables, weights, strict=True):
             v.assign(w)
 
-    def sq_norm(self, x, y) -> float:
-        return float(sum(np.sum(np.square(g.numpy())) for g in self.gradient(x, y)))
+    def sq_norms(self, x, y) -> tuple[float, float]:
+        """``|g|²`` of the batch's gradient, plain and in Adam's metric (``Σ g² / (√v + ε)``)."""
+        grads = [g.numpy() for g in self.gradient(x, y)]
+        plain = sum(float(np.sum(np.square(g))) for g in grads)
+        scales = [np.sqrt(v.numpy()) + self.optimizer.epsilon for v in self.optimizer.v]
+        adam = sum(float(np.sum(np.square(g) / d)) for g, d in zip(grads, scales, strict=True))
+        return plain, adam
 
 
 def _noise(learner: _Learner, train, batch: int, rng) -> dict:
     """The noise scale at the learner's weights: small and big batches' gradient norms."""
     x, y = train
     big = min(batch * BIG_FACTOR, len(y) // 2)
-    small_sq = [
-        learner.sq_norm(*_pair(x, y, rng.choice(len(y), batch, replace=False)))
+    small = [
+        learner.sq_norms(*_pair(x, y, rng.choice(len(y), batch, replace=False)))
         for _ in range(SMALL_GRADIENTS)
     ]
-    big_sq = [
-        learner.sq_norm(*_pair(x, y, rng.choice(len(y), big, replace=False)))
+    large = [
+        learner.sq_norms(*_pair(x, y, rng.choice(len(y), big, replace=False)))
         for _ in range(BIG_GRADIENTS)
     ]
-    return {**simple_noise_scale(small_sq, big_sq, batch, big), "b_small": batch, "b_big": big}
+    plain = simple_noise_scale([s[0] for s in small], [b[0] for b in large], batch, big)
+    adam = simple_noise_scale([s[1] for s in small], [b[1] for b in large], batch, big)
+    return {**adam, "plain": plain, "b_small": batch, "b_big": big}
 
 
 def _pair(x, y, index):
@@ -278,7 +287,8 @@ def measure(
         for k in range(BASE_SEEDS)
     ]
     base = bases[0]
-    noise = noise_summary([p for b in bases for p in b["noise"][len(b["noise"]) // 2 :]])
+    late = [p for b in bases for p in b["noise"][len(b["noise"]) // 2 :]]
+    noise = noise_summary(late)  # in Adam's metric, the optimizer's; the plain one beside it
     big = batch * workers
     per_epoch = max(1, examples // big)
     warmup = (max(1, round(warmup_epochs * per_epoch)), rate) if warmup_epochs else (0, None)
@@ -309,6 +319,7 @@ def measure(
         "target": target,
         "base": base,
         "noise_scale": noise,
+        "noise_scale_plain": noise_summary([p["plain"] for p in late]),
         "sync": sync,
         "async": stale,
     }
