@@ -5,7 +5,8 @@ of 1,024, or with 16 asynchronous workers' staleness, can be measured on one pro
 small machine. :func:`measure` runs, on the comparison's preprocessed data and model, in one
 process and evaluating the validation split every few steps:
 
-* **base**: one worker's batch at the base learning rate (``single:1``'s statistics), with
+* **base**: one worker's batch at the best of a few multiples of the base learning rate
+  (:func:`best_rate`: the empirical model's steps are each batch's at its best rate), with
   the gradient noise scale (:mod:`distrain.noisescale`) measured at every evaluation from
   mini-batch gradients at two batch sizes, in Adam's metric (each coordinate over
   ``√v + ε``: Adam preconditions its steps, and a preconditioned optimizer's critical
@@ -40,6 +41,9 @@ EVALUATIONS_PER_EPOCH = 20
 # Seeds of the base run: the steps to a target vary from seed to seed, and the prediction's
 # range says by how much.
 BASE_SEEDS = 3
+# The base rate's multiples tried at one worker's batch (two seeds each): the empirical
+# model's steps are at each batch's best rate, and the runs' own rate need not be it.
+RATE_FACTORS = (1, 2, 4, 8)
 
 
 def load_arrays(info, split: str) -> tuple:
@@ -232,6 +236,35 @@ def noise_summary(late: list[dict], seed: int = 0, draws: int = 2000) -> dict | 
     }
 
 
+def best_rate(info, model_name: str, data, *, batch, rate, target, seed, seeds=2) -> dict:
+    """The multiple of ``rate`` (:data:`RATE_FACTORS`) that reaches ``target`` in fewest steps.
+
+    Returns:
+        ``{"best", "steps"}``: the rate, and each rate's steps over ``seeds`` seeds (None:
+        missed); ties go to the lower rate.
+    """
+    limit = max(10, int(30 * len(data[0][1]) / batch))
+    steps = {}
+    for factor in RATE_FACTORS:
+        runs = [
+            run_to_target(
+                info,
+                model_name,
+                data,
+                batch=batch,
+                rate=rate * factor,
+                target=target,
+                max_steps=limit,
+                seed=seed + k,
+            )["steps"]  # fmt: skip
+            for k in range(seeds)
+        ]
+        steps[rate * factor] = runs
+    reached = {r: statistics.median(v) for r, v in steps.items() if all(v)}
+    best = min(reached, key=lambda r: (reached[r], r)) if reached else rate
+    return {"best": best, "steps": {f"{r:g}": v for r, v in steps.items()}}
+
+
 def measure(
     data_dir: str,
     model_name: str,
@@ -272,13 +305,14 @@ def measure(
     def limit(b: int) -> int:
         return max(10, int(max_epochs * examples / b))
 
+    grid = best_rate(info, model_name, data, batch=batch, rate=rate, target=target, seed=seed)
     bases = [
         run_to_target(
             info,
             model_name,
             data,
             batch=batch,
-            rate=rate,
+            rate=grid["best"],
             max_steps=limit(batch),
             noise=True,
             target=target,
@@ -318,6 +352,7 @@ def measure(
         "workers": workers,
         "target": target,
         "base": base,
+        "rates": grid,
         "noise_scale": noise,
         "noise_scale_plain": noise_summary([p["plain"] for p in late]),
         "sync": sync,
