@@ -25,6 +25,7 @@ Each returns the steps to the target (the first evaluation at or above it) or No
 from __future__ import annotations
 
 import collections
+import functools
 import statistics
 
 import numpy as np
@@ -265,6 +266,28 @@ def best_rate(info, model_name: str, data, *, batch, rate, target, seed, seeds=2
     return {"best": best, "steps": {f"{r:g}": v for r, v in steps.items()}}
 
 
+def predict_sync(bases: list[dict], noise: dict | None, batch: int, big: int) -> dict:
+    """The noise scale's steps at batch ``big`` from the base runs' at ``batch``, with a range.
+
+    The range spans the seeds' steps (the lowest less the base's resolution: an evaluation
+    every few steps) and the noise scale's interval. None where a base run missed the
+    target or the noise scale has no estimate.
+    """
+    reached = [b["steps"] for b in bases if b["steps"]]
+    if not noise or len(reached) < len(bases):
+        return {"predicted": None, "predicted_range": None}
+    ends = [
+        steps_at(s, batch, b, big)
+        for s in (min(reached) - bases[0]["every"], max(reached))
+        for b in noise["range"]
+    ]
+    middle = statistics.median(reached)
+    return {
+        "predicted": steps_at(middle, batch, noise["b_noise"], big),
+        "predicted_range": [min(ends), max(ends)],
+    }
+
+
 def measure(
     data_dir: str,
     model_name: str,
@@ -300,24 +323,14 @@ def measure(
     info = load_info(data_dir, model_name)
     data = (load_arrays(info, "train"), load_arrays(info, "validation"))
     examples = len(data[0][1])
-    common = {"target": target, "seed": seed}
+    run = functools.partial(run_to_target, info, model_name, data, target=target)
 
     def limit(b: int) -> int:
         return max(10, int(max_epochs * examples / b))
 
     grid = best_rate(info, model_name, data, batch=batch, rate=rate, target=target, seed=seed)
     bases = [
-        run_to_target(
-            info,
-            model_name,
-            data,
-            batch=batch,
-            rate=grid["best"],
-            max_steps=limit(batch),
-            noise=True,
-            target=target,
-            seed=seed + k,
-        )  # fmt: skip
+        run(batch=batch, rate=grid["best"], max_steps=limit(batch), noise=True, seed=seed + k)
         for k in range(BASE_SEEDS)
     ]
     base = bases[0]
@@ -326,28 +339,13 @@ def measure(
     big = batch * workers
     per_epoch = max(1, examples // big)
     warmup = (max(1, round(warmup_epochs * per_epoch)), rate) if warmup_epochs else (0, None)
-    check = run_to_target(
-        info, model_name, data, batch=big, rate=rate * workers, max_steps=limit(big),
-        warmup=warmup, **common,
+    check = run(batch=big, rate=rate * workers, max_steps=limit(big), warmup=warmup, seed=seed)
+    stale = run(
+        batch=batch, rate=rate, max_steps=limit(batch), delay=workers - 1,
+        staleness_rate=staleness_rate, seed=seed,
     )  # fmt: skip
-    stale = run_to_target(
-        info, model_name, data, batch=batch, rate=rate, max_steps=limit(batch),
-        delay=workers - 1, staleness_rate=staleness_rate, **common,
-    )  # fmt: skip
-    sync = {"batch": big, "check": check, "predicted": None}
-    reached = [b["steps"] for b in bases if b["steps"]]
-    if noise and len(reached) == len(bases):
-        steps = statistics.median(reached)
-        sync["predicted"] = steps_at(steps, batch, noise["b_noise"], big)
-        # Over the seeds' steps (the lowest less the base's resolution: an evaluation every
-        # few steps) and the noise scale's interval.
-        ends = [
-            steps_at(s, batch, b, big)
-            for s in (min(reached) - base["every"], max(reached))
-            for b in noise["range"]
-        ]
-        sync["predicted_range"] = [min(ends), max(ends)]
-        base = {**base, "seed_steps": [b["steps"] for b in bases]}
+    sync = {"batch": big, "check": check, **predict_sync(bases, noise, batch, big)}
+    base = {**base, "seed_steps": [b["steps"] for b in bases]}
     return {
         "workers": workers,
         "target": target,

@@ -47,3 +47,16 @@ def test_steps_follow_the_empirical_model():
     assert steps_at(300, 50, 250, 1000) == pytest.approx(62.5)
     assert steps_at(300, 50, 250, 50) == pytest.approx(300)
     assert steps_at(300, 50, 0.0, 1000) == pytest.approx(300)  # no noise: no gain from batch
+
+
+def test_the_sync_prediction_spans_the_seeds_and_the_noise_scales_interval():
+    from distrain.planstats import predict_sync
+
+    bases = [{"steps": s, "every": 5} for s in (95, 100, 110)]
+    noise = {"b_noise": 192.0, "range": [128.0, 256.0]}
+    got = predict_sync(bases, noise, 64, 1024)
+    assert got["predicted"] == pytest.approx(steps_at(100, 64, 192, 1024))
+    ends = [steps_at(s, 64, b, 1024) for s in (90, 110) for b in (128, 256)]
+    assert got["predicted_range"] == pytest.approx([min(ends), max(ends)])
+    # A base run that missed the target: no prediction.
+    assert predict_sync([*bases, {"steps": None, "every": 5}], noise, 64, 1024)["predicted"] is None
