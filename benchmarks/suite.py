@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         log("13 MNIST and Gutenberg at full size; the LSTM against plain tf-keras")
         results["full_others"] = _full_others(cfg, tmp)
         log("14 the plan's link model on a simulated network")
-        results["plan"] = bench_plan()
+        results["plan"] = bench_plan(steps=2 if cfg.quick else 16)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
