@@ -206,3 +206,30 @@ def test_without_any_run_at_the_target_the_plan_compares_speed_alone():
     assert predictions["sync:2"]["steps_to_target"] == pytest.approx(200 * 128 / 256)
     assert predictions["sync:2"]["basis"] == "as many examples as here"
     assert "no run reached the target here" in p["sentence"]
+
+
+def test_the_compare_step_measures_the_statistics_on_the_reference_runs_data(tmp_path, monkeypatch):
+    import distrain.plan as plan_module
+
+    reports = runs()
+    (tmp_path / "metadata.json").write_text("{}")
+    reports[0]["history"]["config"].update(data_dir=str(tmp_path), model="mlp", learning_rate=0.002)
+    calls = []
+
+    def measure(data_dir, model, **kwargs):
+        calls.append((data_dir, model, kwargs))
+        return stats(workers=kwargs["workers"])
+
+    monkeypatch.setattr(plan_module, "measure", measure)
+    comparison = build_comparison(reports)
+    p = plan_module.plan_comparison(comparison, reports, "workers=8,link_gbps=8")
+    (data_dir, model, kwargs), *_ = calls
+    assert (data_dir, model) == (str(tmp_path), "mlp")
+    assert kwargs["batch"] == 64 and kwargs["rate"] == 0.002 and kwargs["workers"] == 8
+    assert kwargs["target"] == comparison["target_accuracy"]
+    assert p["statistics"]["workers"] == 8
+    # Without the data (a cluster's compare pod), nothing is measured and it is said.
+    calls.clear()
+    reports[0]["history"]["config"]["data_dir"] = str(tmp_path / "gone")
+    p = plan_module.plan_comparison(build_comparison(reports), reports, "workers=8")
+    assert not calls and p["statistics"] is None and "not measured" in p["sentence"]
