@@ -548,9 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target-accuracy", type=float, help="for time to target")
     run.add_argument(
         "--plan",
-        metavar="workers=N[,gpus_per_worker=G][,link_gbps=L][,parameter_servers=P]",
-        help="also predict each mode at that scale with the cost model calibrated on these "
-        "runs, and recommend one (with the model's error on the runs measured here)",
+        metavar="workers=N[,gpus_per_worker=G][,link_gbps=L][,latency_us=U][,parameter_servers=P]",
+        help="also predict each mode's time to target at that scale (steps measured at its "
+        "batch and staleness, step time from the cost model on that link); a winner only "
+        "outside the model's error",
     )
     run.add_argument("--gate", help="quality gate, e.g. 'accuracy>=0.97' (the run fails below)")
     run.add_argument(

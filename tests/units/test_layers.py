@@ -1,8 +1,9 @@
 """The package's imports go one way, down these layers (lowest first):
 
 0. **base** (``errors``, ``progress``, ``machine``, ``memory``, ``gate``, ``flags``, ``verdict``,
-   ``images``, ``costmodel``, ``evaluate``, ``ngram``, ``plugins``): helpers that import no
-   other layer (``plugins`` loads other packages' entry points for the registries).
+   ``images``, ``costmodel``, ``noisescale``, ``evaluate``, ``ngram``, ``plugins``): helpers
+   that import no other layer (``plugins`` loads other packages' entry points for the
+   registries).
 1. **files** (``data``, ``preprocess``, ``failures``): downloads, records, the shared Beam
    transforms, the one-line failure reports.
 2. **registry** (``datasets``, ``datasets.info``): the data-set registry and what a
@@ -22,8 +23,8 @@
    mode's processes and their commands, the process launch, the modes' registry and the
    typed training config.
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
-7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
-   experiments and their reports.
+7. **analysis** (``plan``, ``planstats``, ``compare``, ``experiments``): the cost plan and
+   its measured steps, the comparison, the experiments and their reports.
 8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
    and the CLI's commands call.
 9. **front** (``cli``, ``__main__``).
@@ -66,6 +67,7 @@ LAYERS = [
             "distrain.verdict",
             "distrain.images",
             "distrain.costmodel",
+            "distrain.noisescale",
             "distrain.evaluate",
             "distrain.ngram",
             "distrain.plugins",
@@ -110,7 +112,13 @@ LAYERS = [
     ("runs", ["distrain.train.*", "distrain.k8s", "distrain.k8s.*"]),
     (
         "analysis",
-        ["distrain.plan", "distrain.compare", "distrain.compare.*", "distrain.experiments*"],
+        [
+            "distrain.plan",
+            "distrain.planstats",
+            "distrain.compare",
+            "distrain.compare.*",
+            "distrain.experiments*",
+        ],
     ),
     (
         "steps",
