@@ -26,7 +26,7 @@
    experiments and their reports.
 8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
    and the CLI's commands call.
-9. **front** (``cli``, ``__main__``).
+9. **front** (``cli``, ``commands``, ``__main__``).
 
 Every import counts (:func:`module_imports`): inside functions too, those under
 ``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
@@ -122,7 +122,16 @@ LAYERS = [
             "distrain.listing",
         ],
     ),
-    ("front", ["distrain.cli", "distrain.cliflags", "distrain.console", "distrain.__main__"]),
+    (
+        "front",
+        [
+            "distrain.cli",
+            "distrain.cliflags",
+            "distrain.commands*",
+            "distrain.console",
+            "distrain.__main__",
+        ],
+    ),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package
