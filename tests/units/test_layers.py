@@ -24,8 +24,8 @@
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
 7. **analysis** (``plan``, ``compare``, ``experiments``): the cost plan, the comparison, the
    experiments and their reports.
-8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
-   and the CLI's commands call.
+8. **steps** (``steps``, ``trainstep``, ``submit``, ``faults``, ``listing``): what the
+   pipelines' components and the CLI's commands call.
 9. **front** (``cli``, ``commands``, ``__main__``).
 
 Every import counts (:func:`module_imports`): inside functions too, those under
@@ -116,6 +116,7 @@ LAYERS = [
         "steps",
         [
             "distrain.steps",
+            "distrain.trainstep",
             "distrain.search",
             "distrain.submit",
             "distrain.faults",
