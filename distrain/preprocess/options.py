@@ -15,6 +15,9 @@ import json
 class JobOptions:
     """The options every preprocessing job takes; a job's config adds its own after them.
 
+    A job's config is a frozen dataclass with ``kw_only=True``: only the two folders may be
+    given by position.
+
     Attributes:
         input_dir: The raw data's folder.
         output_dir: Where TFRecords, dead letters and metadata go.
@@ -29,6 +32,9 @@ class JobOptions:
 
     input_dir: str
     output_dir: str
+    # The rest by name only, a job's own fields too: a value given by position would land in
+    # whichever field the order puts there.
+    _: dataclasses.KW_ONLY
     validation_fraction: float = 0.1
     num_shards: int = 0
     range_mb: float = 32.0

@@ -46,3 +46,11 @@ def test_a_job_that_counts_its_unit_of_work_in_records_checks_that_field_too():
         DbpediaPreprocessConfig("raw", "out", rows_per_range=-1)
     with pytest.raises(ValueError, match="batch_size must be >= 0"):
         TfrecordPreprocessConfig("raw", "out", batch_size=-1)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.__name__)
+def test_only_the_two_folders_go_by_position(config):
+    # By position, a seed would land in whatever field came next in the shared order.
+    with pytest.raises(TypeError):
+        config("raw", "out", 0.1, 3)
+    assert config("raw", "out", validation_fraction=0.2).validation_fraction == 0.2

@@ -54,7 +54,7 @@ COUNT_BATCH = 4096  # rows per element of the counting pass (its memory, not the
 VOCAB_BUCKETS = 32  # n-grams counted per bucket: a merge holds 1/32 of each range's counts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DbpediaPreprocessConfig(JobOptions):
     """Settings of the DBPedia preprocessing job.
 

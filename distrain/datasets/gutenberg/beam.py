@@ -61,7 +61,7 @@ class GutenbergFormatError(ValueError):
     """The input directory holds no book files."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GutenbergPreprocessConfig(JobOptions):
     """Settings of the Gutenberg preprocessing job.
 

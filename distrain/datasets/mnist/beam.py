@@ -48,7 +48,7 @@ NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MnistPreprocessConfig(JobOptions):
     """Settings of the MNIST preprocessing job.
 

@@ -63,7 +63,7 @@ SPLITS = ("train", "validation", "test")
 STATISTICS = "statistics.json"  # what AnalyzeTrain found, copied into metadata.json
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TfrecordPreprocessConfig(JobOptions):
     """Settings of the tfrecord preprocessing job.
 
