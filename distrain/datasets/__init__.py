@@ -197,7 +197,7 @@ class DataSet:
         """Runs the data set's Beam job; returns the metadata it wrote.
 
         ``out`` must be empty or missing, unless ``overwrite``: then it is replaced whole
-        when the job succeeds (:func:`distrain.preprocess.common.staged_output`).
+        when the job succeeds (:func:`distrain.preprocess.writing.staged_output`).
         """
         raise NotImplementedError
 

@@ -75,12 +75,12 @@ def _permanent_and_transient_causes():
 
     from distrain.data.download import UnsafeArchiveError
     from distrain.datasets.dbpedia.rows import DbpediaFormatError
-    from distrain.preprocess.common import (
+    from distrain.preprocess.records import TFRecordFramingError
+    from distrain.preprocess.writing import (
         BadRecordsError,
         OutputExistsError,
         RecordAccountingError,
     )
-    from distrain.preprocess.records import TFRecordFramingError
 
     return [
         ("bad input", DbpediaFormatError("classes.txt: file not found"), False),

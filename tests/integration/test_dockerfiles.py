@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import distrain
-from distrain.cli import build_parser, cmd_server, cmd_worker
+from distrain.cli import build_parser
+from distrain.commands.training import cmd_server, cmd_worker
 from distrain.images import image
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import build_objects

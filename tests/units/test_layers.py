@@ -25,9 +25,9 @@
 6. **runs** (the rest of ``train``: engines, modes, driver, replica, workers; ``k8s``).
 7. **analysis** (``plan``, ``planstats``, ``compare``, ``experiments``): the cost plan and
    its measured steps, the comparison, the experiments and their reports.
-8. **steps** (``steps``, ``submit``, ``faults``, ``listing``): what the pipelines' components
-   and the CLI's commands call.
-9. **front** (``cli``, ``__main__``).
+8. **steps** (``steps``, ``trainstep``, ``submit``, ``faults``, ``listing``): what the
+   pipelines' components and the CLI's commands call.
+9. **front** (``cli``, ``commands``, ``__main__``).
 
 Every import counts (:func:`module_imports`): inside functions too, those under
 ``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
@@ -124,13 +124,23 @@ LAYERS = [
         "steps",
         [
             "distrain.steps",
+            "distrain.trainstep",
             "distrain.search",
             "distrain.submit",
             "distrain.faults",
             "distrain.listing",
         ],
     ),
-    ("front", ["distrain.cli", "distrain.cliflags", "distrain.console", "distrain.__main__"]),
+    (
+        "front",
+        [
+            "distrain.cli",
+            "distrain.cliflags",
+            "distrain.commands*",
+            "distrain.console",
+            "distrain.__main__",
+        ],
+    ),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package

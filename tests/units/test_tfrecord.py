@@ -18,7 +18,6 @@ from distrain.datasets.tfrecord.spec import (
     count_frames,
     read_frames,
 )
-from distrain.preprocess.common import BadRecordsError
 from distrain.preprocess.records import (
     TFRecordFramingError,
     bytes_feature,
@@ -26,6 +25,7 @@ from distrain.preprocess.records import (
     float_feature,
     int64_feature,
 )
+from distrain.preprocess.writing import BadRecordsError
 from distrain.train.models import load_info
 
 PLUGIN = datasets.get("tfrecord")

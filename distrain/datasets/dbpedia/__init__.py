@@ -104,7 +104,7 @@ class Dbpedia(DataSet):
         from distrain.datasets.dbpedia import beam as dbpedia
 
         cfg = dbpedia.DbpediaPreprocessConfig(
-            raw, out, validation_fraction, seed, overwrite=overwrite
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
         )
         return dbpedia.preprocess_dbpedia(cfg, beam_args)
 

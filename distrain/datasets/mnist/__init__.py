@@ -103,7 +103,9 @@ class Mnist(DataSet):
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.datasets.mnist import beam as mnist
 
-        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
+        cfg = mnist.MnistPreprocessConfig(
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
+        )
         return mnist.preprocess_mnist(cfg, beam_args)
 
     def feature_spec(self, info):

@@ -97,7 +97,9 @@ class Tfrecord(DataSet):
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.datasets.tfrecord import beam as job
 
-        cfg = job.TfrecordPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
+        cfg = job.TfrecordPreprocessConfig(
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
+        )
         return job.preprocess_tfrecord(cfg, beam_args)
 
     def parser(self, info, serving: bool = False):
