@@ -20,7 +20,6 @@ LIMIT = 80
 FOLDERS = ("distrain", "components", "pipelines")
 
 EXCEPTIONS = {
-    "plan.build_plan": "cut by issue 52's plan rewrite",
     "rows.csv_records": "datasets/dbpedia/ is the dbpedia branch's now: cut after it lands",
     "beam._run_pipeline": "dbpedia's Beam job, the dbpedia branch's now: cut after it lands",
 }
