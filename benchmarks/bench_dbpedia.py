@@ -21,7 +21,7 @@ import numpy as np
 import distrain  # noqa: F401
 from distrain.datasets.dbpedia.defaults import DEFAULTS
 from distrain.datasets.dbpedia.rows import parse_csv, tokenize
-from distrain.preprocess.common import validation_mask
+from distrain.preprocess.transforms import validation_mask
 from distrain.steps import evaluate, fetch, preprocess
 from distrain.train.config import TrainConfig
 from distrain.train.launch import run_training

@@ -18,8 +18,8 @@ from distrain.datasets.dbpedia import rows as db_rows
 from distrain.datasets.gutenberg import beam as gb
 from distrain.datasets.mnist.beam import mnist_example
 from distrain.datasets.mnist.idx import mnist_paths, read_mnist_split
-from distrain.preprocess.common import validation_mask
 from distrain.preprocess.records import write_tfrecords
+from distrain.preprocess.transforms import validation_mask
 
 
 def _write(out: Path, records: dict[str, list[bytes]]) -> int:

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks import netsim
 from benchmarks.beam_memory import render_beam_memory
 from benchmarks.common import ROOT
 from benchmarks.full_others import render_full_others
@@ -81,6 +82,8 @@ def render_markdown(results: dict) -> str:
         lines += ["", *render_beam_memory(results["beam_memory"])]
     if results.get("full_others"):
         lines += ["", *render_full_others(results["full_others"])]
+    if results.get("plan"):
+        lines += netsim.render(results["plan"])
     return "\n".join(lines) + "\n"
 
 

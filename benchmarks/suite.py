@@ -30,7 +30,8 @@ Measures (the sections of BENCHMARKS.md):
 
 Each section is a module of ``benchmarks/sections/`` (its measure, its targets and its
 lines of the report; sections 9-13 are ``benchmarks/model_parallel.py``, ``prose.py``,
-``full_size.py``, ``beam_memory.py`` and ``full_others.py``); ``benchmarks/render.py``
+``full_size.py``, ``beam_memory.py`` and ``full_others.py``; 14, the plan's link model on
+a simulated network, ``netsim.py``, ``--only plan``); ``benchmarks/render.py``
 writes BENCHMARKS.md from the results. This module runs them in order and writes both files.
 
 Timings are ratios measured in one run on one machine: compare rows, not machines.
@@ -51,6 +52,7 @@ from benchmarks.common import ROOT, SuiteConfig, log, machine
 from benchmarks.full_others import bench_full_others
 from benchmarks.full_size import bench_full_size
 from benchmarks.model_parallel import bench_models
+from benchmarks.netsim import bench_plan
 from benchmarks.prose import bench_prose
 from benchmarks.render import write
 from benchmarks.sections import targets
@@ -89,6 +91,7 @@ def _measure_alone(args, cfg: SuiteConfig, tmp: Path) -> int:
         ),
         "dask": ("dask", "1b/9 Beam's Dask runner", lambda: bench_dask(cfg, tmp)),
         "peers": ("peers", "8/9 each mode against its plain-TensorFlow peer", peers),
+        "plan": ("plan", "14 the plan's link model on a simulated network", bench_plan),
     }
     key, line, measure = sections[args.only]
     try:
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--link-latency-us", type=float, default=20.0)
     parser.add_argument(
         "--only",
-        choices=["peers", "dask", "models", "prose", "full", "memory", "others"],
+        choices=["peers", "dask", "models", "prose", "full", "memory", "others", "plan"],
         help="measure this section alone and merge it into the existing results",
     )
     args = parser.parse_args(argv)
@@ -149,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         results["beam_memory"] = _beam_memory(cfg, tmp)
         log("13 MNIST and Gutenberg at full size; the LSTM against plain tf-keras")
         results["full_others"] = _full_others(cfg, tmp)
+        log("14 the plan's link model on a simulated network")
+        results["plan"] = bench_plan(steps=2 if cfg.quick else 16)
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:

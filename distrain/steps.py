@@ -139,25 +139,62 @@ def check_parameters(
         plugin = datasets.get(dataset)
     except datasets.DataSetError:
         problems.append(f"dataset {dataset!r}: expected one of {', '.join(datasets.names())}")
+    problems += _source_problems(dataset, source, plugin)
+    problems += _model_problems(plugin, model, model_file)
+    specs, run_problems = _run_problems(runs, settings, launcher)
+    problems += run_problems
+    if not 0 < validation_fraction < 1:
+        problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
+    if launcher not in LAUNCHERS:
+        problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if plan:
+        try:
+            Plan.parse(plan)
+        except ConfigError as err:
+            problems.append(str(err))
+    if not 1 <= repeats <= MAX_REPEATS:
+        problems.append(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
+    if problems:
+        raise StepError("invalid pipeline parameters: " + "; ".join(problems))
+    return {"runs": [s.name for s in specs], "trainings": trainings(specs, repeats, seed)}
+
+
+def _source_problems(dataset: str, source: str, plugin) -> list[str]:
+    """What is wrong with a pipeline's ``source`` (a raw directory gets the file checks)."""
     keyword = source in ("sample", "download") or source.startswith("download:")
     if not keyword and not Path(source).is_dir():
-        problems.append(
+        return [
             f"source {source!r}: no such data directory "
             "(expected 'sample', 'download' or a directory with the raw files)"
-        )
-    elif not keyword and plugin is not None:
+        ]
+    if not keyword and plugin is not None:
         try:
             check_raw_files(dataset, source)
         except (ValueError, OSError) as err:
-            problems.append(f"source: {err}")
-    if plugin is not None:
-        try:
-            model_spec(plugin.name, model)
-            if is_user_model(model):
-                usermodel.check_source(model, model_file)  # the training step builds it
-        except (datasets.DataSetError, usermodel.UserModelError) as err:
-            problems.append(str(err))
-    specs = []
+            return [f"source: {err}"]
+    return []
+
+
+def _model_problems(plugin, model: str, model_file) -> list[str]:
+    """What is wrong with the model: unknown to the data set, or the user's not compiling."""
+    if plugin is None:
+        return []
+    try:
+        model_spec(plugin.name, model)
+        if is_user_model(model):
+            usermodel.check_source(model, model_file)  # the training step builds it
+    except (datasets.DataSetError, usermodel.UserModelError) as err:
+        return [str(err)]
+    return []
+
+
+def _run_problems(runs, settings: dict, launcher: str) -> tuple[list, list[str]]:
+    """The run specs, and what is wrong with them and the settings every run checks.
+
+    Returns:
+        The parsed specs (none if they do not parse) and the problems found.
+    """
+    problems, specs = [], []
     try:
         specs = parse_run_specs(runs)
     except ConfigError as err:
@@ -176,20 +213,7 @@ def check_parameters(
                     check_cluster_run(cfg)
             except ConfigError as err:
                 problems.append(f"run {err}")
-    if not 0 < validation_fraction < 1:
-        problems.append(f"validation_fraction must be between 0 and 1, got {validation_fraction}")
-    if launcher not in LAUNCHERS:
-        problems.append(f"launcher {launcher!r}: expected one of {', '.join(LAUNCHERS)}")
-    if plan:
-        try:
-            Plan.parse(plan)
-        except ConfigError as err:
-            problems.append(str(err))
-    if not 1 <= repeats <= MAX_REPEATS:
-        problems.append(f"repeats must be between 1 and {MAX_REPEATS}, got {repeats}")
-    if problems:
-        raise StepError("invalid pipeline parameters: " + "; ".join(problems))
-    return {"runs": [s.name for s in specs], "trainings": trainings(specs, repeats, seed)}
+    return specs, problems
 
 
 # More repeats than this is a typo more often than a plan (each is a full training run).

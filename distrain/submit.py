@@ -192,8 +192,6 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
         client: A ``kfp.Client`` (default: one for ``cfg.host``).
         out: Where progress goes (default: stdout).
     """
-    from kfp import compiler
-
     from distrain.pipelines.common import build_pipeline
 
     out = out or sys.stdout
@@ -212,21 +210,7 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
             namespace=cfg.namespace or "kubeflow",
             existing_token=cfg.token or os.environ.get("KFP_TOKEN") or None,
         )
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with tempfile.TemporaryDirectory() as tmp:
-        package = str(Path(tmp) / f"{cfg.pipeline}.yaml")
-        compiler.Compiler().compile(pipeline_fn, package)
-        name = f"distrain-{cfg.pipeline}"
-        pipeline_id = client.get_pipeline_id(name)
-        version_name = f"{__version__}-{stamp}"
-        if pipeline_id is None:
-            pipeline = client.upload_pipeline(package, pipeline_name=name)
-            pipeline_id = pipeline.pipeline_id
-            say(f"uploaded pipeline {name} ({pipeline_id})")
-        version = client.upload_pipeline_version(
-            package, pipeline_version_name=version_name, pipeline_id=pipeline_id
-        )
-        say(f"uploaded version {version_name} ({version.pipeline_version_id})")
+    pipeline_id, version_name, version = _upload(cfg, client, pipeline_fn, say)
     experiment = client.create_experiment(cfg.experiment, namespace=cfg.namespace)
     params = dict(cfg.params)
     if cfg.gate:
@@ -244,20 +228,9 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
     if not (cfg.wait or cfg.gate):
         return 0
 
-    start = time.monotonic()
-    last = None
-    while True:
-        run = client.get_run(run.run_id)
-        state = _state(run)
-        if state != last:
-            say(f"run {run.run_id}: {state}")
-            last = state
-        if state in FINAL_STATES:
-            break
-        if cfg.timeout and time.monotonic() - start > cfg.timeout:  # 0: wait for ever
-            say(f"gave up waiting after {cfg.timeout:.0f} s; the run goes on: {link}")
-            return 3
-        time.sleep(cfg.poll_seconds)
+    run, state = _wait(cfg, client, run, link, say)
+    if state is None:
+        return 3
     if state == "SUCCEEDED":
         say(f"run succeeded{' and met the gate ' + repr(cfg.gate) if cfg.gate else ''}: {link}")
         return 0
@@ -274,3 +247,52 @@ def submit(cfg: SubmitConfig, client=None, out: TextIO | None = None) -> int:
         message = run.error.message if getattr(run, "error", None) else ""
         say(f"run {state.lower()}{': ' + message if message else ''}")
     return 1
+
+
+def _upload(cfg: SubmitConfig, client, pipeline_fn, say):
+    """Compiles the pipeline and uploads it as a new version (the pipeline too, if new).
+
+    Returns:
+        The pipeline's id, the version's name and the version.
+    """
+    from kfp import compiler
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with tempfile.TemporaryDirectory() as tmp:
+        package = str(Path(tmp) / f"{cfg.pipeline}.yaml")
+        compiler.Compiler().compile(pipeline_fn, package)
+        name = f"distrain-{cfg.pipeline}"
+        pipeline_id = client.get_pipeline_id(name)
+        version_name = f"{__version__}-{stamp}"
+        if pipeline_id is None:
+            pipeline = client.upload_pipeline(package, pipeline_name=name)
+            pipeline_id = pipeline.pipeline_id
+            say(f"uploaded pipeline {name} ({pipeline_id})")
+        version = client.upload_pipeline_version(
+            package, pipeline_version_name=version_name, pipeline_id=pipeline_id
+        )
+        say(f"uploaded version {version_name} ({version.pipeline_version_id})")
+    return pipeline_id, version_name, version
+
+
+def _wait(cfg: SubmitConfig, client, run, link: str, say):
+    """Follows the run to a final state, saying each change.
+
+    Returns:
+        The run as last read and its final state (None: ``cfg.timeout`` passed first).
+    """
+    start = time.monotonic()
+    last = None
+    while True:
+        run = client.get_run(run.run_id)
+        state = _state(run)
+        if state != last:
+            say(f"run {run.run_id}: {state}")
+            last = state
+        if state in FINAL_STATES:
+            break
+        if cfg.timeout and time.monotonic() - start > cfg.timeout:  # 0: wait for ever
+            say(f"gave up waiting after {cfg.timeout:.0f} s; the run goes on: {link}")
+            return run, None
+        time.sleep(cfg.poll_seconds)
+    return run, state

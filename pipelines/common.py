@@ -7,8 +7,10 @@ pipeline compiled with a learning-rate search (``tune``) searches each run spec'
 first (:mod:`distrain.pipelines.tuning`) and trains it at the rate chosen.
 """
 
+import dataclasses
 import functools
 import inspect
+from types import SimpleNamespace
 
 from kfp import dsl, kubernetes
 
@@ -33,6 +35,20 @@ MOUNT_PATH = KubernetesConfig.mount_path
 GATE_TASK = "quality gate"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What a pipeline's compile-time arguments decide (:func:`build_pipeline`'s)."""
+
+    defaults: PipelineDefaults
+    parallelism: int
+    cluster: bool
+    workspace_size: str
+    search_rates: bool
+    tune_grid: int
+    tune_eta: int
+    tune_parallelism: int
+
+
 def build_pipeline(
     defaults: PipelineDefaults,
     parallelism: int = 0,
@@ -47,15 +63,9 @@ def build_pipeline(
 ):
     """Builds the ``@dsl.pipeline`` function of a data set.
 
-    ``beam_args`` are the preprocessing step's Beam pipeline options, passed through
-    (``["--runner=DataflowRunner", "--project=P", ...]``; none: the local runner in the
-    step's container).
-
     Images default to :mod:`distrain.base.images` (registry from ``DISTRAIN_IMAGE_REGISTRY`` at
-    compile time) and can be changed per run. Cluster placement comes from parameters:
-    ``accelerator_type`` / ``accelerator_count``, ``node_selector`` and ``tolerations`` go
-    on every training step (kfp-kubernetes), and with ``launcher="kubernetes"`` the pods a
-    training step launches get ``gpus_per_worker``, the same selector and tolerations.
+    compile time) and can be changed per run; the cluster placement of training steps comes
+    from parameters (:func:`_place_training`).
 
     Args:
         defaults: The data set and its parameter defaults.
@@ -77,24 +87,44 @@ def build_pipeline(
         tune_grid: Rates in the search's grid (log-spaced over the range).
         tune_eta: The search's halving factor.
         tune_parallelism: How many of a rung's candidates may train at once (0: no limit).
+    """
+    shape = _Shape(
+        defaults,
+        parallelism,
+        cluster,
+        workspace_size,
+        bool(tune),
+        tune_grid,
+        tune_eta,
+        tune_parallelism,
+    )
+    pipeline = _pipeline_function(shape, gpu=gpu, launcher=launcher, tune=tune)
+    pipeline.__doc__ = f"{defaults.description} Returns the comparison directory."
+    config = None
+    if workspace_size:
+        config = dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(size=workspace_size))
+    return dsl.pipeline(
+        name=f"distrain-{defaults.dataset}",
+        description=defaults.description,
+        pipeline_config=config,
+    )(_drop_parameters(pipeline, shape))
 
-    What a user sets on the training task (resources, accelerators, tolerations, node
-    selector, affinity, volumes) reaches the pods it launches through the component's
-    TaskConfig passthrough; the parameters above are the shorthand for the same.
+
+def _pipeline_function(shape: _Shape, gpu: bool, launcher: str, tune: str):
+    """The pipeline's function: its parameters, with the data set's defaults, and its steps.
+
+    ``beam_args`` are the preprocessing step's Beam pipeline options, passed through
+    (``["--runner=DataflowRunner", "--project=P", ...]``; none: the local runner in the
+    step's container).
 
     ``model_file`` is the user's model file (an optional input artifact, as TFX's Trainer
     takes a ``module_file``) for a ``model`` of ``FILE.py:FUNCTION``: the parameter check
     compiles it, each training step trains from its copy (docs/your-model.md). The local
     form (``cluster=False``) has no such input: kfp.local takes no input artifacts.
     """
-    d = defaults
-    search_rates = bool(tune)
+    d = shape.defaults
     trainer_image_default = image("trainer-gpu" if gpu else "trainer")
     gpus_default = 1 if gpu else KubernetesConfig.gpus_per_worker
-
-    config = None
-    if workspace_size:
-        config = dsl.PipelineConfig(workspace=dsl.WorkspaceConfig(size=workspace_size))
 
     def pipeline(
         source: str = "sample",
@@ -127,162 +157,195 @@ def build_pipeline(
         volume_claim: str = KubernetesConfig.volume_claim,
         gate: str = "",
         export: bool = d.export,
-        serving_dir: str = f"{MOUNT_PATH}/{SERVING_SUBDIR}" if cluster else "",
+        serving_dir: str = f"{MOUNT_PATH}/{SERVING_SUBDIR}" if shape.cluster else "",
         model_name: str = f"distrain-{d.dataset}",
         tune: str = tune,
         tune_epochs: int = 0,
         model_file: dsl.Input[dsl.Artifact] = None,
     ) -> dsl.Artifact:
-        shipped = {} if model_file is None else {"model_file": model_file}
-        checked = check_parameters(
-            dataset=d.dataset,
-            source=source,
-            runs=runs,
-            model=model,
-            epochs=epochs,
-            until_plateau=until_plateau,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            validation_fraction=validation_fraction,
-            launcher=launcher,
-            controller=controller,
-            repeats=repeats,
-            seed=seed,
-            plan=plan,
-            export=export,
-            **shipped,
-        ).set_display_name("check parameters")
-        checked.set_container_image(beam_image)
-        data = fetch_data(
-            dataset=d.dataset, source=source, sample_size=sample_size, seed=seed
-        ).set_display_name("fetch data")
-        data.set_container_image(beam_image).after(checked)
-        _retry(data)
-        prep = preprocess(
-            raw=data.outputs["raw"],
-            dataset=d.dataset,
-            validation_fraction=validation_fraction,
-            seed=seed,
-            beam_args=beam_args,
-        ).set_display_name("preprocess (Beam)")
-        prep.set_container_image(beam_image)
-        _retry(prep)
-        base = baseline(examples=prep.outputs["examples"], model=model).set_display_name("baseline")
-        shared = dict(  # the training step's arguments, the same for every run
-            model=model,
-            batch_size=batch_size,
-            launcher=launcher,
-            controller=controller,
-            worker_image=trainer_image,
-            namespace=namespace,
-            gpus_per_worker=gpus_per_worker,
-            cpu_per_worker=cpu_per_worker,
-            memory_per_worker=memory_per_worker,
-            node_selector=node_selector,
-            tolerations=tolerations,
-            volume_claim=volume_claim,
-            mount_path=MOUNT_PATH,
-            # Also passed as arguments: KFP 2.17 does not route channels that only
-            # set_accelerator_* uses into a ParallelFor's inputs.
-            accelerator_type=accelerator_type,
-            accelerator_count=accelerator_count,
-            workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if workspace_size else "",
-            schedule_timeout_seconds=schedule_timeout_seconds,
-            **shipped,
+        # The parameters (KFP's channels) by name; `shape` comes along, as the body names it.
+        return _steps(shape, SimpleNamespace(**locals()))
+
+    return pipeline
+
+
+def _steps(shape: _Shape, p: SimpleNamespace):
+    """The pipeline's steps, given its parameters ``p``; returns the comparison."""
+    shipped = {} if p.model_file is None else {"model_file": p.model_file}
+    checked, examples, base = _data_steps(shape.defaults.dataset, p, shipped)
+    shared = _training_arguments(shape, p, shipped)
+    prepare = functools.partial(_prepare_training, shape, p)
+    runs_to_train, searched = checked.output, {}
+    if shape.search_rates:
+        runs_to_train, record, start = search(
+            examples=examples,
+            runs=p.runs,
+            tune=p.tune,
+            tune_epochs=p.tune_epochs,
+            epochs=p.epochs,
+            seed=p.seed,
+            learning_rate=p.learning_rate,
+            repeats=p.repeats,
+            grid=shape.tune_grid,
+            eta=shape.tune_eta,
+            parallelism=shape.tune_parallelism,
+            train_args=shared,
+            prepare=prepare,
         )
-
-        def prepare(task):
-            _retry(task)
-            # A cached time is not a measurement: training always runs.
-            task.set_caching_options(enable_caching=False)
-            if cluster:
-                _place_training(
-                    task,
-                    trainer_image,
-                    accelerator_type,
-                    accelerator_count,
-                    node_selector,
-                    tolerations,
-                    "" if workspace_size else volume_claim,
-                )
-
-        runs_to_train, searched = checked.output, {}
-        if search_rates:
-            runs_to_train, record, start = search(
-                examples=prep.outputs["examples"],
-                runs=runs,
-                tune=tune,
-                tune_epochs=tune_epochs,
-                epochs=epochs,
-                seed=seed,
-                learning_rate=learning_rate,
-                repeats=repeats,
-                grid=tune_grid,
-                eta=tune_eta,
-                parallelism=tune_parallelism,
-                train_args=shared,
-                prepare=prepare,
-            )
-            start.after(checked)
-            searched = {"tuning": record}
-        # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
-        # gives medians and intervals over them (distrain.base.verdict); with a search, each at
-        # its chosen rate.
-        with dsl.ParallelFor(runs_to_train, parallelism=parallelism, name="runs") as training:
-            trained = train(
-                examples=prep.outputs["examples"],
-                run_spec=training.run_spec,
-                epochs=epochs,
-                until_plateau=until_plateau,
-                learning_rate=training.learning_rate if search_rates else learning_rate,
-                seed=training.seed,
-                **shared,
-            ).set_display_name("train")
-            prepare(trained)
-            scored = evaluate(
-                examples=prep.outputs["examples"], trained=trained.outputs["trained"]
-            ).set_display_name("evaluate")
-            if cluster:  # it rebuilds the model: a user's module is in the trainer image
-                scored.set_container_image(trainer_image)
-        result = compare(
-            reports=dsl.Collected(scored.outputs["report"]),
-            baseline=base.outputs["report"],
-            target_accuracy=target_accuracy,
-            plan=plan,
-            **searched,
-        ).set_display_name("compare")
-        gated = quality_gate(comparison=result.outputs["comparison"], gate=gate)
-        export_and_push(
-            export=export,
-            examples=prep.outputs["examples"],
-            trained=trained.outputs["trained"],
-            reports=scored.outputs["report"],
-            comparison=result.outputs["comparison"],
-            gate_task=gated.set_display_name(GATE_TASK),
-            gate=gate,
-            serving_dir=serving_dir,
-            model_name=model_name,
-            namespace=namespace,
-            volume_claim=volume_claim,
-            mount_path=MOUNT_PATH,
-            cluster=cluster,
+        start.after(checked)
+        searched = {"tuning": record}
+    # Each run spec `repeats` times, with seeds seed, seed + 1, ...: the comparison
+    # gives medians and intervals over them (distrain.base.verdict); with a search, each at
+    # its chosen rate.
+    with dsl.ParallelFor(runs_to_train, parallelism=shape.parallelism, name="runs") as training:
+        trained = train(
+            examples=examples,
+            run_spec=training.run_spec,
+            epochs=p.epochs,
+            until_plateau=p.until_plateau,
+            learning_rate=training.learning_rate if shape.search_rates else p.learning_rate,
+            seed=training.seed,
+            **shared,
+        ).set_display_name("train")
+        prepare(trained)
+        scored = evaluate(examples=examples, trained=trained.outputs["trained"]).set_display_name(
+            "evaluate"
         )
-        return result.outputs["comparison"]
+        if shape.cluster:  # it rebuilds the model: a user's module is in the trainer image
+            scored.set_container_image(p.trainer_image)
+    return _compare_and_publish(shape, p, base, examples, trained, scored, searched)
 
-    pipeline.__doc__ = f"{d.description} Returns the comparison directory."
-    # kfp.local takes no input artifact, not even an optional one left out: a local
-    # run's steps read the user's model file where it is (its path in ``model``). A
-    # pipeline without a search has no search parameters.
-    dropped = ({"model_file"} if not cluster else set()) | (
-        set() if search_rates else {"tune", "tune_epochs"}
+
+def _data_steps(dataset: str, p: SimpleNamespace, shipped: dict):
+    """Checks the parameters, fetches and preprocesses the data, scores the baseline.
+
+    Returns:
+        The check's task (its output: the trainings to run), the examples, the baseline.
+    """
+    checked = check_parameters(
+        dataset=dataset,
+        source=p.source,
+        runs=p.runs,
+        model=p.model,
+        epochs=p.epochs,
+        until_plateau=p.until_plateau,
+        batch_size=p.batch_size,
+        learning_rate=p.learning_rate,
+        validation_fraction=p.validation_fraction,
+        launcher=p.launcher,
+        controller=p.controller,
+        repeats=p.repeats,
+        seed=p.seed,
+        plan=p.plan,
+        export=p.export,
+        **shipped,
+    ).set_display_name("check parameters")
+    checked.set_container_image(p.beam_image)
+    data = fetch_data(
+        dataset=dataset, source=p.source, sample_size=p.sample_size, seed=p.seed
+    ).set_display_name("fetch data")
+    data.set_container_image(p.beam_image).after(checked)
+    _retry(data)
+    prep = preprocess(
+        raw=data.outputs["raw"],
+        dataset=dataset,
+        validation_fraction=p.validation_fraction,
+        seed=p.seed,
+        beam_args=p.beam_args,
+    ).set_display_name("preprocess (Beam)")
+    prep.set_container_image(p.beam_image)
+    _retry(prep)
+    examples = prep.outputs["examples"]
+    base = baseline(examples=examples, model=p.model).set_display_name("baseline")
+    return checked, examples, base
+
+
+def _training_arguments(shape: _Shape, p: SimpleNamespace, shipped: dict) -> dict:
+    """The training step's arguments that are the same for every run."""
+    return dict(
+        model=p.model,
+        batch_size=p.batch_size,
+        launcher=p.launcher,
+        controller=p.controller,
+        worker_image=p.trainer_image,
+        namespace=p.namespace,
+        gpus_per_worker=p.gpus_per_worker,
+        cpu_per_worker=p.cpu_per_worker,
+        memory_per_worker=p.memory_per_worker,
+        node_selector=p.node_selector,
+        tolerations=p.tolerations,
+        volume_claim=p.volume_claim,
+        mount_path=MOUNT_PATH,
+        # Also passed as arguments: KFP 2.17 does not route channels that only
+        # set_accelerator_* uses into a ParallelFor's inputs.
+        accelerator_type=p.accelerator_type,
+        accelerator_count=p.accelerator_count,
+        workspace_path=dsl.WORKSPACE_PATH_PLACEHOLDER if shape.workspace_size else "",
+        schedule_timeout_seconds=p.schedule_timeout_seconds,
+        **shipped,
     )
-    if dropped:
-        sig = inspect.signature(pipeline)
-        kept = [p for p in sig.parameters.values() if p.name not in dropped]
-        pipeline = _by_name(pipeline, sig.replace(parameters=kept))
-    return dsl.pipeline(
-        name=f"distrain-{d.dataset}", description=d.description, pipeline_config=config
-    )(pipeline)
+
+
+def _prepare_training(shape: _Shape, p: SimpleNamespace, task) -> None:
+    """Retries, no cache, and (on a cluster) the placement of a training step."""
+    _retry(task)
+    # A cached time is not a measurement: training always runs.
+    task.set_caching_options(enable_caching=False)
+    if shape.cluster:
+        _place_training(
+            task,
+            p.trainer_image,
+            p.accelerator_type,
+            p.accelerator_count,
+            p.node_selector,
+            p.tolerations,
+            "" if shape.workspace_size else p.volume_claim,
+        )
+
+
+def _compare_and_publish(shape, p, base, examples, trained, scored, searched):
+    """Compares the runs, applies the gate, exports and pushes the pick; the comparison."""
+    result = compare(
+        reports=dsl.Collected(scored.outputs["report"]),
+        baseline=base.outputs["report"],
+        target_accuracy=p.target_accuracy,
+        plan=p.plan,
+        **searched,
+    ).set_display_name("compare")
+    gated = quality_gate(comparison=result.outputs["comparison"], gate=p.gate)
+    export_and_push(
+        export=p.export,
+        examples=examples,
+        trained=trained.outputs["trained"],
+        reports=scored.outputs["report"],
+        comparison=result.outputs["comparison"],
+        gate_task=gated.set_display_name(GATE_TASK),
+        gate=p.gate,
+        serving_dir=p.serving_dir,
+        model_name=p.model_name,
+        namespace=p.namespace,
+        volume_claim=p.volume_claim,
+        mount_path=MOUNT_PATH,
+        cluster=shape.cluster,
+    )
+    return result.outputs["comparison"]
+
+
+def _drop_parameters(pipeline, shape: _Shape):
+    """The pipeline's function without the parameters its shape leaves out.
+
+    kfp.local takes no input artifact, not even an optional one left out: a local run's
+    steps read the user's model file where it is (its path in ``model``). A pipeline
+    without a search has no search parameters.
+    """
+    dropped = ({"model_file"} if not shape.cluster else set()) | (
+        set() if shape.search_rates else {"tune", "tune_epochs"}
+    )
+    if not dropped:
+        return pipeline
+    sig = inspect.signature(pipeline)
+    kept = [p for p in sig.parameters.values() if p.name not in dropped]
+    return _by_name(pipeline, sig.replace(parameters=kept))
 
 
 def _by_name(function, signature: inspect.Signature):
@@ -327,6 +390,14 @@ def _place_training(
     task, trainer_image, accelerator_type, accelerator_count, node_selector, tolerations, claim
 ):
     """Image, GPUs, node pool and shared volume of a training step (ignored by kfp.local).
+
+    They come from the pipeline's parameters: ``accelerator_type`` / ``accelerator_count``,
+    ``node_selector`` and ``tolerations`` go on every training step (kfp-kubernetes), and
+    with ``launcher="kubernetes"`` the pods a training step launches get
+    ``gpus_per_worker``, the same selector and tolerations. What a user sets on the
+    training task (resources, accelerators, tolerations, node selector, affinity,
+    volumes) reaches those pods too, through the component's TaskConfig passthrough; the
+    parameters are the shorthand for the same.
 
     Set the usual way, they pass through to the pods the step launches (TaskConfig). The
     step also learns its own pod (downward API), which owns the objects it creates. No

@@ -207,11 +207,15 @@ def ps_throughput(
     """Examples/second of async parameter-server training with N workers and P servers.
 
     Each worker step pushes its gradient and pulls the parameters, S bytes each way split
-    over P servers: K = 2P messages of S/P bytes, T_comm = K (T_lat + (S/P) T_data). The
-    servers' links carry 2S per step of every worker: at most P B / (2S) steps/second.
+    over P servers, one after the other: K = 2P messages of S/P bytes, T_comm = K (T_lat +
+    (S/P) T_data). The servers' links carry S in and S out per step of every worker, both
+    at once on a full-duplex link: at most P B / S steps/second. (Counting 2S on each link,
+    as this model once did, predicted half the servers' rate: the simulated-network
+    benchmark, ``benchmarks/netsim.py``, measured 168 ms a step for 2 workers and a server
+    at 100 Mb/s against the 301 ms that predicted.)
     """
     step = t_comp + 2 * p * (latency + size / p / bandwidth)
-    return min(n * batch / step, p * bandwidth / (2 * size) * batch)
+    return min(n * batch / step, p * bandwidth / size * batch)
 
 
 def fit_link(allreduce: dict) -> tuple[float, float]:

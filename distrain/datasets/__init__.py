@@ -197,13 +197,23 @@ class DataSet:
         """Runs the data set's Beam job; returns the metadata it wrote.
 
         ``out`` must be empty or missing, unless ``overwrite``: then it is replaced whole
-        when the job succeeds (:func:`distrain.preprocess.common.staged_output`).
+        when the job succeeds (:func:`distrain.preprocess.writing.staged_output`).
         """
         raise NotImplementedError
 
     def parser(self, info) -> Callable:
         """``parse(serialised records) -> (features, targets)`` for ``info``'s view."""
         raise NotImplementedError
+
+    def serving_parser(self, info) -> Callable | None:
+        """:meth:`parser` for a model server: a request's records may leave the label out.
+
+        The built-in data sets parse the label with a default here (the targets are then
+        meaningless; only the features reach the model). None (the default for a plugin):
+        the export fills a missing label in by merging a default Example before each record,
+        which TensorFlow logs a warning for whenever a record carries its own label.
+        """
+        return None
 
     def feature_spec(self, info) -> FeatureSpec:
         """What :meth:`parser` gives a model as input, and the label's name.

@@ -150,34 +150,7 @@ def remove_earlier_attempts(
     out = out or sys.stdout
     selector = f"{RUN_KEY_LABEL}={key}"
     timeout = request_timeout(api_timeout_seconds)
-    found: list[tuple[str, str]] = []
-    # In creation order (Services before Jobs): the deletion goes newest first.
-    if "NetworkPolicy" in kinds:
-        policies = api.networking.list_namespaced_network_policy(
-            namespace, label_selector=selector, _request_timeout=timeout
-        )
-        found += [("NetworkPolicy", p.metadata.name) for p in policies.items]
-    if "Service" in kinds:
-        services = api.core.list_namespaced_service(
-            namespace, label_selector=selector, _request_timeout=timeout
-        )
-        found += [("Service", s.metadata.name) for s in services.items]
-    if "Job" in kinds:
-        jobs = api.batch.list_namespaced_job(
-            namespace, label_selector=selector, _request_timeout=timeout
-        )
-        found += [("Job", j.metadata.name) for j in jobs.items]
-    for kind in sorted(kinds & set(CUSTOM_KINDS)):
-        group, version, plural = CUSTOM_KINDS[kind]
-        try:
-            listed = api.custom.list_namespaced_custom_object(
-                group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
-            )
-        except Exception as err:  # noqa: BLE001 (no operator installed: nothing to delete)
-            if not not_found(err):
-                raise
-            listed = {}
-        found += [(kind, m["metadata"]["name"]) for m in listed.get("items") or []]
+    found = _objects_of(api, namespace, selector, kinds, timeout)
     if found:
         print(
             f"[{key}] an earlier attempt left {len(found)} objects: deleting them",
@@ -208,6 +181,44 @@ def remove_earlier_attempts(
             )
         print(f"[{key}] waiting for {len(pods)} pods of an earlier attempt", file=out, flush=True)
         sleep(poll_seconds)
+
+
+def _objects_of(
+    api: KubeApi, namespace: str, selector: str, kinds: set[str], timeout
+) -> list[tuple[str, str]]:
+    """The ``(kind, name)`` of the objects of ``kinds`` the label ``selector`` picks.
+
+    In creation order (Services before Jobs): the deletion goes newest first. A custom
+    kind whose operator is not installed has none.
+    """
+    found: list[tuple[str, str]] = []
+    if "NetworkPolicy" in kinds:
+        policies = api.networking.list_namespaced_network_policy(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
+        found += [("NetworkPolicy", p.metadata.name) for p in policies.items]
+    if "Service" in kinds:
+        services = api.core.list_namespaced_service(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
+        found += [("Service", s.metadata.name) for s in services.items]
+    if "Job" in kinds:
+        jobs = api.batch.list_namespaced_job(
+            namespace, label_selector=selector, _request_timeout=timeout
+        )
+        found += [("Job", j.metadata.name) for j in jobs.items]
+    for kind in sorted(kinds & set(CUSTOM_KINDS)):
+        group, version, plural = CUSTOM_KINDS[kind]
+        try:
+            listed = api.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, label_selector=selector, _request_timeout=timeout
+            )
+        except Exception as err:  # noqa: BLE001 (no operator installed: nothing to delete)
+            if not not_found(err):
+                raise
+            listed = {}
+        found += [(kind, m["metadata"]["name"]) for m in listed.get("items") or []]
+    return found
 
 
 def train_on_cluster(
@@ -248,21 +259,9 @@ def train_on_cluster(
     name = name or run_name(cfg)
     run_dir = Path(k.mount_path) / "runs" / key
     data, output = run_dir / "data", run_dir / "output"
-    # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
-    # the ranks of a sync pod (one per GPU).
-    threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.worker_gpus()))
-    model = shipped_model(cfg.model, run_dir)
-    pod_cfg = replace(
-        cfg, data_dir=str(data), output_dir=str(output), threads_per_worker=threads, model=model
-    )
+    pod_cfg = _pod_config(cfg, k, run_dir)
     config_path = output / "train_config.json"
-    objects = build_objects(pod_cfg, k, name, str(config_path))
-    _label(objects, key)
-    namespace = k.resolved_namespace()
-    # Kubernetes deletes the objects with this step's pod, should it die before its clean-up.
-    add_owner(objects, launcher_owner(namespace))
-    validate_all(objects)
-    validate_model_shipping(objects, model)
+    objects, namespace = _checked_objects(pod_cfg, k, name, key, config_path)
     api = api or KubeApi.from_environment()
     # Nothing of an earlier attempt may still run when this one touches the directory.
     remove_earlier_attempts(
@@ -277,14 +276,7 @@ def train_on_cluster(
         sleep=sleep,
     )
     resumes = (output / "checkpoints").is_dir()
-    # The data are staged afresh (a killed attempt may have left a partial copy); the
-    # output is kept: the checkpoints in it are what this attempt resumes from.
-    shutil.rmtree(data, ignore_errors=True)
-    shutil.copytree(cfg.data_dir, data)
-    if model != cfg.model:  # the user's model file, beside the data, for every pod
-        usermodel.stage(cfg.model, run_dir / MODEL_DIR)
-    output.mkdir(parents=True, exist_ok=True)
-    pod_cfg.save(config_path)
+    _stage(cfg, pod_cfg, run_dir, config_path)
     print(
         f"[{name}] {cfg.run.name} on Kubernetes: {len(objects)} objects in namespace "
         f"{namespace}, image {k.resolved_image()}, directory {run_dir}"
@@ -293,25 +285,84 @@ def train_on_cluster(
         flush=True,
     )
     try:
-        ClusterRun(
-            api,
-            objects,
-            name,
-            namespace,
-            poll_seconds=k.poll_seconds,
-            timeout_seconds=k.timeout_seconds,
-            schedule_timeout_seconds=k.schedule_timeout_seconds,
-            api_timeout_seconds=k.api_timeout_seconds,
-            api_retries=k.api_retries,
-            log_reconnect_seconds=min(2.0, k.poll_seconds),
-            out=out,
-            clock=clock,
-            sleep=sleep,
-            # A rank that stops running ends the run, as locally (not the three-day deadline).
-            watch=stall_watch(pod_cfg, output, clock),
-        ).run()
+        _cluster_run(api, objects, name, namespace, k, pod_cfg, out, clock, sleep).run()
     finally:
         shutil.rmtree(data, ignore_errors=True)
+    return _collected(cfg, k, output, name, key, run_dir)
+
+
+def _cluster_run(api, objects, name, namespace, k, pod_cfg, out, clock, sleep) -> ClusterRun:
+    """What creates the run's objects, follows them to their end and cleans them up."""
+    return ClusterRun(
+        api,
+        objects,
+        name,
+        namespace,
+        poll_seconds=k.poll_seconds,
+        timeout_seconds=k.timeout_seconds,
+        schedule_timeout_seconds=k.schedule_timeout_seconds,
+        api_timeout_seconds=k.api_timeout_seconds,
+        api_retries=k.api_retries,
+        log_reconnect_seconds=min(2.0, k.poll_seconds),
+        out=out,
+        clock=clock,
+        sleep=sleep,
+        # A rank that stops running ends the run, as locally (not the three-day deadline).
+        watch=stall_watch(pod_cfg, Path(pod_cfg.output_dir), clock),
+    )
+
+
+def _pod_config(cfg: TrainConfig, k: KubernetesConfig, run_dir: Path) -> TrainConfig:
+    """``cfg`` as the pods run it: the claim's directories, their threads, the shipped model."""
+    # Pods see the node's cores, not their CPU limit: threads follow the limit, shared by
+    # the ranks of a sync pod (one per GPU).
+    threads = cfg.threads_per_worker or max(1, k.cpu_threads() // max(1, k.worker_gpus()))
+    return replace(
+        cfg,
+        data_dir=str(run_dir / "data"),
+        output_dir=str(run_dir / "output"),
+        threads_per_worker=threads,
+        model=shipped_model(cfg.model, run_dir),
+    )
+
+
+def _checked_objects(
+    pod_cfg: TrainConfig, k: KubernetesConfig, name: str, key: str, config_path: Path
+) -> tuple[list[dict], str]:
+    """The run's objects, labelled with its key, owned by this step's pod, validated.
+
+    Returns:
+        The objects and their namespace.
+    """
+    objects = build_objects(pod_cfg, k, name, str(config_path))
+    _label(objects, key)
+    namespace = k.resolved_namespace()
+    # Kubernetes deletes the objects with this step's pod, should it die before its clean-up.
+    add_owner(objects, launcher_owner(namespace))
+    validate_all(objects)
+    validate_model_shipping(objects, pod_cfg.model)
+    return objects, namespace
+
+
+def _stage(cfg: TrainConfig, pod_cfg: TrainConfig, run_dir: Path, config_path: Path) -> None:
+    """Puts the data, the user's model file and the pods' config on the claim.
+
+    The data are staged afresh (a killed attempt may have left a partial copy); the
+    output is kept: the checkpoints in it are what this attempt resumes from.
+    """
+    data = Path(pod_cfg.data_dir)
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(cfg.data_dir, data)
+    if pod_cfg.model != cfg.model:  # the user's model file, beside the data, for every pod
+        usermodel.stage(cfg.model, run_dir / MODEL_DIR)
+    Path(pod_cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    pod_cfg.save(config_path)
+
+
+def _collected(
+    cfg: TrainConfig, k: KubernetesConfig, output: Path, name: str, key: str, run_dir: Path
+) -> dict:
+    """Copies what the pods wrote into ``cfg.output_dir``; the history, with where it ran."""
     history_path = output / "history.json"
     if not history_path.exists():
         raise TrainingError(f"[{name}] the job succeeded but wrote no {history_path}")

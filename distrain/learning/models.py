@@ -136,3 +136,8 @@ def build_model(info: DatasetInfo, name: str, seed: int = 0):
         ValueError: No such model for this data set.
     """
     return _spec(info, name).build(info, seed)
+
+
+def task_of(info: DatasetInfo, name: str):
+    """What the named model of the data set learns (:mod:`distrain.learning.tasks`)."""
+    return _spec(info, name).task

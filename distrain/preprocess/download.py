@@ -375,16 +375,26 @@ def safe_extract(
     root = Path(dest_dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            infos = zf.infolist()  # the central directory: nothing is decompressed
-            for info in infos:
-                tally.add(info.filename, info.file_size)
-                _check_member(root, info.filename, str(archive))
-                if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symlink")
-            with _undone_on_failure(root, [i.filename for i in infos]):
-                zf.extractall(root)
-            return [root / i.filename for i in infos if not i.is_dir()]
+        return _extract_zip(archive, root, tally)
+    return _extract_tar(archive, root, tally)
+
+
+def _extract_zip(archive: Path, root: Path, tally: _Tally) -> list[Path]:
+    """:func:`safe_extract` of a zip file: its central directory checked, then extracted."""
+    with zipfile.ZipFile(archive) as zf:
+        infos = zf.infolist()  # the central directory: nothing is decompressed
+        for info in infos:
+            tally.add(info.filename, info.file_size)
+            _check_member(root, info.filename, str(archive))
+            if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symlink")
+        with _undone_on_failure(root, [i.filename for i in infos]):
+            zf.extractall(root)
+        return [root / i.filename for i in infos if not i.is_dir()]
+
+
+def _extract_tar(archive: Path, root: Path, tally: _Tally) -> list[Path]:
+    """:func:`safe_extract` of a tar file: header by header counted, checked, extracted."""
     with tarfile.open(archive) as tf:
         members, sizes = [], {}
         for m in tf:  # header by header: refused at the first past a limit
@@ -393,40 +403,7 @@ def safe_extract(
             size = m.size if m.isfile() else sizes.get(_parts(m.linkname), 0) if m.islnk() else 0
             sizes[_parts(m.name)] = size
             tally.add(m.name, size)
-        # Links are judged by the archive's own paths, not by the (still empty) target:
-        # a chain such as ``y -> .``, ``x -> y/..``, ``x/evil`` resolves inside on an
-        # empty disk and outside once extracted. No member may lie under a link, and no
-        # link's target may pass through another link.
-        links = {_parts(m.name) for m in members if m.issym() or m.islnk()}
-        for m in members:
-            target = _check_member(root, m.name, str(archive))
-            parts = _parts(m.name)
-            under = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in links), None)
-            if under is not None:
-                raise UnsafeArchiveError(
-                    f"{archive}: member {m.name!r} lies under the link {'/'.join(under)!r}"
-                )
-            if m.issym() or m.islnk():
-                base = target.parent if m.issym() else root
-                link = (base / m.linkname).resolve()
-                if PurePosixPath(m.linkname).is_absolute() or (
-                    link != root and root not in link.parents
-                ):
-                    raise UnsafeArchiveError(
-                        f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {root}"
-                    )
-                start = parts[:-1] if m.issym() else ()
-                path = start + tuple(PurePosixPath(m.linkname).parts)
-                through = next(
-                    (path[:i] for i in range(1, len(path) + 1) if path[:i] in links), None
-                )
-                if through is not None:
-                    raise UnsafeArchiveError(
-                        f"{archive}: link {m.name!r} -> {m.linkname!r} passes through the "
-                        f"link {'/'.join(through)!r}"
-                    )
-            elif not (m.isfile() or m.isdir()):
-                raise UnsafeArchiveError(f"{archive}: member {m.name!r} is not a regular file")
+        _check_tar_members(archive, root, members)
         # The checks above are the guard. Where tarfile has PEP 706's filters (3.11.4 and
         # later) the "data" filter is a second one; Debian 12's Python 3.11.2, which the
         # images are built on, lacks them.
@@ -436,6 +413,46 @@ def safe_extract(
             else:
                 tf.extractall(root)  # every member was checked above
         return [root / m.name for m in members if m.isfile()]
+
+
+def _check_tar_members(archive: Path, root: Path, members: list) -> None:
+    """Refuses a tar's unsafe members.
+
+    A member outside ``root``, under a link, or neither file nor folder is refused, and so
+    is a link that points outside ``root`` or passes through another link.
+    """
+    # Links are judged by the archive's own paths, not by the (still empty) target:
+    # a chain such as ``y -> .``, ``x -> y/..``, ``x/evil`` resolves inside on an
+    # empty disk and outside once extracted. No member may lie under a link, and no
+    # link's target may pass through another link.
+    links = {_parts(m.name) for m in members if m.issym() or m.islnk()}
+    for m in members:
+        target = _check_member(root, m.name, str(archive))
+        parts = _parts(m.name)
+        under = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in links), None)
+        if under is not None:
+            raise UnsafeArchiveError(
+                f"{archive}: member {m.name!r} lies under the link {'/'.join(under)!r}"
+            )
+        if m.issym() or m.islnk():
+            base = target.parent if m.issym() else root
+            link = (base / m.linkname).resolve()
+            if PurePosixPath(m.linkname).is_absolute() or (
+                link != root and root not in link.parents
+            ):
+                raise UnsafeArchiveError(
+                    f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {root}"
+                )
+            start = parts[:-1] if m.issym() else ()
+            path = start + tuple(PurePosixPath(m.linkname).parts)
+            through = next((path[:i] for i in range(1, len(path) + 1) if path[:i] in links), None)
+            if through is not None:
+                raise UnsafeArchiveError(
+                    f"{archive}: link {m.name!r} -> {m.linkname!r} passes through the "
+                    f"link {'/'.join(through)!r}"
+                )
+        elif not (m.isfile() or m.isdir()):
+            raise UnsafeArchiveError(f"{archive}: member {m.name!r} is not a regular file")
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ Errors are told apart (:func:`classify`):
   checkpoint of another model, :class:`~distrain.base.errors.StepError`,
   :class:`~distrain.learning.inputs.DataError`, a data set's format errors (a file header
   with impossible sizes among them) and its preprocessing job's,
-  :class:`~distrain.preprocess.common.BadRecordsError`, a used output folder, an unsafe
+  :class:`~distrain.preprocess.writing.BadRecordsError`, a used output folder, an unsafe
   archive, an archive past its size or member limit, ...), a download whose digest did
   not match, a corrupt archive or record
   (``tarfile``/``zipfile`` errors, TensorFlow's ``DataLossError``), ``FileNotFoundError``,

@@ -194,22 +194,48 @@ def export_saved_model(
     out = Path(out)
     if out.exists():
         raise ExportError(f"{out}: already exists; an export goes into a new folder")
-    split = "test" if "test" in info.files else "validation"
-    first = next(iter(tf.data.TFRecordDataset(info.split_files(split)).take(1)), None)
-    if first is None:
-        raise ExportError(f"{info.data_dir}: split {split!r} has no record to export with")
-    record = first.numpy()
-    parse = datasets.get(info.dataset).parser(info)
+    record = _first_record(info)
+    dataset = datasets.get(info.dataset)
+    parse = dataset.serving_parser(info)
     label = info.label if info.feature_spec is not None else ""
-    default = tf.constant(_default_label(record, label))
-    where = str(model_path)
-    if is_user_model(reference):
-        where = ModelReference.parse(reference).where  # the user's file, or module
-        model = load_saved(model_path, reference, info, seed)
-    else:
-        model = load_model(model_path)
-    if is_recurrent(model):  # stateless, in float32: each request read from a zero state
-        model = recurrent_copy(model, None, stateful=False, float32=True)
+    default = None
+    if parse is None:  # a plugin's parser needs the label: merge a default one before each
+        parse = dataset.parser(info)
+        default = tf.constant(_default_label(record, label))
+    model, where = _serving_model(model_path, reference, info, seed)
+
+    holder, signatures, specs = _signatures(model, parse, default, task, info)
+    calls_python = python_ops(signatures.values())
+    if calls_python:
+        raise ExportError(
+            f"{where}: the model calls Python at serving time ({', '.join(calls_python)}: "
+            "tf.py_function or tf.numpy_function), which a SavedModel cannot hold and no "
+            "model server runs; write that part with TensorFlow ops to export it"
+        )
+    outputs = sorted(signatures[SERVING_SIGNATURE].structured_outputs)
+    tf.saved_model.save(holder, str(out), signatures=signatures)
+    spec = {
+        "signatures": {
+            SERVING_SIGNATURE: f"{EXAMPLES_INPUT}: serialized tf.train.Example, string [batch]",
+            PARSED_SIGNATURE: "the parsed features",
+        },
+        "examples": example_features(record),
+        "label": label,
+        "parsed": {s.name: {"dtype": s.dtype.name, "shape": s.shape.as_list()} for s in specs},
+        "outputs": outputs,
+    }
+    (out / "assets.extra").mkdir(exist_ok=True)  # TF Serving's folder for extra files
+    (out / "assets.extra" / "input_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return spec
+
+
+def _signatures(model, parse, default, task: str, info):
+    """The two serving functions, on a module that holds the weights they read.
+
+    Returns:
+        The module to save, the signatures by name, and the parsed inputs' specs.
+    """
+    import tensorflow as tf
 
     def predict(features):
         return _outputs(task, info, model(features, training=False))
@@ -219,7 +245,7 @@ def export_saved_model(
         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)], autograph=False
     )
     def serve_examples(examples):
-        features, _ = parse(tf.strings.join([default, examples]))
+        features, _ = parse(examples if default is None else tf.strings.join([default, examples]))
         return predict(features)
 
     traced = tf.function(parse, autograph=False).get_concrete_function(
@@ -243,28 +269,36 @@ def export_saved_model(
         SERVING_SIGNATURE: serve_examples.get_concrete_function(),
         PARSED_SIGNATURE: serve_parsed.get_concrete_function(),
     }
-    calls_python = python_ops(signatures.values())
-    if calls_python:
-        raise ExportError(
-            f"{where}: the model calls Python at serving time ({', '.join(calls_python)}: "
-            "tf.py_function or tf.numpy_function), which a SavedModel cannot hold and no "
-            "model server runs; write that part with TensorFlow ops to export it"
-        )
-    outputs = sorted(signatures[SERVING_SIGNATURE].structured_outputs)
-    tf.saved_model.save(holder, str(out), signatures=signatures)
-    spec = {
-        "signatures": {
-            SERVING_SIGNATURE: f"{EXAMPLES_INPUT}: serialized tf.train.Example, string [batch]",
-            PARSED_SIGNATURE: "the parsed features",
-        },
-        "examples": example_features(record),
-        "label": label,
-        "parsed": {s.name: {"dtype": s.dtype.name, "shape": s.shape.as_list()} for s in specs},
-        "outputs": outputs,
-    }
-    (out / "assets.extra").mkdir(exist_ok=True)  # TF Serving's folder for extra files
-    (out / "assets.extra" / "input_spec.json").write_text(json.dumps(spec, indent=2) + "\n")
-    return spec
+    return holder, signatures, specs
+
+
+def _first_record(info) -> bytes:
+    """The first record of the test split (else validation): the form every request takes."""
+    import tensorflow as tf
+
+    split = "test" if "test" in info.files else "validation"
+    first = next(iter(tf.data.TFRecordDataset(info.split_files(split)).take(1)), None)
+    if first is None:
+        raise ExportError(f"{info.data_dir}: split {split!r} has no record to export with")
+    return first.numpy()
+
+
+def _serving_model(model_path, reference: str, info, seed: int):
+    """The trained model as it serves (a recurrent one stateless, in float32).
+
+    Returns:
+        The model, and where its code is (the run's model file, or the user's file or
+        module) for a message.
+    """
+    where = str(model_path)
+    if is_user_model(reference):
+        where = ModelReference.parse(reference).where  # the user's file, or module
+        model = load_saved(model_path, reference, info, seed)
+    else:
+        model = load_model(model_path)
+    if is_recurrent(model):  # stateless, in float32: each request read from a zero state
+        model = recurrent_copy(model, None, stateful=False, float32=True)
+    return model, where
 
 
 def pick_run(comparison: dict, reports: list[dict]) -> tuple[dict, str]:

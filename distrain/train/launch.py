@@ -225,16 +225,8 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = cfg.save(out / "train_config.json")
-    # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
-    env.pop("TF_CONFIG", None)
-    # The cores the run's processes share on this host (its history records them).
-    env["DISTRAIN_HOST_CORES"] = str(len(os.sched_getaffinity(0)))
-    # One temporary directory for all the run's processes, removed with the run: what they
-    # leave in it (autograph's generated modules, which a process removes only at a normal
-    # exit, and parameter-server processes end with os._exit or are stopped) goes too.
-    scratch = tempfile.mkdtemp(prefix="distrain-")
-    env["TMPDIR"] = scratch
+    env = _run_environment(out)
+    scratch = env["TMPDIR"]
     procs = _Processes()
     timeout = timeout if timeout is not None else (cfg.deadline or None)
     deadline = time.monotonic() + timeout if timeout else None
@@ -246,8 +238,6 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
     logs = out / "logs"
     shutil.rmtree(out / ERRORS_DIR, ignore_errors=True)  # an earlier attempt's
     shutil.rmtree(out / heartbeat.HEARTBEATS_DIR, ignore_errors=True)
-    when_stalled = cfg.run.impl.engine.when_stalled
-    dropped: set[int] = set()
     if bar is not None:
         bar.__enter__()
     try:
@@ -264,39 +254,7 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
         if main.stdout is not None:  # a terminal: the run's lines above its progress line
             forward = threading.Thread(target=_forward, args=(main.stdout, bar), daemon=True)
             forward.start()
-        critical = [p for p in processes if p.critical]
-
-        def check_critical() -> None:
-            for p in critical:
-                code = procs.procs[p.name].poll()
-                if code is not None:
-                    raise process_failure(
-                        out,
-                        f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
-                    )
-
-        next_look = time.monotonic() + heartbeat.BEAT_SECONDS
-        while main.poll() is None:
-            check_critical()
-            if when_stalled and time.monotonic() >= next_look:
-                next_look = time.monotonic() + heartbeat.BEAT_SECONDS
-                _act_on_stalled(cfg, out, when_stalled, dropped)
-            if deadline and time.monotonic() > deadline:
-                if main_spec.stacks_on_timeout:  # `distrain worker` itself
-                    main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr
-                    time.sleep(2.0)
-                raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
-            time.sleep(0.2)
-        if main.returncode != 0:
-            # A critical process (a parameter server) that died is the cause of the main
-            # process's failure that followed it, even when both ended between two looks.
-            time.sleep(0.2)
-            check_critical()
-            raise process_failure(
-                out,
-                f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
-                f"{main.returncode}",
-            )
+        _watch(cfg, procs, processes, main_spec, deadline, timeout)
     finally:
         procs.stop_all()
         if forward is not None:
@@ -306,6 +264,67 @@ def run_training(cfg: TrainConfig, timeout: float | None = None) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     check_result(out, launched, f"[{cfg.run.name}] {main_spec.what or main_spec.name}")
     return json.loads((out / "history.json").read_text())
+
+
+def _run_environment(out: Path) -> dict:
+    """The environment of the run's processes, with their own temporary directory."""
+    # DISTRAIN_RUN_DIR marks every process of the run (to find them, e.g. leftovers).
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1", DISTRAIN_RUN_DIR=str(out))
+    env.pop("TF_CONFIG", None)
+    # The cores the run's processes share on this host (its history records them).
+    env["DISTRAIN_HOST_CORES"] = str(len(os.sched_getaffinity(0)))
+    # One temporary directory for all the run's processes, removed with the run: what they
+    # leave in it (autograph's generated modules, which a process removes only at a normal
+    # exit, and parameter-server processes end with os._exit or are stopped) goes too.
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="distrain-")
+    return env
+
+
+def _watch(cfg: TrainConfig, procs, processes, main_spec, deadline, timeout) -> None:
+    """Waits for the main process to end, acting on stalled processes meanwhile.
+
+    Raises:
+        TrainingError: A critical process ended first, the main process failed, or the
+            deadline passed.
+    """
+    out = Path(cfg.output_dir)
+    logs = out / "logs"
+    main = procs.procs[main_spec.name]
+    when_stalled = cfg.run.impl.engine.when_stalled
+    dropped: set[int] = set()
+    critical = [p for p in processes if p.critical]
+
+    def check_critical() -> None:
+        for p in critical:
+            code = procs.procs[p.name].poll()
+            if code is not None:
+                raise process_failure(
+                    out,
+                    f"[{cfg.run.name}] {p.what or p.name} exited with code {code}; see {logs}",
+                )
+
+    next_look = time.monotonic() + heartbeat.BEAT_SECONDS
+    while main.poll() is None:
+        check_critical()
+        if when_stalled and time.monotonic() >= next_look:
+            next_look = time.monotonic() + heartbeat.BEAT_SECONDS
+            _act_on_stalled(cfg, out, when_stalled, dropped)
+        if deadline and time.monotonic() > deadline:
+            if main_spec.stacks_on_timeout:  # `distrain worker` itself
+                main.send_signal(signal.SIGUSR1)  # its threads' stacks, to stderr
+                time.sleep(2.0)
+            raise TrainingError(f"[{cfg.run.name}] timed out after {timeout} s")
+        time.sleep(0.2)
+    if main.returncode != 0:
+        # A critical process (a parameter server) that died is the cause of the main
+        # process's failure that followed it, even when both ended between two looks.
+        time.sleep(0.2)
+        check_critical()
+        raise process_failure(
+            out,
+            f"[{cfg.run.name}] training failed: {main_spec.command[0]} exited with code "
+            f"{main.returncode}",
+        )
 
 
 # What a finished run has written, last: its trained model, then its history.

@@ -50,43 +50,7 @@ def build_experiment_pipeline(config: ExperimentConfig, parallelism: int = 0):
     def body(**params):
         gathered = None
         for name in names:
-            data = fetch_data(
-                dataset=name,
-                source=params[f"source_{name}"],
-                sample_size=params[f"sample_size_{name}"],
-                seed=params["seed"],
-            ).set_display_name(f"fetch {name}")
-            data.set_container_image(params["beam_image"])
-            _retry(data)
-            prep = preprocess(
-                raw=data.outputs["raw"],
-                dataset=name,
-                seed=params["seed"],
-                beam_args=params["beam_args"],
-            ).set_display_name(f"preprocess {name} (Beam)")
-            prep.set_container_image(params["beam_image"])
-            _retry(prep)
-            with dsl.ParallelFor(
-                params[f"points_{name}"], parallelism=parallelism, name=f"runs-{name}"
-            ) as point:
-                trained = train(
-                    examples=prep.outputs["examples"],
-                    run_spec=point.run,
-                    model=point.model,
-                    epochs=point.epochs,
-                    batch_size=point.batch_size,
-                    learning_rate=point.learning_rate,
-                    seed=point.seed,
-                    threads_per_worker=point.threads,
-                    launcher=params["launcher"],
-                    controller=params["controller"],
-                    worker_image=params["trainer_image"],
-                    namespace=params["namespace"],
-                ).set_display_name(f"train {name}")
-                _retry(trained)
-                scored = evaluate(
-                    examples=prep.outputs["examples"], trained=trained.outputs["trained"]
-                ).set_display_name(f"evaluate {name}")
+            scored = _dataset_runs(name, params, parallelism)
             reports = dsl.Collected(scored.outputs["report"])
             if gathered is None:
                 gathered = gather(reports=reports)
@@ -102,21 +66,7 @@ def build_experiment_pipeline(config: ExperimentConfig, parallelism: int = 0):
     # pipeline's parameters from its function's signature.
     import inspect
 
-    common = {
-        "seed": (int, defaults["seed"]),
-        "config": (str, defaults["config"]),
-        "beam_args": (list, []),
-        "beam_image": (str, image("beam")),
-        "trainer_image": (str, image("trainer")),
-        "launcher": (str, "local"),
-        "controller": (str, "auto"),
-        "namespace": (str, ""),
-    }
-    for name in names:
-        common[f"source_{name}"] = (str, defaults[f"source_{name}"])
-        common[f"sample_size_{name}"] = (int, defaults[f"sample_size_{name}"])
-        common[f"points_{name}"] = (list, defaults[f"points_{name}"])
-
+    common = _parameters(defaults, names)
     keys = list(common)
 
     def pipeline(*args, **kwargs) -> dsl.Artifact:
@@ -136,3 +86,68 @@ def build_experiment_pipeline(config: ExperimentConfig, parallelism: int = 0):
         "Returns the report directory."
     )
     return dsl.pipeline(name=f"distrain-experiment-{config.experiment}")(pipeline)
+
+
+def _dataset_runs(name: str, params: dict, parallelism: int):
+    """A data set's steps: fetch, preprocess, then each of its points trained and scored.
+
+    Returns:
+        The evaluation task of the points' ``ParallelFor`` (its reports, to collect).
+    """
+    data = fetch_data(
+        dataset=name,
+        source=params[f"source_{name}"],
+        sample_size=params[f"sample_size_{name}"],
+        seed=params["seed"],
+    ).set_display_name(f"fetch {name}")
+    data.set_container_image(params["beam_image"])
+    _retry(data)
+    prep = preprocess(
+        raw=data.outputs["raw"],
+        dataset=name,
+        seed=params["seed"],
+        beam_args=params["beam_args"],
+    ).set_display_name(f"preprocess {name} (Beam)")
+    prep.set_container_image(params["beam_image"])
+    _retry(prep)
+    with dsl.ParallelFor(
+        params[f"points_{name}"], parallelism=parallelism, name=f"runs-{name}"
+    ) as point:
+        trained = train(
+            examples=prep.outputs["examples"],
+            run_spec=point.run,
+            model=point.model,
+            epochs=point.epochs,
+            batch_size=point.batch_size,
+            learning_rate=point.learning_rate,
+            seed=point.seed,
+            threads_per_worker=point.threads,
+            launcher=params["launcher"],
+            controller=params["controller"],
+            worker_image=params["trainer_image"],
+            namespace=params["namespace"],
+        ).set_display_name(f"train {name}")
+        _retry(trained)
+        scored = evaluate(
+            examples=prep.outputs["examples"], trained=trained.outputs["trained"]
+        ).set_display_name(f"evaluate {name}")
+    return scored
+
+
+def _parameters(defaults: dict, names: list[str]) -> dict:
+    """The pipeline's parameters, name -> (type, default); ``names``: its data sets."""
+    common = {
+        "seed": (int, defaults["seed"]),
+        "config": (str, defaults["config"]),
+        "beam_args": (list, []),
+        "beam_image": (str, image("beam")),
+        "trainer_image": (str, image("trainer")),
+        "launcher": (str, "local"),
+        "controller": (str, "auto"),
+        "namespace": (str, ""),
+    }
+    for name in names:
+        common[f"source_{name}"] = (str, defaults[f"source_{name}"])
+        common[f"sample_size_{name}"] = (int, defaults[f"sample_size_{name}"])
+        common[f"points_{name}"] = (list, defaults[f"points_{name}"])
+    return common

@@ -74,13 +74,13 @@ def _permanent_and_transient_causes():
     import tarfile
 
     from distrain.datasets.dbpedia.rows import DbpediaFormatError
-    from distrain.preprocess.common import (
+    from distrain.preprocess.download import UnsafeArchiveError
+    from distrain.preprocess.records import TFRecordFramingError
+    from distrain.preprocess.writing import (
         BadRecordsError,
         OutputExistsError,
         RecordAccountingError,
     )
-    from distrain.preprocess.download import UnsafeArchiveError
-    from distrain.preprocess.records import TFRecordFramingError
 
     return [
         ("bad input", DbpediaFormatError("classes.txt: file not found"), False),

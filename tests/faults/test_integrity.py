@@ -19,9 +19,9 @@ from distrain.datasets.gutenberg.beam import GutenbergPreprocessConfig, preproce
 from distrain.datasets.gutenberg.sample import book_text
 from distrain.datasets.mnist.beam import MnistPreprocessConfig, preprocess_mnist
 from distrain.datasets.mnist.idx import IdxFormatError, write_idx
-from distrain.preprocess.common import OutputExistsError
 from distrain.preprocess.failures import Failure
 from distrain.preprocess.records import count_tfrecords
+from distrain.preprocess.writing import OutputExistsError
 
 OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxes"
@@ -222,7 +222,7 @@ def _mnist_raw(folder, bad_label_at=None):
 
 @pytest.mark.case("integrity/metadata-last")
 def test_a_job_that_fails_its_checks_leaves_no_data_set(tmp_path):
-    from distrain.preprocess.common import BadRecordsError
+    from distrain.preprocess.writing import BadRecordsError
 
     good_raw = _mnist_raw(tmp_path / "good")
     bad_raw = _mnist_raw(tmp_path / "bad", bad_label_at=5)

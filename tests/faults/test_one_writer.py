@@ -20,10 +20,10 @@ import time
 
 import pytest
 
-from distrain.preprocess.common import staged_output
 from distrain.preprocess.failures import Failure
 from distrain.preprocess.outputs import OutputBusyError, lock_path, one_writer
 from distrain.preprocess.records import count_tfrecords
+from distrain.preprocess.writing import staged_output
 from tests.conftest import ROOT, VENV_BIN
 
 HOST = socket.gethostname()

@@ -10,7 +10,8 @@ import pytest
 
 import distrain
 from distrain.base.images import image
-from distrain.cli import build_parser, cmd_server, cmd_worker
+from distrain.cli import build_parser
+from distrain.commands.training import cmd_server, cmd_worker
 from distrain.k8s.config import KubernetesConfig
 from distrain.k8s.objects import build_objects
 from distrain.train.config import TrainConfig

@@ -154,7 +154,8 @@ def test_every_pipeline_compiles_from_the_wheel(installed):
         installed,
         installed["python"],
         "-c",
-        "from distrain.cli import PIPELINES, EXPERIMENTS; print(' '.join(PIPELINES + EXPERIMENTS))",
+        "from distrain.commands import PIPELINES, EXPERIMENTS;"
+        " print(' '.join(PIPELINES + EXPERIMENTS))",
     )
     assert names.returncode == 0, names.stderr[-3000:]
     pipelines = names.stdout.split()

@@ -80,7 +80,7 @@ def test_run_with_tensorboard_prints_the_command_that_shows_its_runs(monkeypatch
     def run_locally(pipeline, params, out):
         raise KeyboardInterrupt  # the command is printed before any step runs
 
-    monkeypatch.setattr("distrain.cli._run_locally", run_locally)
+    monkeypatch.setattr("distrain.commands.pipelines.run_locally", run_locally)
     out = tmp_path / "out"
     assert main(["run", "mnist", "--output", str(out), "--tensorboard"]) == 130
     assert (

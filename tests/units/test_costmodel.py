@@ -27,8 +27,9 @@ def test_parameter_server_cost_model_saturates_the_servers():
     # Small model: compute-bound, throughput grows with workers.
     small = [ps_throughput(0.1, 1e5, n, 1, 1e9, 1e-5, 100) for n in (1, 2, 4)]
     assert small[1] == pytest.approx(2 * small[0])
-    # Big model: the servers' links cap it at P B / (2 S) steps/second.
-    cap = 1 * 1e9 / (2 * 1e9) * 100
+    # Big model: the servers' full-duplex links (S in and S out per worker step) cap it
+    # at P B / S steps/second.
+    cap = 1 * 1e9 / 1e9 * 100
     assert ps_throughput(0.001, 1e9, 64, 1, 1e9, 1e-5, 100) == pytest.approx(cap)
     assert ps_throughput(0.001, 1e9, 64, 4, 1e9, 1e-5, 100) == pytest.approx(4 * cap)
 

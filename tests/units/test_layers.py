@@ -24,9 +24,9 @@ folder holds two layers or the root holds a layer's modules:
 6. **runs** (the rest of ``train/``: modes, driver, replica, engines, processes; ``k8s/``).
 7. **analysis** (``analysis/``: ``compare``, ``experiments``, ``plan``, ``tuning``): the
    comparison, the experiments and their reports, the cost plan, the learning-rate search.
-8. **steps** (``steps``, ``search``, ``submit``, ``faults``, ``listing``): what the
+8. **steps** (``steps``, ``trainstep``, ``search``, ``submit``, ``faults``, ``listing``): what the
    pipelines' components and the CLI's commands call.
-9. **front** (``cli``, ``cliflags``, ``console``, ``__main__``).
+9. **front** (``cli``, ``commands/``, ``cliflags``, ``console``, ``__main__``).
 
 Every import counts (:func:`module_imports`): inside functions too, those under
 ``if TYPE_CHECKING:`` (they tie the modules for whoever reads or checks them), and calls
@@ -81,13 +81,23 @@ LAYERS = [
         "steps",
         [
             "distrain.steps",
+            "distrain.trainstep",
             "distrain.search",
             "distrain.submit",
             "distrain.faults",
             "distrain.listing",
         ],
     ),
-    ("front", ["distrain.cli", "distrain.cliflags", "distrain.console", "distrain.__main__"]),
+    (
+        "front",
+        [
+            "distrain.cli",
+            "distrain.cliflags",
+            "distrain.commands*",
+            "distrain.console",
+            "distrain.__main__",
+        ],
+    ),
 ]
 
 # Libraries slow or heavy to import: a function may import them (or a module of the package

@@ -105,7 +105,7 @@ def test_run_passes_the_given_settings_to_the_pipeline(monkeypatch, tmp_path):
         seen.update(params)
         raise Stop
 
-    monkeypatch.setattr("distrain.cli._run_locally", run_locally)
+    monkeypatch.setattr("distrain.commands.pipelines.run_locally", run_locally)
     argv = ["run", "mnist", "--output", str(tmp_path), "--learning-rate", "0.01", "--epochs", "3"]
     assert main(argv) == 1
     assert (seen["learning_rate"], seen["epochs"]) == (0.01, 3)

@@ -226,7 +226,7 @@ def test_pipeline_trainings_are_each_spec_repeated_with_its_own_seeds():
 
 
 def test_train_repeat_summary_gives_medians_intervals_and_raw_values():
-    from distrain.cli import repeat_summary
+    from distrain.base.verdict import repeat_summary
 
     histories = [
         {

@@ -34,7 +34,7 @@ from distrain.analysis.compare.tables import (
     verdict_sentence,
 )
 from distrain.analysis.compare.tuned import attach
-from distrain.analysis.plan import Plan, build_plan
+from distrain.analysis.plan import plan_comparison
 
 __all__ = [
     "BASELINE",
@@ -82,7 +82,7 @@ def write_comparison(
     if environment:
         comparison["environment"] = environment
     if plan:
-        comparison["plan"] = build_plan(comparison, reports, Plan.parse(plan))
+        comparison["plan"] = plan_comparison(comparison, reports, plan)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.json").write_text(json.dumps({**comparison, "runs": reports}, indent=2))

@@ -43,6 +43,27 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
             repeats_of.setdefault(r["run"]["name"], []).append(r)
     by_name = {name: runs[0] for name, runs in repeats_of.items()}  # a run's first repeat
     names = [row["name"] for row in comparison["rows"] if row["name"] in by_name]
+    figures = _curve_plots(plt, comparison, names, repeats_of)
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    throughput = [
+        row["examples_per_second"] for row in comparison["rows"] if row["name"] in by_name
+    ]
+    bars = ax.bar(names, throughput, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in throughput], fontsize=8)
+    ax.set(ylabel="examples / second", title="Training throughput per run")
+    ax.grid(axis="y", alpha=0.3)
+    figures.append(("Training throughput per run", _png(fig)))
+
+    figures += _history_plots(plt, names, by_name)
+    sensitivity = sensitivity_plot(comparison)
+    if sensitivity:
+        figures.append((sensitivity[0], _png(sensitivity[1])))
+    figures += _interval_plots(comparison)
+    return figures
+
+
+def _curve_plots(plt, comparison: dict, names: list[str], repeats_of: dict) -> list:
+    """Training loss and validation accuracy against wall-clock time, every repeat shown."""
     figures = []
     for key, label, title in (
         ("loss", "training loss", "Training loss against wall-clock time"),
@@ -71,17 +92,12 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ax.grid(alpha=0.3)
         ax.legend()
         figures.append((title, _png(fig)))
+    return figures
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.5))
-    throughput = [
-        row["examples_per_second"] for row in comparison["rows"] if row["name"] in by_name
-    ]
-    bars = ax.bar(names, throughput, color="tab:blue")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in throughput], fontsize=8)
-    ax.set(ylabel="examples / second", title="Training throughput per run")
-    ax.grid(axis="y", alpha=0.3)
-    figures.append(("Training throughput per run", _png(fig)))
 
+def _history_plots(plt, names: list[str], by_name: dict) -> list:
+    """What some runs' histories hold: staleness, each worker's progress, divergence."""
+    figures = []
     stale = [n for n in names if by_name[n]["history"].get("staleness")]
     if any(max(by_name[n]["history"]["staleness"]) > 0 for n in stale):
         fig, ax = plt.subplots(figsize=(6.5, 3.5))
@@ -121,10 +137,6 @@ def plots(comparison: dict, reports: list[dict]) -> list[tuple[str, str]]:
         ax.grid(alpha=0.3)
         ax.legend()
         figures.append(("Divergence between replicas", _png(fig)))
-    sensitivity = sensitivity_plot(comparison)
-    if sensitivity:
-        figures.append((sensitivity[0], _png(sensitivity[1])))
-    figures += _interval_plots(comparison)
     return figures
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from distrain.analysis.compare.rows import BASELINE, COLUMNS
+from distrain.analysis.plan import format_seconds, format_span
 from distrain.base.machine import text as environment_text
 from distrain.base.verdict import interval_text
 
@@ -86,20 +87,21 @@ def plan_table(comparison: dict) -> list[str]:
     predictions = (comparison.get("plan") or {}).get("predictions") or []
     if not predictions:
         return []
-    to = "target" if predictions[0].get("basis", "to the target") == "to the target" else "end"
     lines = [
-        f"| measured | at the plan's scale | s/step | effective batch | steps to {to} | "
-        f"time to {to} s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| measured | at the plan's scale | a step | effective batch | steps | steps from | "
+        "time | interval |",
+        "|---|---|---:|---:|---:|---|---:|---|",
     ]
     for p in predictions:
         cells = [
             p["run"],
             p.get("at_scale") or f"refused: {p.get('refused')}",
-            _cell(p, "step_seconds", "{:.5f}"),
+            format_seconds(p.get("step_seconds")),
             _cell(p, "effective_batch", "{:,}"),
             _cell(p, "steps_to_target", "{:,.0f}"),
-            _cell(p, "time_to_target", "{:.2f}"),
+            p.get("basis") or "—",
+            format_seconds(p.get("time_to_target")),
+            format_span(p.get("time_interval")) if p.get("time_interval") else "not ranked",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -338,47 +338,7 @@ def _figures(results: list[Result], middle: int) -> list[tuple[str, str]]:
         if any(r.point.knobs.get("variant") for r in results if r.point.model == m)
     ]
     if varied:
-        fig, axes = plt.subplots(1, len(varied), figsize=(4.6 * len(varied), 3.4), squeeze=False)
-        for ax, m in zip(axes[0], varied, strict=True):
-            for r in results:
-                k = r.point.knobs
-                if r.point.model != m or k["period"] != middle:
-                    continue
-                label = (
-                    k.get("variant") and f"{k['variant']}: {k[k['variant']]}" or "shared, uniform"
-                )
-                ax.plot(
-                    r.iterations(),
-                    [e.get("val_accuracy") for e in r.history["epochs"]],
-                    marker="o",
-                    label=label,
-                )
-            ax.set(xlabel="iterations", ylabel="validation accuracy", title=f"{m}: every {middle}")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        figures.append(("Accuracy against iterations: init, common examples, weights", png(fig)))
-
-        fig, axes = plt.subplots(1, len(varied), figsize=(4.6 * len(varied), 3.2), squeeze=False)
-        for ax, m in zip(axes[0], varied, strict=True):
-            for r in results:
-                k = r.point.knobs
-                pts = np.asarray(r.history.get("divergence") or [], dtype=float)
-                if r.point.model != m or k["period"] != middle or not len(pts):
-                    continue
-                label = (
-                    k.get("variant") and f"{k['variant']}: {k[k['variant']]}" or "shared, uniform"
-                )
-                ax.plot(pts[:, 0], pts[:, 1], marker=".", label=label)
-            ax.set(
-                xlabel="wall-clock s",
-                ylabel="mean distance to the average",
-                title=f"{m}: divergence",
-                yscale="log",
-            )
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        figures.append(("Divergence of the replicas at each exchange", png(fig)))
-
+        figures += _variant_figures(plt, results, varied, middle)
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for m in models:
         sweep = sorted(
@@ -397,4 +357,46 @@ def _figures(results: list[Result], middle: int) -> list[tuple[str, str]]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     figures.append(("Test accuracy against the averaging period", png(fig)))
+    return figures
+
+
+def _variant_figures(plt, results: list[Result], varied: list[str], middle: int) -> list:
+    """At the middle period, each variant's accuracy and the replicas' divergence."""
+    figures = []
+    fig, axes = plt.subplots(1, len(varied), figsize=(4.6 * len(varied), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], varied, strict=True):
+        for r in results:
+            k = r.point.knobs
+            if r.point.model != m or k["period"] != middle:
+                continue
+            label = k.get("variant") and f"{k['variant']}: {k[k['variant']]}" or "shared, uniform"
+            ax.plot(
+                r.iterations(),
+                [e.get("val_accuracy") for e in r.history["epochs"]],
+                marker="o",
+                label=label,
+            )
+        ax.set(xlabel="iterations", ylabel="validation accuracy", title=f"{m}: every {middle}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    figures.append(("Accuracy against iterations: init, common examples, weights", png(fig)))
+
+    fig, axes = plt.subplots(1, len(varied), figsize=(4.6 * len(varied), 3.2), squeeze=False)
+    for ax, m in zip(axes[0], varied, strict=True):
+        for r in results:
+            k = r.point.knobs
+            pts = np.asarray(r.history.get("divergence") or [], dtype=float)
+            if r.point.model != m or k["period"] != middle or not len(pts):
+                continue
+            label = k.get("variant") and f"{k['variant']}: {k[k['variant']]}" or "shared, uniform"
+            ax.plot(pts[:, 0], pts[:, 1], marker=".", label=label)
+        ax.set(
+            xlabel="wall-clock s",
+            ylabel="mean distance to the average",
+            title=f"{m}: divergence",
+            yscale="log",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    figures.append(("Divergence of the replicas at each exchange", png(fig)))
     return figures

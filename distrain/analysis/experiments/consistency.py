@@ -201,41 +201,7 @@ def model_sentences(model: str, rows: list[dict], fraction: float) -> list[str]:
     out = []
     scored = [r for r in rows if r["accuracy"] is not None]
     if scored:
-        hi = max(r["accuracy"] for r in scored)
-        lo = min(r["accuracy"] for r in scored)
-        top = next(r for r in scored if r["accuracy"] == hi)
-        bottom = next(r for r in scored if r["accuracy"] == lo)
-        measurable = _differ(top, bottom, "accuracy") != 0
-        if hi - lo < 1e-12:
-            text = f"With {model}, every rule reached the same test accuracy ({hi:.4f})"
-        elif not measurable:
-            text = (
-                f"With {model}, no rule's test accuracy was measurably different from another's: "
-                f"{lo:.4f} to {hi:.4f}, inside the 95 % intervals "
-                f"({interval_text(accuracy_interval(hi, top['test_examples']))} for the highest)"
-            )
-        else:
-            text = (
-                f"With {model}, {_names(scored, 'accuracy', hi)} reached the highest test "
-                f"accuracy ({hi:.4f}) and {_names(scored, 'accuracy', lo)} the lowest "
-                f"({lo:.4f}), {hi - lo:.4f} apart, beyond the 95 % intervals"
-            )
-        recall = max(r["macro_recall"] or 0.0 for r in scored)
-        low_recall = min(r["macro_recall"] or 0.0 for r in scored)
-        first = next(r for r in scored if (r["macro_recall"] or 0.0) == recall)
-        last = next(r for r in scored if (r["macro_recall"] or 0.0) == low_recall)
-        if recall - low_recall < 1e-12:
-            text += f"; every rule had the same macro recall ({recall:.4f})."
-        elif _differ(first, last, "macro_recall"):
-            best_recall = _names(scored, "macro_recall", recall)
-            text += f"; the highest macro recall ({recall:.4f}) was {best_recall}'s."
-        else:
-            either = " either" if not measurable else ""
-            text += (
-                f"; macro recall ({low_recall:.4f} to {recall:.4f}) was not measurably "
-                f"different{either}."
-            )
-        out.append(text)
+        out.append(_accuracy_sentence(model, scored))
     timed = [r for r in rows if r["time_to_target"] is not None]
     missed = [r["rule"] for r in rows if r["time_to_target"] is None]
     if timed:
@@ -251,6 +217,51 @@ def model_sentences(model: str, rows: list[dict], fraction: float) -> list[str]:
         if missed:
             text += f"; {', '.join(missed)} never did"
         out.append(text + ".")
+    return out + _waiting_sentences(model, rows)
+
+
+def _accuracy_sentence(model: str, scored: list[dict]) -> str:
+    """Which rules reached the highest and lowest test accuracy and macro recall, if apart."""
+    hi = max(r["accuracy"] for r in scored)
+    lo = min(r["accuracy"] for r in scored)
+    top = next(r for r in scored if r["accuracy"] == hi)
+    bottom = next(r for r in scored if r["accuracy"] == lo)
+    measurable = _differ(top, bottom, "accuracy") != 0
+    if hi - lo < 1e-12:
+        text = f"With {model}, every rule reached the same test accuracy ({hi:.4f})"
+    elif not measurable:
+        text = (
+            f"With {model}, no rule's test accuracy was measurably different from another's: "
+            f"{lo:.4f} to {hi:.4f}, inside the 95 % intervals "
+            f"({interval_text(accuracy_interval(hi, top['test_examples']))} for the highest)"
+        )
+    else:
+        text = (
+            f"With {model}, {_names(scored, 'accuracy', hi)} reached the highest test "
+            f"accuracy ({hi:.4f}) and {_names(scored, 'accuracy', lo)} the lowest "
+            f"({lo:.4f}), {hi - lo:.4f} apart, beyond the 95 % intervals"
+        )
+    recall = max(r["macro_recall"] or 0.0 for r in scored)
+    low_recall = min(r["macro_recall"] or 0.0 for r in scored)
+    first = next(r for r in scored if (r["macro_recall"] or 0.0) == recall)
+    last = next(r for r in scored if (r["macro_recall"] or 0.0) == low_recall)
+    if recall - low_recall < 1e-12:
+        text += f"; every rule had the same macro recall ({recall:.4f})."
+    elif _differ(first, last, "macro_recall"):
+        best_recall = _names(scored, "macro_recall", recall)
+        text += f"; the highest macro recall ({recall:.4f}) was {best_recall}'s."
+    else:
+        either = " either" if not measurable else ""
+        text += (
+            f"; macro recall ({low_recall:.4f} to {recall:.4f}) was not measurably "
+            f"different{either}."
+        )
+    return text
+
+
+def _waiting_sentences(model: str, rows: list[dict]) -> list[str]:
+    """How stale the gradients were, what SSP's bound cost, and how far workers drifted."""
+    out = []
     stale = [r for r in rows if r["staleness_mean"] is not None]
     if stale and all(r["staleness_max"] == 0 for r in stale):
         out.append(f"No rule applied a stale gradient to {model}'s parameters.")

@@ -236,38 +236,9 @@ def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
                     f"parameters: {parts}."
                 )
         if single and single["quality"] is not None:
-            others = [r for r in mine if r is not single and r["quality"] is not None]
-            if others:
-                gap = max(others, key=lambda r: abs(r["quality"] - single["quality"]))
-                diff = gap["quality"] - single["quality"]
-                better = (diff > 0) == single["higher_is_better"]
-                if abs(diff) < 1e-9:
-                    out.append(
-                        f"{model}'s {single['quality_name']} was {single['quality']:.4f} alone "
-                        f"and the same under every split ({len(others)})."
-                    )
-                    continue
-                if single["quality_key"] != "accuracy":
-                    # One run each and no interval for this score: the difference is
-                    # given, not judged.
-                    judged = "one run each, no interval to judge it by"
-                elif accuracy_difference(
-                    gap["quality"], gap["test_examples"], single["quality"], single["test_examples"]
-                ):
-                    judged = "beyond the 95 % intervals"
-                else:
-                    out.append(
-                        f"{model}'s {single['quality_name']} alone was "
-                        f"{with_interval(single['quality'], single['test_examples'])}; no split "
-                        f"differed measurably from it (the furthest, {gap['split']}, at "
-                        f"{gap['quality']:.4f})."
-                    )
-                    continue
-                out.append(
-                    f"{model}'s {single['quality_name']} alone was {single['quality']:.4f}; the "
-                    f"split furthest from it was {gap['split']} ({gap['quality']:.4f}, "
-                    f"{'better' if better else 'worse'} by {abs(diff):.4f}, {judged})."
-                )
+            sentence = _quality_sentence(model, single, mine)
+            if sentence:
+                out.append(sentence)
     models = list(dict.fromkeys(r["model"] for r in rows))
     for kinds, words in (
         ((RUNS["sync:2"],), "Data parallelism"),
@@ -294,6 +265,40 @@ def sentences_of(rows: list[dict], refused: list[dict]) -> list[str]:
             f"{first['reason']}."
         )
     return out
+
+
+def _quality_sentence(model: str, single: dict, mine: list[dict]) -> str | None:
+    """How far a split's score went from one process's, judged where an interval allows."""
+    others = [r for r in mine if r is not single and r["quality"] is not None]
+    if not others:
+        return None
+    gap = max(others, key=lambda r: abs(r["quality"] - single["quality"]))
+    diff = gap["quality"] - single["quality"]
+    better = (diff > 0) == single["higher_is_better"]
+    if abs(diff) < 1e-9:
+        return (
+            f"{model}'s {single['quality_name']} was {single['quality']:.4f} alone "
+            f"and the same under every split ({len(others)})."
+        )
+    if single["quality_key"] != "accuracy":
+        # One run each and no interval for this score: the difference is given, not judged.
+        judged = "one run each, no interval to judge it by"
+    elif accuracy_difference(
+        gap["quality"], gap["test_examples"], single["quality"], single["test_examples"]
+    ):
+        judged = "beyond the 95 % intervals"
+    else:
+        return (
+            f"{model}'s {single['quality_name']} alone was "
+            f"{with_interval(single['quality'], single['test_examples'])}; no split "
+            f"differed measurably from it (the furthest, {gap['split']}, at "
+            f"{gap['quality']:.4f})."
+        )
+    return (
+        f"{model}'s {single['quality_name']} alone was {single['quality']:.4f}; the "
+        f"split furthest from it was {gap['split']} ({gap['quality']:.4f}, "
+        f"{'better' if better else 'worse'} by {abs(diff):.4f}, {judged})."
+    )
 
 
 def _figures(rows: list[dict]) -> list[tuple[str, str]]:

@@ -216,35 +216,7 @@ def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -
         )
     else:
         out.append("No run recorded an allreduce probe: there is no link to predict with.")
-    width_rows = [r for r in rows if r["sweep"] == "width" and not r["baseline"]]
-    for mode, words in MODES.items():
-        mine = sorted(
-            (r for r in width_rows if r["mode"] == mode and r["speedup"] is not None),
-            key=lambda r: r["parameters"],
-        )
-        if len(mine) < 2:
-            continue
-        first, last = mine[0], mine[-1]
-        best = max(mine, key=lambda r: r["speedup"])
-        sentence = (
-            f"At {first['workers']} workers, {words}'s speedup over one worker was "
-            f"{first['speedup']:.2f}x at {first['parameters']:,} parameters and "
-            f"{_trend(first['speedup'], last['speedup'])} {last['speedup']:.2f}x at "
-            f"{last['parameters']:,}; its best was {best['speedup']:.2f}x ({best['model']})."
-        )
-        if first["predicted_speedup"] and last["predicted_speedup"]:
-            measured = _direction(first["speedup"], last["speedup"])
-            predicted = _direction(first["predicted_speedup"], last["predicted_speedup"])
-            sentence += (
-                f" The cost model predicted {first['predicted_speedup']:.2f}x and "
-                f"{last['predicted_speedup']:.2f}x: "
-                + (
-                    "the same trend."
-                    if measured == predicted
-                    else f"it {predicted} where the measured speedup {measured}."
-                )
-            )
-        out.append(sentence)
+    out += _width_sentences(rows)
     at_width = [r for r in rows if r["width"] == sweep_width and r["speedup"] is not None]
     for mode, words in MODES.items():
         mine = sorted((r for r in at_width if r["mode"] == mode), key=lambda r: r["workers"])
@@ -291,6 +263,41 @@ def sentences_of(rows: list[dict], link: dict | None, sweep_width: int | None) -
                 "measurable difference in the models, so speed here is not bought with a "
                 "worse one."
             )
+    return out
+
+
+def _width_sentences(rows: list[dict]) -> list[str]:
+    """How each mode's speedup moved with the model's width, measured and predicted."""
+    out = []
+    width_rows = [r for r in rows if r["sweep"] == "width" and not r["baseline"]]
+    for mode, words in MODES.items():
+        mine = sorted(
+            (r for r in width_rows if r["mode"] == mode and r["speedup"] is not None),
+            key=lambda r: r["parameters"],
+        )
+        if len(mine) < 2:
+            continue
+        first, last = mine[0], mine[-1]
+        best = max(mine, key=lambda r: r["speedup"])
+        sentence = (
+            f"At {first['workers']} workers, {words}'s speedup over one worker was "
+            f"{first['speedup']:.2f}x at {first['parameters']:,} parameters and "
+            f"{_trend(first['speedup'], last['speedup'])} {last['speedup']:.2f}x at "
+            f"{last['parameters']:,}; its best was {best['speedup']:.2f}x ({best['model']})."
+        )
+        if first["predicted_speedup"] and last["predicted_speedup"]:
+            measured = _direction(first["speedup"], last["speedup"])
+            predicted = _direction(first["predicted_speedup"], last["predicted_speedup"])
+            sentence += (
+                f" The cost model predicted {first['predicted_speedup']:.2f}x and "
+                f"{last['predicted_speedup']:.2f}x: "
+                + (
+                    "the same trend."
+                    if measured == predicted
+                    else f"it {predicted} where the measured speedup {measured}."
+                )
+            )
+        out.append(sentence)
     return out
 
 

@@ -104,7 +104,7 @@ class Dbpedia(DataSet):
         from distrain.datasets.dbpedia import beam as dbpedia
 
         cfg = dbpedia.DbpediaPreprocessConfig(
-            raw, out, validation_fraction, seed, overwrite=overwrite
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
         )
         return dbpedia.preprocess_dbpedia(cfg, beam_args)
 
@@ -112,13 +112,16 @@ class Dbpedia(DataSet):
         """The token ids (int32, padded with 0 to the batch's longest) and the class."""
         return FeatureSpec({"tokens": Feature("int32", (None,))}, "label", as_dict=False)
 
-    def parser(self, info):
-        """Token ids padded with 0 to the batch's longest, and the class."""
+    def parser(self, info, serving: bool = False):
+        """Token ids padded with 0 to the batch's longest, and the class.
+
+        ``serving``: a record may leave its label out (read as 0).
+        """
         import tensorflow as tf
 
         spec = {
             "tokens": tf.io.VarLenFeature(tf.int64),
-            "label": tf.io.FixedLenFeature([], tf.int64),
+            "label": tf.io.FixedLenFeature([], tf.int64, default_value=0 if serving else None),
         }
 
         def parse(records):
@@ -127,3 +130,7 @@ class Dbpedia(DataSet):
             return tf.cast(tokens, tf.int32), tf.cast(features["label"], tf.int32)
 
         return parse
+
+    def serving_parser(self, info):
+        """:meth:`parser`, the label optional."""
+        return self.parser(info, serving=True)

@@ -34,22 +34,19 @@ from distrain.datasets.dbpedia.rows import (
     read_classes,
     tokenize,
 )
-from distrain.preprocess.common import (
-    ByTag,
-    CombineAll,
+from distrain.preprocess.options import JobOptions, run_job
+from distrain.preprocess.records import example, int64_feature, write_text
+from distrain.preprocess.runners import job_pipeline
+from distrain.preprocess.transforms import ByTag, CombineAll, validation_mask
+from distrain.preprocess.writing import (
     WriteOutputs,
     check_accounting,
     check_bad_ratio,
-    check_fraction,
     list_shards,
     read_outputs,
-    run_job,
     staged_output,
-    validation_mask,
     write_metadata,
 )
-from distrain.preprocess.records import example, int64_feature, write_text
-from distrain.preprocess.runners import job_pipeline
 
 SPLITS = ("train", "validation", "test")
 PAD, OOV = 0, 1
@@ -57,8 +54,8 @@ COUNT_BATCH = 4096  # rows per element of the counting pass (its memory, not the
 VOCAB_BUCKETS = 32  # n-grams counted per bucket: a merge holds 1/32 of each range's counts
 
 
-@dataclass(frozen=True)
-class DbpediaPreprocessConfig:
+@dataclass(frozen=True, kw_only=True)
+class DbpediaPreprocessConfig(JobOptions):
     """Settings of the DBPedia preprocessing job.
 
     Attributes:
@@ -87,25 +84,20 @@ class DbpediaPreprocessConfig:
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
-    input_dir: str
-    output_dir: str
-    validation_fraction: float = 0.1
+    max_bad_ratio: float = 0.01
     seed: int = 0
     min_count: int = 2
     max_unigrams: int = 50_000
     max_bigrams: int = 100_000
     max_tokens: int = 400
-    num_shards: int = 0
-    max_bad_ratio: float = 0.01
     rows_per_range: int = 0
-    range_mb: float = 32.0
     max_record_lines: int = MAX_RECORD_LINES
     max_record_bytes: int = MAX_RECORD_BYTES
-    overwrite: bool = False
+
+    records_field = "rows_per_range"
 
     def __post_init__(self) -> None:
-        check_fraction("validation_fraction", self.validation_fraction, high_open=True)
-        check_fraction("max_bad_ratio", self.max_bad_ratio)
+        super().__post_init__()
         positive = (
             self.min_count,
             self.max_unigrams,
@@ -117,11 +109,6 @@ class DbpediaPreprocessConfig:
             raise ValueError(
                 "min_count, max_unigrams, max_tokens, max_record_lines and "
                 "max_record_bytes must be positive"
-            )
-        if self.rows_per_range < 0 or not self.range_mb > 0:
-            raise ValueError(
-                f"rows_per_range must be >= 0 (0: by size) and range_mb positive, got "
-                f"{self.rows_per_range} and {self.range_mb}"
             )
 
     @property

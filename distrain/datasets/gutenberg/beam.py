@@ -26,25 +26,22 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from distrain.preprocess.common import (
-    ByTag,
-    CombineAll,
+from distrain.preprocess.options import JobOptions, check_fraction, run_job
+from distrain.preprocess.records import example, int64_feature, records_per_file, write_text
+from distrain.preprocess.runners import job_pipeline
+from distrain.preprocess.transforms import ByTag, CombineAll
+from distrain.preprocess.writing import (
     WriteJsonLines,
     WriteOutputs,
     batch_file_name,
     check_accounting,
     check_bad_ratio,
-    check_fraction,
-    check_sharding,
     list_shards,
     read_outputs,
     read_single_json,
-    run_job,
     staged_output,
     write_metadata,
 )
-from distrain.preprocess.records import example, int64_feature, records_per_file, write_text
-from distrain.preprocess.runners import job_pipeline
 
 SPLITS = ("train", "validation")
 OOV = 0
@@ -64,8 +61,8 @@ class GutenbergFormatError(ValueError):
     """The input directory holds no book files."""
 
 
-@dataclass(frozen=True)
-class GutenbergPreprocessConfig:
+@dataclass(frozen=True, kw_only=True)
+class GutenbergPreprocessConfig(JobOptions):
     """Settings of the Gutenberg preprocessing job.
 
     Attributes:
@@ -89,18 +86,12 @@ class GutenbergPreprocessConfig:
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
-    input_dir: str
-    output_dir: str
+    max_bad_ratio: float = 0.5
     seq_len: int = 100
     stride: int = 50
-    validation_fraction: float = 0.1
     min_char_count: int = 1
-    num_shards: int = 0
-    range_mb: float = 32.0
-    max_bad_ratio: float = 0.5
     source_len: int = 48
     target_len: int = 32
-    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if min(self.seq_len, self.stride, self.source_len, self.target_len) < 1:
@@ -108,8 +99,7 @@ class GutenbergPreprocessConfig:
         check_fraction(
             "validation_fraction", self.validation_fraction, low_open=True, high_open=True
         )
-        check_fraction("max_bad_ratio", self.max_bad_ratio)
-        check_sharding(self.num_shards, self.range_mb)
+        super().__post_init__()
 
 
 def group_books(sizes: dict[str, int], config: GutenbergPreprocessConfig) -> list[list[str]]:

@@ -103,24 +103,27 @@ class Mnist(DataSet):
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.datasets.mnist import beam as mnist
 
-        cfg = mnist.MnistPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
+        cfg = mnist.MnistPreprocessConfig(
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
+        )
         return mnist.preprocess_mnist(cfg, beam_args)
 
     def feature_spec(self, info):
         """The image (float32 in [0, 1], rows x columns) and the digit."""
         return FeatureSpec({"image": Feature("float32", image_shape(info))}, "label", as_dict=False)
 
-    def parser(self, info):
+    def parser(self, info, serving: bool = False):
         """Parses images as floats in [0, 1] with their labels.
 
-        The ``reconstruction`` view pairs each image with itself.
+        The ``reconstruction`` view pairs each image with itself. ``serving``: a record may
+        leave its label out (read as 0).
         """
         import tensorflow as tf
 
         shape = image_shape(info)
         spec = {
             "image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64),
+            "label": tf.io.FixedLenFeature([], tf.int64, default_value=0 if serving else None),
         }
         itself = info.view_name == "reconstruction"
 
@@ -133,3 +136,7 @@ class Mnist(DataSet):
             return images, tf.cast(features["label"], tf.int32)
 
         return parse
+
+    def serving_parser(self, info):
+        """:meth:`parser`, the label optional."""
+        return self.parser(info, serving=True)

@@ -30,31 +30,26 @@ from distrain.datasets.mnist.idx import (
     read_idx_rows,
     unpack_idx,
 )
-from distrain.preprocess.common import (
-    ByTag,
-    CombineAll,
-    SumStatsFn,
+from distrain.preprocess.options import JobOptions, run_job
+from distrain.preprocess.records import bytes_feature, example, int64_feature, records_per_file
+from distrain.preprocess.runners import job_pipeline
+from distrain.preprocess.transforms import ByTag, CombineAll, SumStatsFn, validation_mask
+from distrain.preprocess.writing import (
     WriteOutputs,
     check_accounting,
     check_bad_ratio,
-    check_fraction,
-    check_sharding,
     list_shards,
     read_outputs,
-    run_job,
     staged_output,
-    validation_mask,
     write_metadata,
 )
-from distrain.preprocess.records import bytes_feature, example, int64_feature, records_per_file
-from distrain.preprocess.runners import job_pipeline
 
 NUM_CLASSES = 10
 SPLITS = ("train", "validation", "test")
 
 
-@dataclass(frozen=True)
-class MnistPreprocessConfig:
+@dataclass(frozen=True, kw_only=True)
+class MnistPreprocessConfig(JobOptions):
     """Settings of the MNIST preprocessing job.
 
     Attributes:
@@ -75,20 +70,10 @@ class MnistPreprocessConfig:
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
-    input_dir: str
-    output_dir: str
-    validation_fraction: float = 0.1
     seed: int = 0
-    num_shards: int = 0
     batch_size: int = 0
-    range_mb: float = 32.0
-    max_bad_ratio: float = 0.0
-    overwrite: bool = False
 
-    def __post_init__(self) -> None:
-        check_fraction("validation_fraction", self.validation_fraction, high_open=True)
-        check_fraction("max_bad_ratio", self.max_bad_ratio)
-        check_sharding(self.num_shards, self.range_mb, self.batch_size, "batch_size")
+    records_field = "batch_size"
 
 
 class UnpackIdxSplit(beam.DoFn):

@@ -97,14 +97,17 @@ class Tfrecord(DataSet):
     def preprocess(self, raw, out, validation_fraction, seed, beam_args, overwrite=False):
         from distrain.datasets.tfrecord import beam as job
 
-        cfg = job.TfrecordPreprocessConfig(raw, out, validation_fraction, seed, overwrite=overwrite)
+        cfg = job.TfrecordPreprocessConfig(
+            raw, out, validation_fraction=validation_fraction, seed=seed, overwrite=overwrite
+        )
         return job.preprocess_tfrecord(cfg, beam_args)
 
-    def parser(self, info):
+    def parser(self, info, serving: bool = False):
         """A dict of the non-label features by name (``[batch, *shape]``), and the label.
 
         float32 features stay float32, int64 ones int64, bytes ones strings; the label is
         int32 ``[batch]`` (a class), or float32 ``[batch]`` for a float32 label.
+        ``serving``: a record may leave its label out (read as 0).
         """
         import tensorflow as tf
 
@@ -116,7 +119,9 @@ class Tfrecord(DataSet):
         }
         regression = info.metadata.get("label_dtype") == "float32"
         # Checked by the job: one value.
-        spec[label] = tf.io.FixedLenFeature([], tf.float32 if regression else tf.int64)
+        spec[label] = tf.io.FixedLenFeature(
+            [], tf.float32 if regression else tf.int64, default_value=0 if serving else None
+        )
         target_dtype = tf.float32 if regression else tf.int32
 
         def parse(records):
@@ -125,3 +130,7 @@ class Tfrecord(DataSet):
             return parsed, target
 
         return parse
+
+    def serving_parser(self, info):
+        """:meth:`parser`, the label optional."""
+        return self.parser(info, serving=True)

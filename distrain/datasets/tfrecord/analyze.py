@@ -20,8 +20,8 @@ import numpy as np
 
 from distrain.datasets.tfrecord.spec import KINDS, FeatureSpec, _example_class
 from distrain.preprocess.analyzers import MomentsFn, TopTokens
-from distrain.preprocess.common import ByTag, CombineAll, SumStatsFn
 from distrain.preprocess.tokens import DEFAULT_TOKENIZER, tokens
+from distrain.preprocess.transforms import ByTag, CombineAll, SumStatsFn
 
 
 class _FeatureValuesFn(beam.DoFn):

@@ -42,34 +42,29 @@ from distrain.datasets.tfrecord.spec import (
     reason_kind,
     source_files,
 )
-from distrain.preprocess.common import (
-    ByTag,
-    CombineAll,
-    SumStatsFn,
+from distrain.preprocess.options import JobOptions, run_job
+from distrain.preprocess.records import FRAME_BYTES
+from distrain.preprocess.runners import job_pipeline
+from distrain.preprocess.transforms import ByTag, CombineAll, SumStatsFn, validation_mask
+from distrain.preprocess.writing import (
     WriteJsonLines,
     WriteOutputs,
     check_accounting,
     check_bad_ratio,
-    check_fraction,
-    check_sharding,
     list_shards,
     read_outputs,
     read_single_json,
-    run_job,
     staged_output,
-    validation_mask,
     write_metadata,
 )
-from distrain.preprocess.records import FRAME_BYTES
-from distrain.preprocess.runners import job_pipeline
 
 NAME = "tfrecord"
 SPLITS = ("train", "validation", "test")
 STATISTICS = "statistics.json"  # what AnalyzeTrain found, copied into metadata.json
 
 
-@dataclass(frozen=True)
-class TfrecordPreprocessConfig:
+@dataclass(frozen=True, kw_only=True)
+class TfrecordPreprocessConfig(JobOptions):
     """Settings of the tfrecord preprocessing job.
 
     Attributes:
@@ -98,23 +93,17 @@ class TfrecordPreprocessConfig:
         overwrite: Replace an output folder that holds files (else it is refused).
     """
 
-    input_dir: str
-    output_dir: str
-    validation_fraction: float = 0.1
-    seed: int = 0
-    num_shards: int = 0
-    batch_size: int = 0
-    range_mb: float = 32.0
     max_bad_ratio: float = 0.01  # as DBPedia's: the user's data may hold a few bad records
+    seed: int = 0
+    batch_size: int = 0
     max_label: int = MAX_LABEL
     vocabulary_size: int = 10_000
     max_token_bytes: int = 100
-    overwrite: bool = False
+
+    records_field = "batch_size"
 
     def __post_init__(self) -> None:
-        check_fraction("validation_fraction", self.validation_fraction, high_open=True)
-        check_fraction("max_bad_ratio", self.max_bad_ratio)
-        check_sharding(self.num_shards, self.range_mb, self.batch_size, "batch_size")
+        super().__post_init__()
         if not 1 <= self.max_label <= INT32_MAX + 1:
             raise ValueError(
                 f"max_label must be in 1..{INT32_MAX + 1} (labels are int32), got {self.max_label}"

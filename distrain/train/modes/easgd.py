@@ -102,7 +102,6 @@ class EASGDRule(PushRule):
 
     def push(self, g: PSGraph, grads, read_version, record):
         tf = g.tf
-        me = g.role.index
         pairs = list(zip(self.model.variables, g.model.variables, strict=True))
         # [easgd] the step updates the worker's own copy first: nothing of it is shared.
         update = self.optimizer.apply_gradients(
@@ -118,84 +117,93 @@ class EASGDRule(PushRule):
             if not self.tau:  # [easgd] adaptive, bounded: at least once every `bound` steps
                 due = tf.logical_or(due, steps >= float(self.bound))
 
-        def claim(after):
-            """The step's update number, taken once ``after`` is on the parameter servers."""
-            with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(after):
-                number = g.version.assign_add(1)
-                return number, number <= g.limit.read_value()
-
-        def exchange():
-            # The copy goes to the parameter servers first, then the step claims its number:
-            # a worker that dies after that holds nothing the servers wait for.
-            staged = []
-            for mine, centre in pairs:
-                with tf.compat.v1.device(centre.device):
-                    staged.append(tf.identity(mine.read_value()))
-            number, ok = claim(staged)
-
-            def move():
-                diffs, writes, squares = [], [], []
-                for value, (_, centre) in zip(staged, pairs, strict=True):
-                    with tf.compat.v1.device(centre.device):
-                        gap = value - centre.read_value()
-                        squares.append(tf.reduce_sum(tf.square(gap)))
-                        diffs.append(self.alpha * gap)
-                        writes.append(centre.assign_add(diffs[-1]))
-                with tf.compat.v1.device("/job:ps/task:0"):
-                    one = tf.IndexedSlices(tf.constant([1], tf.int64), [me])
-                    distance = tf.sqrt(tf.add_n(squares))
-                    writes.append(self.rounds.scatter_add(one))
-                    writes.append(
-                        self.distance.scatter_update(tf.IndexedSlices(distance[None], [me]))
-                    )
-                    with tf.control_dependencies(writes):
-                        writes.append(g.count_applied())
-                with tf.control_dependencies(writes):
-                    return [tf.identity(d) for d in diffs]
-
-            def refuse():
-                with tf.compat.v1.device("/job:ps/task:0"):
-                    back = g.version.assign_sub(1)
-                with tf.control_dependencies([back]):
-                    return [tf.zeros_like(value) for value in staged]
-
-            # [easgd] the decision runs on the parameter servers: once the copy is there, a
-            # claimed number is applied (or given back) even if the worker dies meanwhile.
-            with tf.compat.v1.device("/job:ps/task:0"):
-                diffs = tf.cond(ok, move, refuse)
-            # The copy takes its share (nothing when refused: it goes again after the limit).
-            moved = [mine.assign_sub(d) for (mine, _), d in zip(pairs, diffs, strict=True)]
-            with tf.control_dependencies(moved):
-                since = tf.group(
-                    self.since.assign(tf.where(ok, 0.0, grown)),
-                    self.steps_since.assign(tf.where(ok, 0.0, steps)),
-                )
-            return number, ok, since
-
-        def count():
-            number, ok = claim([update])
-
-            def counted():
-                with tf.compat.v1.device("/job:ps/task:0"):
-                    return tf.cast(g.count_applied(), tf.float32)
-
-            def refuse():
-                with tf.compat.v1.device("/job:ps/task:0"):
-                    return tf.cast(g.version.assign_sub(1), tf.float32)
-
-            with tf.compat.v1.device("/job:ps/task:0"):  # as above: not on the worker
-                done = tf.cond(ok, counted, refuse)
-            with tf.control_dependencies([done]):
-                since = tf.group(self.since.assign(grown), self.steps_since.assign(steps))
-            return number, ok, since
-
-        number, ok, since = tf.cond(due, exchange, count)
+        number, ok, since = tf.cond(
+            due,
+            lambda: self._exchange(g, pairs, grown, steps),
+            lambda: self._count(g, update, grown, steps),
+        )
         with tf.compat.v1.device("/job:ps/task:0"):
             granted = tf.cast(ok, tf.int64)
             # No stale gradients: each worker's go to its own copy (delay 0).
             stats = record(number - 1, granted, granted, tf.constant(0, tf.int64))
             done = tf.group(since, *stats)
         return ok, done, None
+
+    @staticmethod
+    def _claim(g: PSGraph, after):
+        """The step's update number, taken once ``after`` is on the parameter servers."""
+        tf = g.tf
+        with tf.compat.v1.device("/job:ps/task:0"), tf.control_dependencies(after):
+            number = g.version.assign_add(1)
+            return number, number <= g.limit.read_value()
+
+    def _exchange(self, g: PSGraph, pairs, grown, steps):
+        """An exchange: the centre and the copy move toward each other by ``alpha``."""
+        tf = g.tf
+        me = g.role.index
+        # The copy goes to the parameter servers first, then the step claims its number:
+        # a worker that dies after that holds nothing the servers wait for.
+        staged = []
+        for mine, centre in pairs:
+            with tf.compat.v1.device(centre.device):
+                staged.append(tf.identity(mine.read_value()))
+        number, ok = self._claim(g, staged)
+
+        def move():
+            diffs, writes, squares = [], [], []
+            for value, (_, centre) in zip(staged, pairs, strict=True):
+                with tf.compat.v1.device(centre.device):
+                    gap = value - centre.read_value()
+                    squares.append(tf.reduce_sum(tf.square(gap)))
+                    diffs.append(self.alpha * gap)
+                    writes.append(centre.assign_add(diffs[-1]))
+            with tf.compat.v1.device("/job:ps/task:0"):
+                one = tf.IndexedSlices(tf.constant([1], tf.int64), [me])
+                distance = tf.sqrt(tf.add_n(squares))
+                writes.append(self.rounds.scatter_add(one))
+                writes.append(self.distance.scatter_update(tf.IndexedSlices(distance[None], [me])))
+                with tf.control_dependencies(writes):
+                    writes.append(g.count_applied())
+            with tf.control_dependencies(writes):
+                return [tf.identity(d) for d in diffs]
+
+        def refuse():
+            with tf.compat.v1.device("/job:ps/task:0"):
+                back = g.version.assign_sub(1)
+            with tf.control_dependencies([back]):
+                return [tf.zeros_like(value) for value in staged]
+
+        # [easgd] the decision runs on the parameter servers: once the copy is there, a
+        # claimed number is applied (or given back) even if the worker dies meanwhile.
+        with tf.compat.v1.device("/job:ps/task:0"):
+            diffs = tf.cond(ok, move, refuse)
+        # The copy takes its share (nothing when refused: it goes again after the limit).
+        moved = [mine.assign_sub(d) for (mine, _), d in zip(pairs, diffs, strict=True)]
+        with tf.control_dependencies(moved):
+            since = tf.group(
+                self.since.assign(tf.where(ok, 0.0, grown)),
+                self.steps_since.assign(tf.where(ok, 0.0, steps)),
+            )
+        return number, ok, since
+
+    def _count(self, g: PSGraph, update, grown, steps):
+        """A step without an exchange: its update number is counted, the period grows."""
+        tf = g.tf
+        number, ok = self._claim(g, [update])
+
+        def counted():
+            with tf.compat.v1.device("/job:ps/task:0"):
+                return tf.cast(g.count_applied(), tf.float32)
+
+        def refuse():
+            with tf.compat.v1.device("/job:ps/task:0"):
+                return tf.cast(g.version.assign_sub(1), tf.float32)
+
+        with tf.compat.v1.device("/job:ps/task:0"):  # as above: not on the worker
+            done = tf.cond(ok, counted, refuse)
+        with tf.control_dependencies([done]):
+            since = tf.group(self.since.assign(grown), self.steps_since.assign(steps))
+        return number, ok, since
 
     def sample(self, sess, g: PSGraph, seconds: float) -> None:
         rounds, distance = sess.run(self.read)

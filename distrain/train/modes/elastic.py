@@ -91,8 +91,7 @@ class ElasticSync(Mode):
         import horovod.tensorflow.elastic  # noqa: F401  [sync] hvd.elastic
 
         hvd, _ = start_horovod(False)
-        group = Group(hvd.rank(), hvd.size(), hvd)
-        replica = Replica(cfg, group)
+        replica = Replica(cfg, Group(hvd.rank(), hvd.size(), hvd))
         engine = ElasticSteps(hvd)
         driver = EpochDriver(cfg, replica, engine)
         driver.restore()
@@ -100,100 +99,27 @@ class ElasticSync(Mode):
         total = int(replica.examples.numpy())
         if replica.step and not total:  # a checkpoint from before examples were recorded
             total = replica.step * cfg.batch_size * cfg.run.workers
-
-        class State(hvd.elastic.TensorFlowState):
-            def sync(self):
-                hvd.broadcast_variables(self.variables, root_rank=0)  # [sync] from rank 0
-                super().sync()
-
-        state = State(
-            variables=[
-                *replica.model.variables,
-                *replica.optimizer.variables,
-                replica.version,
-                replica.epoch_var,
-            ],
-            # Resumed mid-epoch: the examples the checkpoint's epoch had done.
-            epoch_examples=int(replica.epoch_examples.numpy()),
-            loss_sum=0.0,
-            correct=0.0,
-            seen=0,
-            epoch_seconds=0.0,
-            total_examples=total,
-        )
+        state = _elastic_state(hvd, replica, total)
 
         def on_reset():
             # Not in the state: a sync restores the state to its last commit.
             engine.resets += 1
 
         state.register_reset_callbacks([on_reset])
-
-        def fold(local: list[float]) -> None:
-            loss_sum, correct = replica.group.sums(*local)  # [sync] over the live ranks
-            state.loss_sum += loss_sum
-            state.correct += correct
-            local[:] = [0.0, 0.0]
-
-        def checkpoint(step: int) -> None:
-            replica.examples.assign(state.total_examples)
-            replica.epoch_examples.assign(state.epoch_examples)
-            replica.checkpoint(step)
-
         start = time.perf_counter()
         driver.log_start()
 
         @hvd.elastic.run  # [sync] retried from the last commit after a lost worker
         def train_elastic(state):
-            size = hvd.size()
-            replica.set_group(Group(hvd.rank(), size, hvd))
-            replica.losses.who = f"rank {replica.rank}"  # (a reset may renumber the ranks)
-            users = replica.optimizer.is_users
-            if cfg.scale_learning_rate and not users:
-                # [sync] the learning rate follows the gradients averaged per step (a
-                # model file's own optimizer keeps its rate: the user's choice wins).
-                replica.optimizer.learning_rate = cfg.learning_rate * size
-            # Traced for this world's learning rate.
-            step_fn = replica.train_step(allreduce_gradients(hvd))
-            if engine.resets:
-                replica.log(
-                    f"continuing with {size} workers from step {replica.step}, "
-                    + (
-                        "the model file's optimizer"
-                        if users
-                        else f"learning rate {replica.optimizer.learning_rate:g}"
-                    )
-                )
-            global_batch = size * cfg.batch_size
-            # [sync] this world's share, in a new order after every reset.
-            seed = cfg.seed + replica.rank + 7919 * engine.resets + 104729 * replica.step
-            iterator = iter(replica.train_shard(seed))
+            step_fn, global_batch, iterator = _join_world(hvd, cfg, replica, engine)
             step = replica.step
             # Until plateau: the validation loss is every rank's (allreduced), so is the stop.
             while replica.epoch < cfg.epochs and not driver.plateau.stop:
                 epoch = replica.epoch
-                t0 = time.perf_counter()
-                local = [0.0, 0.0]
-                while state.epoch_examples + global_batch <= n_train:
-                    batch_loss, batch_correct = step_fn(*next(iterator))
-                    batch_loss = float(batch_loss)
-                    step += 1
-                    if not nonfinite.is_finite(batch_loss):
-                        replica.losses.bad(epoch + 1, step, batch_loss)
-                    local[0] += batch_loss
-                    local[1] += float(batch_correct)
-                    state.epoch_examples += global_batch
-                    state.seen += global_batch
-                    state.total_examples += global_batch
-                    last = state.epoch_examples + global_batch > n_train
-                    if step % cfg.elastic_commit_steps == 0 and not last:
-                        fold(local)
-                        state.epoch_seconds += time.perf_counter() - t0
-                        t0 = time.perf_counter()
-                        state.commit()  # [sync] also where a changed world is noticed
-                    every = cfg.checkpoint_every_steps
-                    if every and step % every == 0 and not last:
-                        checkpoint(step)
-                fold(local)
+                step, local, t0 = _epoch_steps(
+                    cfg, replica, state, (step_fn, iterator, global_batch), n_train, epoch, step
+                )
+                _fold(replica, state, local)
                 state.epoch_seconds += time.perf_counter() - t0
                 driver.examples_so_far = state.total_examples
                 state.epoch_examples = 0
@@ -212,3 +138,108 @@ class ElasticSync(Mode):
         history = driver.history()
         hvd.join()
         return history
+
+
+def _elastic_state(hvd, replica: Replica, total: int):
+    """What a reset goes back to: the variables, and the epoch's progress and partial sums.
+
+    Committed in memory every ``elastic_commit_steps`` steps; after a lost worker, rank 0
+    broadcasts it to the others.
+    """
+
+    class State(hvd.elastic.TensorFlowState):
+        def sync(self):
+            hvd.broadcast_variables(self.variables, root_rank=0)  # [sync] from rank 0
+            super().sync()
+
+    return State(
+        variables=[
+            *replica.model.variables,
+            *replica.optimizer.variables,
+            replica.version,
+            replica.epoch_var,
+        ],
+        # Resumed mid-epoch: the examples the checkpoint's epoch had done.
+        epoch_examples=int(replica.epoch_examples.numpy()),
+        loss_sum=0.0,
+        correct=0.0,
+        seen=0,
+        epoch_seconds=0.0,
+        total_examples=total,
+    )
+
+
+def _join_world(hvd, cfg, replica: Replica, engine: ElasticSteps):
+    """Sets the replica up for this world (after the start or a reset).
+
+    Returns:
+        The training step (traced for this world's learning rate), the global batch, and
+        an iterator over this rank's share of the data, in a new order after every reset.
+    """
+    size = hvd.size()
+    replica.set_group(Group(hvd.rank(), size, hvd))
+    replica.losses.who = f"rank {replica.rank}"  # (a reset may renumber the ranks)
+    users = replica.optimizer.is_users
+    if cfg.scale_learning_rate and not users:
+        # [sync] the learning rate follows the gradients averaged per step (a
+        # model file's own optimizer keeps its rate: the user's choice wins).
+        replica.optimizer.learning_rate = cfg.learning_rate * size
+    # Traced for this world's learning rate.
+    step_fn = replica.train_step(allreduce_gradients(hvd))
+    if engine.resets:
+        replica.log(
+            f"continuing with {size} workers from step {replica.step}, "
+            + (
+                "the model file's optimizer"
+                if users
+                else f"learning rate {replica.optimizer.learning_rate:g}"
+            )
+        )
+    # [sync] this world's share, in a new order after every reset.
+    seed = cfg.seed + replica.rank + 7919 * engine.resets + 104729 * replica.step
+    return step_fn, size * cfg.batch_size, iter(replica.train_shard(seed))
+
+
+def _epoch_steps(cfg, replica: Replica, state, world, n_train: int, epoch: int, step: int):
+    """Trains the rest of the epoch in this world, committing every ``elastic_commit_steps``.
+
+    An epoch is a pass's worth of examples whatever the world's size.
+
+    Returns:
+        The step reached, the loss and correct sums not yet folded into the state, and
+        when the epoch's last stretch of time began.
+    """
+    step_fn, iterator, global_batch = world
+    t0 = time.perf_counter()
+    local = [0.0, 0.0]
+    while state.epoch_examples + global_batch <= n_train:
+        batch_loss, batch_correct = step_fn(*next(iterator))
+        batch_loss = float(batch_loss)
+        step += 1
+        if not nonfinite.is_finite(batch_loss):
+            replica.losses.bad(epoch + 1, step, batch_loss)
+        local[0] += batch_loss
+        local[1] += float(batch_correct)
+        state.epoch_examples += global_batch
+        state.seen += global_batch
+        state.total_examples += global_batch
+        last = state.epoch_examples + global_batch > n_train
+        if step % cfg.elastic_commit_steps == 0 and not last:
+            _fold(replica, state, local)
+            state.epoch_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            state.commit()  # [sync] also where a changed world is noticed
+        every = cfg.checkpoint_every_steps
+        if every and step % every == 0 and not last:
+            replica.examples.assign(state.total_examples)
+            replica.epoch_examples.assign(state.epoch_examples)
+            replica.checkpoint(step)
+    return step, local, t0
+
+
+def _fold(replica: Replica, state, local: list[float]) -> None:
+    """Adds the ranks' local loss and correct sums into the state, and zeroes them."""
+    loss_sum, correct = replica.group.sums(*local)  # [sync] over the live ranks
+    state.loss_sum += loss_sum
+    state.correct += correct
+    local[:] = [0.0, 0.0]

@@ -31,7 +31,7 @@ from distrain.datasets.dbpedia.rows import (
     tokenize,
 )
 from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
-from distrain.preprocess.common import BadRecordsError, read_tfrecords
+from distrain.preprocess.writing import BadRecordsError, read_tfrecords
 
 OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 
@@ -415,7 +415,7 @@ def test_records_are_counted_by_quote_parity_apart_from_the_csv_module():
 @pytest.mark.case("dbpedia/long-field", "dbpedia/bom")
 def test_parse_csv_range_transform_keeps_reading_after_a_bad_record(tmp_path):
     from distrain.datasets.dbpedia.rows import ParseCsvRange
-    from distrain.preprocess.common import ByTag
+    from distrain.preprocess.transforms import ByTag
 
     path = tmp_path / "train.csv"
     data = b"\xef\xbb\xbf" + _rows(2) + b'3,"Long","' + b"y" * LONG + b'"\n' + _rows(4, 2)
@@ -461,7 +461,7 @@ def test_job_keeps_every_row_around_a_long_field_and_after_a_bom(tmp_path):
 @pytest.mark.case("dbpedia/accounting")
 def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
     import distrain.datasets.dbpedia.rows as dbpedia
-    from distrain.preprocess.common import RecordAccountingError
+    from distrain.preprocess.writing import RecordAccountingError
 
     real = dbpedia.parse_csv
 
@@ -480,7 +480,7 @@ def test_rows_the_parser_never_reports_fail_the_step(tmp_path, monkeypatch):
 
 
 def test_check_accounting():
-    from distrain.preprocess.common import RecordAccountingError, check_accounting
+    from distrain.preprocess.writing import RecordAccountingError, check_accounting
 
     check_accounting("f.csv", 10, 7, 3)
     with pytest.raises(RecordAccountingError, match="f.csv: 10 records .* 1 records lost"):

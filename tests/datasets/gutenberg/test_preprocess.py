@@ -19,7 +19,7 @@ from distrain.datasets.gutenberg.sample import (
     book_text,
     write_gutenberg_sample,
 )
-from distrain.preprocess.common import BadRecordsError
+from distrain.preprocess.writing import BadRecordsError
 
 OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 BODY = "CHAPTER I.\r\n\r\nIt was a dark night.\r\n"
@@ -223,7 +223,7 @@ def test_read_book_transform_decodes_utf16_and_rejects_binary(tmp_path):
     from apache_beam.testing.util import assert_that, equal_to
 
     from distrain.datasets.gutenberg.beam import ReadBook
-    from distrain.preprocess.common import ByTag
+    from distrain.preprocess.transforms import ByTag
 
     utf16 = tmp_path / "pg7.txt"
     utf16.write_bytes(book_text("Seven", "Anon", "Body text.\r\n" * 50, 7).encode("utf-16"))
@@ -324,7 +324,7 @@ def test_encoding_from_a_second_read_gives_what_encoding_the_read_books_gives(tm
     from apache_beam.testing.util import assert_that, equal_to
 
     from distrain.datasets.gutenberg.beam import BooksToWindows, ReadBook
-    from distrain.preprocess.common import ByTag
+    from distrain.preprocess.transforms import ByTag
 
     write_gutenberg_sample(tmp_path, GutenbergSampleConfig(books=3, chars_per_book=20_000))
     paths = sorted(str(p) for p in tmp_path.glob("*.txt"))

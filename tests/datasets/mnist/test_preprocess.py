@@ -10,7 +10,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from distrain.datasets.mnist.beam import MnistPreprocessConfig, MnistToExamples, preprocess_mnist
 from distrain.datasets.mnist.idx import IdxFormatError, write_idx
-from distrain.preprocess.common import BadRecordsError, read_tfrecords, validation_mask
+from distrain.preprocess.transforms import validation_mask
+from distrain.preprocess.writing import BadRecordsError, read_tfrecords
 
 OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
 
@@ -233,7 +234,7 @@ def test_command_line_entry(tmp_path, capsys):
 
 
 def test_batched_tfrecord_sink_writes_every_shard_in_order(tmp_path):
-    from distrain.preprocess.common import WriteTFRecordBatches, read_tfrecords, shard_of
+    from distrain.preprocess.writing import WriteTFRecordBatches, read_tfrecords, shard_of
 
     batches = [((0, i), [f"r{i}-{j}".encode() for j in range(3)]) for i in range(7)]
 
@@ -259,7 +260,7 @@ def test_batched_tfrecord_sink_writes_every_shard_in_order(tmp_path):
 
 
 def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
-    from distrain.preprocess.common import WriteTFRecordBatches, batch_file_name, read_tfrecords
+    from distrain.preprocess.writing import WriteTFRecordBatches, batch_file_name, read_tfrecords
 
     batches = [(("train", 2048), [b"c", b"d"]), (("book 1.txt", "train"), [b"e"])]
     with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
@@ -276,7 +277,7 @@ def test_batched_sink_default_writes_a_file_per_batch(tmp_path):
 
 
 def test_write_outputs_names_a_missing_output_before_the_job_runs(tmp_path):
-    from distrain.preprocess.common import WriteOutputs
+    from distrain.preprocess.writing import WriteOutputs
 
     with pytest.raises(ValueError, match="WriteOutputs: no output named validation, stats"):
         with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(OPTIONS)) as p:
@@ -290,7 +291,7 @@ def test_write_outputs_names_a_missing_output_before_the_job_runs(tmp_path):
 @pytest.mark.case("mnist/accounting")
 def test_records_lost_between_the_header_and_the_output_fail_the_step(tmp_path, monkeypatch):
     import distrain.datasets.mnist.beam as mnist
-    from distrain.preprocess.common import RecordAccountingError
+    from distrain.preprocess.writing import RecordAccountingError
 
     real = mnist.read_idx_rows
 

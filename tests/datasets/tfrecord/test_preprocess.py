@@ -19,7 +19,6 @@ from distrain.datasets.tfrecord.spec import (
     read_frames,
 )
 from distrain.learning.models import load_info
-from distrain.preprocess.common import BadRecordsError
 from distrain.preprocess.records import (
     TFRecordFramingError,
     bytes_feature,
@@ -27,6 +26,7 @@ from distrain.preprocess.records import (
     float_feature,
     int64_feature,
 )
+from distrain.preprocess.writing import BadRecordsError
 
 PLUGIN = datasets.get("tfrecord")
 

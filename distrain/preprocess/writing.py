@@ -1,7 +1,11 @@
-"""Pieces every Beam preprocessing job shares.
+"""How a preprocessing job writes, and the checks that what it wrote adds up.
 
-Split assignment, run statistics, options, the metadata file and reading back what was
-written.
+:class:`WriteOutputs` is every job's last step (the TFRecord batches, the dead letters, the
+counts and the files the job wrote itself, all listed in one manifest); it does no I/O of
+its own beyond Beam's writes. Around the pipeline, :func:`staged_output` stages the output
+folder and puts it in place once the job succeeds; the readers give back what was written;
+:func:`check_accounting` and :func:`check_bad_ratio` fail a job whose records do not add up
+or whose share of rejected records is above its bound.
 """
 
 from __future__ import annotations
@@ -18,147 +22,11 @@ import numpy as np
 
 from distrain.preprocess.outputs import one_writer, remove_stale
 from distrain.preprocess.records import write_text, write_tfrecords
-
-_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+from distrain.preprocess.transforms import CombineAll, SumStatsFn
 
 
 class BadRecordsError(ValueError):
     """More records were rejected than the configured ratio allows."""
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
-        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
-        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
-        return x ^ (x >> np.uint64(31))
-
-
-def validation_mask(indices: np.ndarray, seed: int, fraction: float) -> np.ndarray:
-    """Which records go to validation: a hash of (seed, record index), vectorised.
-
-    The assignment depends only on the seed and each record's index in its source, never
-    on the runner, the batch size or the order in which records arrive.
-
-    Args:
-        indices: Record indices (any integer array).
-        seed: Split seed.
-        fraction: Expected share of validation records, in [0, 1).
-
-    Returns:
-        A boolean array, True for validation.
-    """
-    mixed = _splitmix64(np.asarray(indices, dtype=np.uint64) ^ _splitmix64(np.array([seed]))[0])
-    uniform = (mixed >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return uniform < fraction
-
-
-class SumStatsFn(beam.CombineFn):
-    """Adds up nested dicts of counts (ints or equal-length lists of ints)."""
-
-    def create_accumulator(self) -> dict:
-        return {}
-
-    def add_input(self, acc: dict, stats: dict) -> dict:
-        return _merge(acc, stats)
-
-    def merge_accumulators(self, accumulators: Iterable[dict]) -> dict:
-        out: dict = {}
-        for acc in accumulators:
-            out = _merge(out, acc)
-        return out
-
-    def extract_output(self, acc: dict) -> dict:
-        return acc
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for key, value in b.items():
-        if isinstance(value, dict):
-            out[key] = _merge(out.get(key, {}), value)
-        elif isinstance(value, list):
-            old = out.get(key)
-            out[key] = value if old is None else [x + y for x, y in zip(old, value, strict=True)]
-        else:
-            out[key] = out.get(key, 0) + value
-    return out
-
-
-# Runners differ in what they support; the jobs keep to what all of them run alike.
-# Beam 2.77's Dask runner hands every output of a multi-output ParDo (``with_outputs``)
-# to every consumer, computes only the graph of the pipeline's last transform, and
-# evaluates side inputs inside a task by computing their whole graph again. So a DoFn
-# yields ``(tag, value)`` pairs that :class:`ByTag` separates, a job ends with
-# :class:`AllWritten` over every sink, combines run through :class:`CombineAll` (no side
-# input), and the only side inputs are the vocabularies.
-
-
-class ByTag(beam.PTransform):
-    """Separates ``(tag, value)`` pairs into one PCollection of values per tag.
-
-    Used instead of a multi-output ParDo: the DoFn yields ``(tag, value)`` and each tag's
-    consumer reads its own filter of them, which every runner runs alike.
-    """
-
-    def __init__(self, *tags: str):
-        super().__init__()
-        self.tags = tags
-
-    def expand(self, pairs):
-        return {tag: pairs | f"Only_{tag}" >> beam.FlatMap(_values_of, tag) for tag in self.tags}
-
-
-def _values_of(pair, tag):
-    if pair[0] == tag:
-        yield pair[1]
-
-
-class _Nothing:
-    """Stands in for 'no input' in :class:`CombineAll` (never an element of a job)."""
-
-
-class _OrNothing(beam.CombineFn):
-    """A CombineFn that skips :class:`_Nothing` inputs."""
-
-    def __init__(self, fn: beam.CombineFn):
-        self.fn = fn
-
-    def create_accumulator(self):
-        return self.fn.create_accumulator()
-
-    def add_input(self, acc, value):
-        return acc if isinstance(value, _Nothing) else self.fn.add_input(acc, value)
-
-    def merge_accumulators(self, accumulators):
-        return self.fn.merge_accumulators(accumulators)
-
-    def extract_output(self, acc):
-        return self.fn.extract_output(acc)
-
-
-class CombineAll(beam.PTransform):
-    """Combines a whole PCollection into exactly one element, also when it is empty.
-
-    What ``CombineGlobally(fn)`` does, without its side input (it injects the default
-    for an empty input through one): a single ``_Nothing`` element joins the input and
-    the CombineFn skips it.
-    """
-
-    def __init__(self, fn: beam.CombineFn):
-        super().__init__()
-        self.fn = fn
-
-    def expand(self, pcoll):
-        keyed = pcoll | "Key" >> beam.Map(lambda value: (None, value))
-        nothing = pcoll.pipeline | "Nothing" >> beam.Create([(None, _Nothing())])
-        return (
-            (keyed, nothing)
-            | "WithNothing" >> beam.Flatten()
-            | "Combine" >> beam.CombinePerKey(_OrNothing(self.fn))
-            | "Value" >> beam.Map(lambda kv: kv[1])
-        )
 
 
 class AllWritten(beam.PTransform):
@@ -409,58 +277,6 @@ class WriteOutputs(beam.PTransform):
         return tuple(written) | "AllWritten" >> AllWritten(os.path.join(self.out, MANIFEST))
 
 
-def run_job(config_cls, job, argv: list[str] | None, description: str) -> dict:
-    """Command-line entry of a preprocessing job.
-
-    Every field of its config dataclass is an option (``--input-dir``, ``--max-bad-ratio``,
-    ...); what is left goes to Beam.
-    """
-    import argparse
-    import dataclasses
-
-    parser = argparse.ArgumentParser(description=description)
-    for f in dataclasses.fields(config_cls):
-        flag = "--" + f.name.replace("_", "-")
-        if f.default is dataclasses.MISSING:
-            parser.add_argument(flag, required=True, dest=f.name)
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true", default=f.default, dest=f.name)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default, dest=f.name)
-    args, beam_args = parser.parse_known_args(argv)
-    metadata = job(config_cls(**vars(args)), beam_args)
-    print(json.dumps({"splits": metadata["splits"], "rejected": metadata["rejected"]}))
-    return metadata
-
-
-def check_fraction(name: str, value: float, *, low_open: bool = False, high_open: bool = False):
-    """Raises ValueError unless ``value`` lies in [0, 1] (ends open as asked)."""
-    low_ok = value > 0.0 if low_open else value >= 0.0
-    high_ok = value < 1.0 if high_open else value <= 1.0
-    if not (low_ok and high_ok):
-        interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-
-
-def check_sharding(num_shards: int, range_mb: float, rows: int = 0, rows_name: str = "") -> None:
-    """ValueError unless ``num_shards`` and ``rows`` (``rows_name``) >= 0, ``range_mb`` > 0.
-
-    ``num_shards`` N: N files per split; 0: a file per range, of ``rows`` records or (0) of
-    about ``range_mb`` MB of output.
-    """
-    bad = [
-        f"{name} must be {rule}, got {value}"
-        for name, value, rule, ok in (
-            ("num_shards", num_shards, ">= 0 (0: a file per range)", num_shards >= 0),
-            (rows_name or "rows", rows, ">= 0 (0: ranges by size)", rows >= 0),
-            ("range_mb", range_mb, "positive", range_mb > 0),
-        )
-        if not ok
-    ]
-    if bad:
-        raise ValueError("; ".join(bad))
-
-
 def check_bad_ratio(
     name: str,
     input_records: int,
@@ -490,6 +306,8 @@ class OutputExistsError(ValueError):
 
 
 METADATA = "metadata.json"
+
+
 MANIFEST = "written"  # the list of files a job wrote (AllWritten), read by read_manifest
 
 
