@@ -94,6 +94,10 @@ class ModelSpec:
             (:class:`distrain.lm.StreamTraining`); None: records in shuffled order.
         choices: The user's own loss, optimizer and class weights, from a model file
             (:class:`distrain.train.choices.Choices`); None: distrain's.
+        optimizer: distrain's optimizer for it (when ``choices`` gives none): ``"adam"``
+            (:class:`distrain.train.optim.Adam`, lazy on sparse rows), or ``"sgd"``
+            (:class:`distrain.train.optim.SGD`, fastText's rule: a rate per example that
+            falls linearly to zero over the run's updates).
     """
 
     build: Callable
@@ -103,6 +107,11 @@ class ModelSpec:
     summary: str = ""
     stream: object = None
     choices: object = None
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
 
 
 @dataclass(frozen=True)

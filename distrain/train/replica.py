@@ -179,6 +179,8 @@ class Replica:
             spec,
             self.info,
             learning_rate or cfg.effective_learning_rate,
+            examples=cfg.batch_size,
+            run_updates=updates * cfg.epochs,
             **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
             **cfg.rate_schedule(updates),  # [sync] linear scaling's warm-up
         )
