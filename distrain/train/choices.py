@@ -282,7 +282,7 @@ def make_optimizer(spec, info, learning_rate: float, examples=1, run_updates=0, 
     made = choices.optimizer(info) if choices is not None else None
     if made is not None:
         return KerasOptimizer(made)
-    if spec.optimizer == "sgd":
+    if spec.optimizer_for(info) == "sgd":
         return SGD(learning_rate, examples=examples, linear_updates=run_updates, **schedule)
     return Adam(learning_rate, **schedule)
 

@@ -169,6 +169,8 @@ class Replica:
         if self.streams:  # an example is a row of a stream batch: bptt characters
             self.labels_per_example = self.lm.bptt
         model = spec.build(self.info, cfg.seed)
+        # What the model chose from the data (its size), for the run's opening line.
+        self.chosen = spec.chosen(self.info) if spec.chosen else ""
         if self.streams:
             model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
         self.model = self.build_model(model)

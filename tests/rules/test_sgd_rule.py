@@ -106,3 +106,33 @@ def test_the_sparse_step_makes_nothing_unique():
     kinds = {op.type for op in graph.get_operations()}
     assert "ResourceScatterSub" in kinds
     assert not kinds & {"Unique", "UnsortedSegmentSum"}
+
+
+def _info(train_rows: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        splits={"train": train_rows}, metadata={"vocab_size": 50}, num_classes=14
+    )
+
+
+@pytest.mark.parametrize(
+    "rows, dim, rule", [(3_796, 64, "adam"), (99_999, 64, "adam"), (100_000, 10, "sgd")]
+)
+def test_dbpedias_default_model_chooses_its_size_and_rule_from_the_data(rows, dim, rule):
+    from distrain.datasets.dbpedia.models import fasttext
+    from distrain.train.choices import make_optimizer
+    from distrain.train.models import model_spec
+    from distrain.train.optim import SGD, Adam
+
+    spec, info = model_spec("dbpedia", "fasttext"), _info(rows)
+    assert fasttext(info, 0).layers[0].output_dim == dim
+    optimizer = make_optimizer(spec, info, 0.04, examples=512, run_updates=7 * 20)
+    assert type(optimizer) is {"adam": Adam, "sgd": SGD}[rule]
+    if rule == "sgd":  # per example at the run's batch, falling to 0 over the run's updates
+        assert (optimizer.examples, optimizer.linear_updates) == (512, 140)
+    assert f"{rows:,} training rows" in spec.chosen(info) and f"{dim} dimensions" in spec.chosen(
+        info
+    )
+    # The other models keep their optimizer whatever the size.
+    assert type(make_optimizer(model_spec("dbpedia", "nbow"), info, 0.04)) is Adam
