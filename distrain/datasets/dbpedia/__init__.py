@@ -69,7 +69,7 @@ class Dbpedia(DataSet):
             CLASSIFICATION,
             stages=False,
             summary="averaged n-gram embeddings; fastText's 10 dimensions and SGD from "
-            "100,000 training rows, else 64 and Adam",
+            "30,000 training rows, else 64 and Adam",
             optimizer=fasttext_optimizer,
             chosen=fasttext_chosen,
         ),

