@@ -32,13 +32,32 @@ import math
 import tensorflow as tf
 
 
+def _made_unique(indices) -> bool:
+    """Whether ``indices`` come straight out of a ``Unique`` op, so are distinct.
+
+    Through reshapes and identities: the lookup of each distinct id once, as
+    :class:`distrain.train.layers.MeanEmbedding` does, in a traced step or a graph.
+    Anything else (an allreduce's concatenation, two lookups' gradients added, an eager
+    tensor, which has no op) is not known distinct.
+    """
+    try:
+        op = indices.op
+    except AttributeError:  # an eager tensor
+        return False
+    while op.type in ("Reshape", "Identity") and op.inputs:
+        op = op.inputs[0].op
+    return op.type in ("Unique", "UniqueV2")
+
+
 def _dense_rows(grad: tf.IndexedSlices) -> tf.IndexedSlices:
     """Sums the rows of repeated indices, as a dense gradient would have them.
 
-    Indices that are already distinct (a lookup of each distinct id once, as
-    :class:`distrain.train.layers.MeanEmbedding` does) keep their rows as they are: the
-    sum would copy every row to the same place.
+    Indices made unique already (:func:`_made_unique`: the embedding layer's lookup) are
+    kept as they are, without a second ``tf.unique``. Indices that turn out distinct
+    keep their rows too: the sum would copy every row to the same place.
     """
+    if _made_unique(grad.indices):
+        return grad
     unique, positions = tf.unique(grad.indices)
     count = tf.shape(unique)[0]
     values = tf.cond(
