@@ -1,4 +1,4 @@
-"""Adam on plain ``tf.Variable`` updates, the optimizer of every mode.
+"""distrain's optimizers, Adam and fastText's SGD, on plain ``tf.Variable`` updates.
 
 Why not the tf-keras optimizer: one optimizer, with the same arithmetic, must run eagerly
 (single, sync), inside ``tf.function``, and in the graphs that parameter-server workers
@@ -12,7 +12,12 @@ are summed, then only those rows' moments and values are updated, with the step'
 correction; rows the batch does not touch keep their values and moments. A dense update
 would decay every row's moments and move every row on every step, which for an embedding
 table of 100,000 rows costs far more than the batch's few thousand rows (issue 41). Every
-mode applies its updates with this class, so every mode follows the same rule.
+mode applies its updates with this class, so every mode follows the same rule. Indices
+made unique by the embedding layer's lookup are not made unique again.
+
+:class:`SGD` is fastText's rule (a model spec names it: DBPedia's default on large data):
+a rate per example falling linearly to zero over the run, its only state the step counter,
+sparse rows moved by one scatter that adds repeated rows itself.
 
 A model file may give its own tf-keras optimizer (``optimizer(info)``,
 :mod:`distrain.train.choices`): :class:`KerasOptimizer` holds it behind the same three
