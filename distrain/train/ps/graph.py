@@ -86,6 +86,8 @@ class PSGraph:
                     self.spec,
                     info,
                     cfg.effective_learning_rate,
+                    examples=cfg.batch_size,
+                    run_updates=self.per_epoch * cfg.epochs,
                     **schedule,
                     **cfg.rate_schedule(self.per_epoch),
                 )
