@@ -76,6 +76,10 @@ class PipelineDefaults:
     export: bool = True
 
 
+#: distrain's own optimizers a model spec may name (:mod:`distrain.learning.optim`).
+OPTIMIZERS = ("adam", "sgd")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One model of a data set.
@@ -94,6 +98,13 @@ class ModelSpec:
             (:class:`distrain.learning.lm.StreamTraining`); None: records in shuffled order.
         choices: The user's own loss, optimizer and class weights, from a model file
             (:class:`distrain.learning.choices.Choices`); None: distrain's.
+        optimizer: distrain's optimizer for it (when ``choices`` gives none): ``"adam"``
+            (:class:`distrain.learning.optim.Adam`, lazy on sparse rows), or ``"sgd"``
+            (:class:`distrain.learning.optim.SGD`, fastText's rule: a rate per example that
+            falls linearly to zero over the run's updates); or ``optimizer(info)``, one of
+            them chosen from the data (its size, say).
+        chosen: ``chosen(info)``: one line saying what the model chose from the data (its
+            size, its optimizer), which the run's log says; None: it chooses nothing.
     """
 
     build: Callable
@@ -103,6 +114,23 @@ class ModelSpec:
     summary: str = ""
     stream: object = None
     choices: object = None
+    optimizer: str | Callable = "adam"
+    chosen: Callable | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.optimizer) and self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+
+    def optimizer_for(self, info) -> str:
+        """The optimizer of distrain's for the model on this data: ``"adam"`` or ``"sgd"``.
+
+        Raises:
+            ValueError: ``optimizer(info)`` named neither.
+        """
+        name = self.optimizer(info) if callable(self.optimizer) else self.optimizer
+        if name not in OPTIMIZERS:
+            raise ValueError(f"optimizer(info) must give 'adam' or 'sgd', got {name!r}")
+        return name
 
 
 @dataclass(frozen=True)

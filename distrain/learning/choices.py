@@ -264,22 +264,27 @@ def training_task(spec, info):
     return WeightedTask(spec.task, choices.loss(info), choices.class_weights(info))
 
 
-def make_optimizer(spec, info, learning_rate: float, **schedule):
-    """The optimizer of a run of ``spec``'s model: the user's, or distrain's Adam.
+def make_optimizer(spec, info, learning_rate: float, examples=1, run_updates=0, **schedule):
+    """The optimizer of a run of ``spec``'s model: the user's, or distrain's (its spec's).
 
     Args:
         spec: The model's :class:`distrain.datasets.ModelSpec`.
         info: The data as the model reads it.
-        learning_rate: Adam's rate (the user's optimizer has its own: this one is unused).
-        schedule: Adam's schedule (a language model's decay and anneal).
+        learning_rate: distrain's rate (the user's optimizer has its own: this one is unused).
+        examples: Examples an update's mean gradient is of (a batch): SGD's rate is per
+            example.
+        run_updates: The run's updates: SGD's rate falls linearly to zero over them.
+        schedule: The rate's schedule (a language model's decay and anneal, sync's warm-up).
     """
-    from distrain.learning.optim import Adam, KerasOptimizer
+    from distrain.learning.optim import SGD, Adam, KerasOptimizer
 
     choices = spec.choices
     made = choices.optimizer(info) if choices is not None else None
-    if made is None:
-        return Adam(learning_rate, **schedule)
-    return KerasOptimizer(made)
+    if made is not None:
+        return KerasOptimizer(made)
+    if spec.optimizer_for(info) == "sgd":
+        return SGD(learning_rate, examples=examples, linear_updates=run_updates, **schedule)
+    return Adam(learning_rate, **schedule)
 
 
 def recorded(spec, info) -> dict:

@@ -490,6 +490,8 @@ class EpochDriver:
             f"{cfg.run}, batch {cfg.batch_size} per worker, {rate}, "
             f"{cfg.threads} thread(s) per worker"
         )
+        if getattr(r, "chosen", ""):  # what the model chose from the data's size
+            r.log(f"{cfg.model}: {r.chosen}")
 
     def end_epoch(self, epoch, loss_sum, correct, seen, step_seconds, start, durations=()) -> None:
         """Validation, the epoch's record and line, and the chief's checkpoint.

@@ -174,6 +174,8 @@ class Replica:
         if self.streams:  # an example is a row of a stream batch: bptt characters
             self.labels_per_example = self.lm.bptt
         model = spec.build(self.info, cfg.seed)
+        # What the model chose from the data (its size), for the run's opening line.
+        self.chosen = spec.chosen(self.info) if spec.chosen else ""
         if self.streams:
             model = lm.recurrent_copy(model, cfg.batch_size)  # stateful: a row per stream
         self.model = self.build_model(model)
@@ -184,6 +186,8 @@ class Replica:
             spec,
             self.info,
             learning_rate or cfg.effective_learning_rate,
+            examples=cfg.batch_size,
+            run_updates=updates * cfg.epochs,
             **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
             **cfg.rate_schedule(updates),  # [sync] linear scaling's warm-up
         )

@@ -130,6 +130,48 @@ def test_full_size_targets_judge_no_ratio_from_untrusted_timings_or_copied_rows(
     }
 
 
+def test_the_pipelines_default_model_is_judged_against_fasttext_first():
+    from benchmarks.full_size import compared, full_size_targets, judged
+
+    section = _full_size_section()
+    ft = section["fasttext"]
+    # The default model: 3 s epochs (1.5x fastText's 2 s), 0.95 after its first epoch,
+    # above fastText's interval's bottom: reached by the end of epoch 1, 3 s of its 10.
+    quick = [{"epoch": 1, "wall_seconds": 3.0, "val_accuracy": 0.95}]
+    slow = [{"epoch": e, "wall_seconds": 8.0 * e, "val_accuracy": 0.5} for e in (1, 2)]
+    largest = section["rows"][-1]
+
+    def run(epochs):
+        history = {"epochs": epochs, "train_seconds": epochs[-1]["wall_seconds"]}
+        return compared(ft, history, largest, None, ("fasttext", 0.04))
+
+    section["default"] = judged([run(quick)])
+    got = full_size_targets(section)
+    assert [t["target"].split(": ", 1)[1] for t in got[:2]] == [
+        "one epoch of the pipeline's default model <= 3x fastText's",
+        "the pipeline's default model reaches fastText's test accuracy (its 95 % interval) "
+        "in <= 2x fastText's whole run",
+    ]
+    assert got[0]["measured"] == "1.5x" and got[0]["met"]
+    assert got[1]["met"] and section["default"]["accuracy_ratio"] == pytest.approx(0.3)
+    # The like-for-like targets follow, as before.
+    assert got[2]["target"].endswith("same size of model") and len(got) == 5
+    # Judged on the worse pair: 8 s epochs are 4x, and fastText's accuracy never came.
+    section["default"] = judged([run(quick), run(slow)])
+    worse = full_size_targets(section)
+    assert worse[0]["measured"] == "4.0x" and worse[0]["miss"] == "1.3x over"
+    assert worse[1]["measured"] == "not reached" and not worse[1]["met"]
+    section["untrusted"] = "a loaded host"
+    assert [t["miss"] for t in full_size_targets(section)[:2]] == ["not judged: a loaded host"] * 2
+    results = _results()
+    results["full_size"] = {**section, "default": judged([run(quick)])}
+    results["targets"] = targets(results)
+    md = render_markdown(results)
+    assert "**The pipeline's default model** (`fasttext` at 0.04, dimension 64" in md
+    assert "3.0 s an epoch over 1 (**1.5x** fastText's, judged)" in md
+    assert "(0.3x fastText's whole run, judged: **0.3x**)" in md
+
+
 @pytest.mark.slow
 def test_full_others_section_times_mnist_and_pairs_the_lstm_with_plain_tf_keras(tmp_path):
     from benchmarks.full_others import (

@@ -141,3 +141,50 @@ def test_dense_gradients_keep_the_dense_rule():
         m, v = B1 * m + (1 - B1) * g, B2 * v + (1 - B2) * g * g
         want = want - LR * np.sqrt(1 - B2**t) / (1 - B1**t) * m / (np.sqrt(v) + EPS)
     np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("graph_mode", [False, True], ids=["tf.function", "v1 graph"])
+def test_lazy_adam_does_not_make_the_embedding_layers_rows_unique_again(graph_mode):
+    # MeanEmbedding looks up each distinct id once (one Unique): its gradient's rows are
+    # distinct, and the optimizer takes them as they are; the update is lazy Adam's still.
+    import tf_keras as keras
+
+    from distrain.learning.layers import MeanEmbedding
+
+    ids = [[1, 3, 1, 0], [4, 3, 0, 0]]
+
+    def build():
+        layer = MeanEmbedding(6, 3, embeddings_initializer=keras.initializers.Constant(INITIAL))
+        layer.build((None, None))
+        opt = Adam(LR, beta_1=B1, beta_2=B2, epsilon=EPS)
+        opt.build(layer.trainable_variables)
+        return layer, opt
+
+    def step(layer, opt, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x) * tf.constant([[1.0, -2.0, 0.5]]))
+        grads = tape.gradient(loss, layer.trainable_variables)
+        return opt.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
+
+    if graph_mode:
+        graph = tf.Graph()
+        with graph.as_default():
+            layer, opt = build()
+            update = step(layer, opt, tf.constant(ids))
+            with tf.compat.v1.Session(graph=graph) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(update)
+                var = sess.run(layer.embeddings)
+    else:
+        layer, opt = build()
+        traced = tf.function(lambda x: step(layer, opt, x) and None)
+        graph = traced.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
+        traced(tf.constant(ids))
+        var = layer.embeddings.numpy()
+    uniques = [op for op in graph.get_operations() if op.type in ("Unique", "UniqueV2")]
+    assert len(uniques) == 1  # the layer's; none in the optimizer's sparse path
+    # Row 1 twice in a row of 3 tokens, row 3 in both rows (1/3 and 1/2), row 4 once (1/2).
+    g = np.array([1.0, -2.0, 0.5])
+    steps = [([1, 3, 4], [g * 2 / 3, g * (1 / 3 + 1 / 2), g / 2])]
+    want, _, _ = lazy_adam_reference(INITIAL, steps)
+    np.testing.assert_allclose(var, want, rtol=1e-6, atol=1e-7)

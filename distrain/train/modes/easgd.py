@@ -84,7 +84,13 @@ class EASGDRule(PushRule):
         if not self.tau and self.bound is None:
             self.bound = adaptive_bound(g.per_epoch, g.role.workers)
         # (distrain's Adam, or the model file's own optimizer: each copy has its own)
-        self.optimizer = make_optimizer(g.spec, g.info, g.cfg.effective_learning_rate)
+        self.optimizer = make_optimizer(
+            g.spec,
+            g.info,
+            g.cfg.effective_learning_rate,
+            examples=g.cfg.batch_size,
+            run_updates=g.per_epoch * g.cfg.epochs,
+        )
         self.optimizer.build(self.model.trainable_variables)
         # Steps, or summed loss, since the last exchange.
         self.since = tf.Variable(0.0, trainable=False, name="easgd_since")

@@ -66,7 +66,6 @@ class PSGraph:
             1, info.splits["train"] // (cfg.batch_size * rule.gradients_per_update)
         )
         self.graph = tf.Graph()
-        workers = role.workers
         with self.graph.as_default():
             setter = tf.compat.v1.train.replica_device_setter(
                 ps_tasks=role.parameter_servers,
@@ -86,43 +85,14 @@ class PSGraph:
                     self.spec,
                     info,
                     cfg.effective_learning_rate,
+                    examples=cfg.batch_size,
+                    run_updates=self.per_epoch * cfg.epochs,
                     **schedule,
                     **cfg.rate_schedule(self.per_epoch),
                 )
                 self.optimizer.build(self.variables)
             with tf.compat.v1.device("/job:ps/task:0"):
-
-                def counter(name, shape=(), dtype=tf.int64):
-                    return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
-
-                self.version = counter("version")
-                self.epoch_var = counter("epoch")
-                self.applied = counter("applied")
-                self.limit = counter("limit")
-                self.stop = counter("stop")
-                self.ready = counter("ready")
-                # Workers that have started their loop (the chief waits for them at the start).
-                self.joined = counter("joined")
-                self.begun = counter("worker_begun", [workers])
-                # Per worker, one row written by one op a step: the steps recorded, the
-                # pushes ended, and the loss sums, correct counts and counted steps per
-                # epoch parity (the chief reads an epoch's while the next runs).
-                self.stats = counter("worker_stats", [workers, 8], tf.float64)
-                self.steps = tf.cast(self.stats[:, 0], tf.int64)
-                self.ended = tf.cast(self.stats[:, 1], tf.int64)
-                self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
-                # The chief sleeps on this queue until the update it waits for is applied
-                # (wake_at), instead of asking the servers over and over.
-                self.wake_at = counter("wake_at")
-                self.wakeup = tf.queue.FIFOQueue(
-                    WAKEUPS, [tf.int64], shapes=[[]], shared_name="distrain_wakeup", name="wakeup"
-                )
-                self.lock = tf.queue.FIFOQueue(
-                    1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
-                )
-                # The line of the first worker that stopped on a non-finite loss ("":
-                # none): the chief reads it with its counters and stops the run with it.
-                self.non_finite = tf.Variable("", trainable=False, name="non_finite_loss")
+                self._shared_counters(role.workers)
                 # The mode's own shared variables (syncreplicas' accumulators).
                 rule.create_variables(self)
             self.state = [*self.model.variables, *self.optimizer.variables]
@@ -133,6 +103,42 @@ class PSGraph:
         # :mod:`distrain.train.ps.state`): the shared model's staged to the parameter
         # servers, an easgd worker's to its own copy.
         self.forward: list = []
+
+    def _shared_counters(self, workers: int) -> None:
+        """[ps] The run's counters, queues and flags, on the first parameter server."""
+        tf = self.tf
+
+        def counter(name, shape=(), dtype=tf.int64):
+            return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
+
+        self.version = counter("version")
+        self.epoch_var = counter("epoch")
+        self.applied = counter("applied")
+        self.limit = counter("limit")
+        self.stop = counter("stop")
+        self.ready = counter("ready")
+        # Workers that have started their loop (the chief waits for them at the start).
+        self.joined = counter("joined")
+        self.begun = counter("worker_begun", [workers])
+        # Per worker, one row written by one op a step: the steps recorded, the
+        # pushes ended, and the loss sums, correct counts and counted steps per
+        # epoch parity (the chief reads an epoch's while the next runs).
+        self.stats = counter("worker_stats", [workers, 8], tf.float64)
+        self.steps = tf.cast(self.stats[:, 0], tf.int64)
+        self.ended = tf.cast(self.stats[:, 1], tf.int64)
+        self.delays = counter("worker_delays", [workers, DELAY_BUCKETS])
+        # The chief sleeps on this queue until the update it waits for is applied
+        # (wake_at), instead of asking the servers over and over.
+        self.wake_at = counter("wake_at")
+        self.wakeup = tf.queue.FIFOQueue(
+            WAKEUPS, [tf.int64], shapes=[[]], shared_name="distrain_wakeup", name="wakeup"
+        )
+        self.lock = tf.queue.FIFOQueue(
+            1, [tf.int32], shapes=[[]], shared_name="distrain_lock", name="lock"
+        )
+        # The line of the first worker that stopped on a non-finite loss ("":
+        # none): the chief reads it with its counters and stops the run with it.
+        self.non_finite = tf.Variable("", trainable=False, name="non_finite_loss")
 
     def apply_forward_state(self) -> list:
         """Ops moving the shared non-trainable state by the step's forward pass.
