@@ -34,6 +34,7 @@ from distrain.base.errors import ConfigError
 from distrain.base.verdict import separated
 from distrain.train.config import RunSpec
 from distrain.train.driver import steady
+from distrain.train.modes import mode_class
 
 FLOAT = 4
 # The least error a predicted step time carries: the simulated-link benchmark's bound on
@@ -289,9 +290,9 @@ def _sync_steps(stats: dict) -> dict:
 
 def _steps(kind: str, row: dict, stats: dict | None, examples: float | None, batch: int) -> dict:
     """A candidate's steps to target, their interval and what they rest on."""
-    if kind == "sync" and stats:
+    if kind == "batch_grows" and stats:
         return _sync_steps(stats)
-    if kind == "async" and stats:
+    if kind == "stale" and stats:
         run = stats["async"]
         if not run["steps"]:
             return {"steps": None, "basis": f"{run['delay']} updates stale, it missed the target"}
@@ -323,11 +324,17 @@ def _scaled(spec: RunSpec, plan: Plan, reference: bool) -> list[RunSpec]:
 
 
 def _kind(spec: RunSpec, per_update: int, reference: bool) -> str:
+    """How a candidate's steps are known.
+
+    ``batch_grows`` (its effective batch grows with the workers: the noise scale
+    predicts), ``stale`` (unbounded staleness: measured with it injected), ``reference``
+    (the run measured here) or ``other`` (carried over).
+    """
     if reference:
         return "reference"
     if spec.workers > 1 and per_update == spec.workers and not spec.parameter_servers:
-        return "sync"
-    return "async" if spec.mode == "async" else "other"
+        return "batch_grows"
+    return "stale" if mode_class(spec.mode).unbounded_staleness else "other"
 
 
 def _predictions(name, runs, row, ctx) -> list[dict]:
@@ -347,7 +354,7 @@ def _predictions(name, runs, row, ctx) -> list[dict]:
     # it did not (async; syncreplicas aggregates a fixed number).
     per_update = int(row.get("global_batch_size") or batch) // batch
     kind = _kind(spec, per_update, name == ctx["reference"])
-    if kind == "sync":
+    if kind == "batch_grows":
         per_update = plan.workers
     stats = ctx["stats"] if ctx["reached_any"] else None
     steps = _steps(kind, row, stats, examples, batch * per_update)
@@ -530,7 +537,11 @@ def plan_comparison(comparison: dict, reports: list[dict], text: str) -> dict:
     if single and reached:
         cfg = single[0]["history"]["config"]
         if Path(cfg.get("data_dir") or "").joinpath("metadata.json").is_file():
-            asynchronous = [r for r in reports if r["run"].get("mode") == "async"]
+            asynchronous = [
+                r
+                for r in reports
+                if r["run"].get("mode") and mode_class(r["run"]["mode"]).unbounded_staleness
+            ]
             rule = bool(asynchronous) and (
                 asynchronous[0]["run"].get("options", {}).get("lr") == "staleness"
             )

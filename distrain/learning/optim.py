@@ -15,9 +15,9 @@ table of 100,000 rows costs far more than the batch's few thousand rows (issue 4
 mode applies its updates with this class, so every mode follows the same rule. Indices
 made unique by the embedding layer's lookup are not made unique again.
 
-:class:`SGD` is fastText's rule (a model spec names it: DBPedia's default on large data):
-a rate per example falling linearly to zero over the run, its only state the step counter,
-sparse rows moved by one scatter that adds repeated rows itself.
+:class:`SGD` is fastText's rule (a model spec names it, as the bag-of-n-grams default does
+on large data): a rate per example falling linearly to zero over the run, its only state
+the step counter, sparse rows moved by one scatter that adds repeated rows itself.
 
 A model file may give its own tf-keras optimizer (``optimizer(info)``,
 :mod:`distrain.learning.choices`): :class:`KerasOptimizer` holds it behind the same three

@@ -144,6 +144,10 @@ class Mode:
     carries_state: ClassVar[bool] = False
     #: How the run's processes start and exchange (:class:`distrain.train.engine.Engine`).
     engine: ClassVar[Engine] = ONE_PROCESS
+    #: Whether each worker's update is applied without waiting for the others, so that a
+    #: gradient's staleness grows with the workers, unbounded (async's): the plan measures
+    #: such a mode's steps at the planned workers' staleness instead of carrying them over.
+    unbounded_staleness: ClassVar[bool] = False
 
     def __init__(self, spec):
         self.spec = spec

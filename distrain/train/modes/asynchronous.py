@@ -82,6 +82,7 @@ class Async(ParameterServerMode):
 
     name = "async"
     example = "async:2"
+    unbounded_staleness = True  # [async] no worker waits: staleness grows with the workers
     options = {
         **ParameterServerMode.options,
         "lr": "constant (default) or staleness: each update's rate divided by its "
