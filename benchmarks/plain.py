@@ -45,7 +45,7 @@ def mnist(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
 
 def dbpedia(raw: Path, out: Path, seed: int = 0, fraction: float = 0.1) -> int:
     """dbpedia_csv to TFRecords (vocabulary from the training split); returns records."""
-    cfg = db.DbpediaPreprocessConfig(str(raw), str(out), fraction, seed)
+    cfg = db.DbpediaPreprocessConfig(str(raw), str(out), validation_fraction=fraction, seed=seed)
     classes = db.read_classes(raw)
     rows = {"train": [], "validation": [], "test": []}
     for source in ("train", "test"):

@@ -130,7 +130,9 @@ def test_bad_records_are_dead_lettered_with_file_and_record_and_gzip_is_read(tmp
     bad = [_record(x=(1.0,) * 7), _record(bucket=None)]
     raw, name = _raw(tmp_path, bad, gzipped=True)
     out = tmp_path / "out"
-    cfg = TfrecordPreprocessConfig(str(raw), str(out), 0.1, 0, max_bad_ratio=0.05)
+    cfg = TfrecordPreprocessConfig(
+        str(raw), str(out), validation_fraction=0.1, seed=0, max_bad_ratio=0.05
+    )
     meta = preprocess_tfrecord(cfg, list(BEAM_ARGS))
     assert meta["input_records"] == {"train-00000-of-00002.tfrecord": 100, name: 102}
     assert meta["rejected"]["count"] == 2
@@ -155,7 +157,7 @@ def test_bad_records_are_dead_lettered_with_file_and_record_and_gzip_is_read(tmp
 
 def test_above_the_bad_ratio_the_job_fails_and_leaves_its_dead_letters(tmp_path):
     raw, _ = _raw(tmp_path, [_record(bucket=None)] * 5)
-    cfg = TfrecordPreprocessConfig(str(raw), str(tmp_path / "out"), 0.1, 0)
+    cfg = TfrecordPreprocessConfig(str(raw), str(tmp_path / "out"), validation_fraction=0.1, seed=0)
     with pytest.raises(BadRecordsError, match="5 of 205 records rejected"):
         preprocess_tfrecord(cfg, list(BEAM_ARGS))
     assert not (tmp_path / "out").exists() and (tmp_path / "out.failed" / "dead_letter").is_dir()
@@ -394,7 +396,9 @@ def test_twenty_of_300_records_with_nan_or_inf_are_dead_lettered_and_the_rest_ke
             TfrecordPreprocessConfig(str(raw), str(tmp_path / "a")), list(BEAM_ARGS)
         )
     out = tmp_path / "out"
-    cfg = TfrecordPreprocessConfig(str(raw), str(out), 0.1, 0, max_bad_ratio=0.1)
+    cfg = TfrecordPreprocessConfig(
+        str(raw), str(out), validation_fraction=0.1, seed=0, max_bad_ratio=0.1
+    )
     meta = preprocess_tfrecord(cfg, list(BEAM_ARGS))
     letters = [json.loads(line) for f in (out / "dead_letter").iterdir() for line in f.open()]
     name = "train-00000-of-00001.tfrecord"
