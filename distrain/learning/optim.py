@@ -143,6 +143,20 @@ class Rule(tf.Module):
             rate = rate * tf.maximum(0.0, 1.0 - (step - 1.0) / self.linear_updates)
         return rate
 
+    def update_rate(self, step, scale=None, per_update: float = 1.0):
+        """Update ``step``'s rate, on the step counter's device.
+
+        :meth:`step_size` times ``per_update`` (SGD's examples an update) and ``scale`` (a
+        tensor; None: 1, as async's staleness-aware rate divides it by the staleness).
+        """
+        with tf.device(self.iterations.device):
+            rate = self.step_size(step)
+            if per_update != 1.0:
+                rate = rate * per_update
+            if scale is not None:
+                rate = rate * tf.cast(scale, tf.float32)
+            return rate
+
     def next_step(self):
         """Counts an update; returns its number (1 for the first), as a float32 tensor."""
         if self.iterations is None:
@@ -190,11 +204,9 @@ class Adam(Rule):
         """
         grads_and_vars = list(grads_and_vars)
         step = self.next_step()
+        rate = self.update_rate(step, scale)
         with tf.device(self.iterations.device):
             b1_power, b2_power = self.beta_1**step, self.beta_2**step
-            rate = self.step_size(step)
-            if scale is not None:
-                rate = rate * tf.cast(scale, tf.float32)
             lr = rate * tf.sqrt(1.0 - b2_power) / (1.0 - b1_power)
         updates = []
         b1, b2 = self.beta_1, self.beta_2
@@ -279,10 +291,7 @@ class SGD(Rule):
         """
         grads_and_vars = list(grads_and_vars)
         step = self.next_step()
-        with tf.device(self.iterations.device):
-            rate = self.step_size(step) * float(self.examples)
-            if scale is not None:
-                rate = rate * tf.cast(scale, tf.float32)
+        rate = self.update_rate(step, scale, per_update=float(self.examples))
         updates = []
         for grad, var in grads_and_vars:
             with tf.device(var.device):
