@@ -18,6 +18,14 @@ from tests.fakes.download import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+# Beam's local runner named (the DirectRunner would fetch Prism first), in memory, and its
+# two-process form (the Beam jobs' tests compare one worker's output with two workers').
+BEAM_IN_MEMORY = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+BEAM_TWO_WORKERS = [
+    "--runner=FnApiRunner",
+    "--direct_num_workers=2",
+    "--direct_running_mode=multi_processing",
+]
 
 
 def _tool(name: str) -> str | None:

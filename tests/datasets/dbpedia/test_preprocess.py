@@ -32,8 +32,9 @@ from distrain.datasets.dbpedia.rows import (
 )
 from distrain.datasets.dbpedia.sample import CLASSES, DbpediaSampleConfig, write_dbpedia_sample
 from distrain.preprocess.writing import BadRecordsError, read_tfrecords
+from tests.conftest import BEAM_IN_MEMORY, BEAM_TWO_WORKERS
 
-OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+OPTIONS = BEAM_IN_MEMORY
 
 
 def test_sample_is_the_dbpedia_csv_layout(tmp_path):
@@ -334,11 +335,7 @@ def test_two_workers_parse_ranges_to_the_same_output_as_one(tmp_path):
     outputs = {}
     for name, options in {
         "one": OPTIONS,
-        "two": [
-            "--runner=FnApiRunner",
-            "--direct_num_workers=2",
-            "--direct_running_mode=multi_processing",
-        ],
+        "two": BEAM_TWO_WORKERS,
     }.items():
         cfg = DbpediaPreprocessConfig(
             str(raw), str(tmp_path / name), min_count=1, max_bad_ratio=0.5, rows_per_range=7

@@ -20,8 +20,9 @@ from distrain.datasets.gutenberg.sample import (
     write_gutenberg_sample,
 )
 from distrain.preprocess.writing import BadRecordsError
+from tests.conftest import BEAM_IN_MEMORY
 
-OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+OPTIONS = BEAM_IN_MEMORY
 BODY = "CHAPTER I.\r\n\r\nIt was a dark night.\r\n"
 
 

@@ -12,8 +12,9 @@ from distrain.datasets.mnist.beam import MnistPreprocessConfig, MnistToExamples,
 from distrain.datasets.mnist.idx import IdxFormatError, write_idx
 from distrain.preprocess.transforms import validation_mask
 from distrain.preprocess.writing import BadRecordsError, read_tfrecords
+from tests.conftest import BEAM_IN_MEMORY, BEAM_TWO_WORKERS
 
-OPTIONS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory"]
+OPTIONS = BEAM_IN_MEMORY
 
 
 def _batch(split, start, labels, seed=0):
@@ -143,11 +144,7 @@ def test_two_workers_read_row_ranges_to_the_same_output_as_one(tmp_path):
     outputs = {}
     for name, options in {
         "one": OPTIONS,
-        "two": [
-            "--runner=FnApiRunner",
-            "--direct_num_workers=2",
-            "--direct_running_mode=multi_processing",
-        ],
+        "two": BEAM_TWO_WORKERS,
     }.items():
         cfg = MnistPreprocessConfig(
             str(tmp_path / "raw"), str(tmp_path / name), batch_size=32, max_bad_ratio=0.01
