@@ -317,10 +317,17 @@ def test_peer_targets_take_the_median_ratio_and_its_floor():
     assert met["met"] and met["measured"] == "1.100x (0.90-1.20)"
     missed = by["single:1 >= 0.97x its plain-TensorFlow peer (single; mlp, batch 64)"]
     assert not missed["met"] and missed["miss"] == "0.070 short"
+    # The share of single:1's examples/s on the same cores: the medians' ratio, 11 / 9.
+    share = by["async:2:ps=1 >= 0.5x single:1's examples/s on the same cores (mlp, batch 64)"]
+    assert share["met"] and share["measured"] == "1.22x (1.00)"
     results["targets"] = list(by.values())
-    assert "| mlp | 64 | 3 | async:2:ps=1 | 9-12 | async | 10-10 | 1.10 (0.90-1.20) |" in (
-        render_markdown(results)
+    assert (
+        "| mlp | 64 | 3 | async:2:ps=1 | 9-12 | 1.22 (1.00) | async | 10-10 | 1.10 (0.90-1.20) |"
+        in render_markdown(results)
     )
+    results["peers"]["rows"][1]["examples_per_second"] = [30.0]
+    slow = {t["target"]: t for t in targets(results)}[share["target"]]
+    assert not slow["met"] and slow["measured"] == "0.37x (0.30)" and slow["miss"] == "0.13 short"
 
 
 def test_a_per_record_cost_hidden_by_start_up_noise_is_not_a_met_target():
