@@ -329,7 +329,7 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
     log(f"{name} seed {seed}: {evaluation['bits_per_char']:.3f} against {ngram:.3f} ({wall:.0f} s)")
     return {
         **text,
-        "seed": seed,
+        "seed": history["config"].get("seed", seed),
         "run": report["run"]["name"],
         "ngram": baseline["run"]["name"],
         "ngram_bits_per_char": ngram,
@@ -350,6 +350,63 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
         "load_after": list(os.getloadavg()),
         "sample": evaluation.get("sample", ""),
     }
+
+
+def _cell(text: dict, seed: int, report: dict, baseline: dict, wall: float, loads: tuple) -> dict:
+    """One cell's record from a run's report (history and evaluation) and its n-gram."""
+    history, evaluation = report["history"], report["evaluation"]
+    ngram = baseline["evaluation"]["bits_per_char"]
+    return {
+        **text,
+        "seed": seed,
+        "run": report["run"]["name"],
+        "ngram": baseline["run"]["name"],
+        "ngram_bits_per_char": ngram,
+        "bits_per_char": evaluation["bits_per_char"],
+        "row_bits_per_char_min": evaluation.get("row_bits_per_char_min"),
+        "row_bits_per_char_max": evaluation.get("row_bits_per_char_max"),
+        "characters_scored": evaluation["characters"],
+        "train_seconds": history["train_seconds"],
+        "epochs": len(history["epochs"]),
+        "learning_rate": history["config"]["learning_rate"],
+        "precision": history.get("precision", "float32"),
+        "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
+        "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
+        "wall_seconds": wall,
+        "load_before": list(loads[0]),
+        "load_after": list(loads[1]),
+    }
+
+
+def bench_text_tuned(
+    name: str, tmp: Path, tune: dict, repeats: int, epochs: int = EPOCHS, log=print
+) -> dict:
+    """Section 10's cells at the searched rate: one ``distrain run --tune`` per text.
+
+    The search (``tune``: ``range``, ``grid``, ``eta``, ``epochs``) picks ``single:1``'s
+    learning rate by validation bits/char on the text's validation part; the run then
+    trains ``repeats`` seeds (0, 1, ...) at that rate, each a cell. The cells are scored on
+    the same validation text the rate was chosen on (the suite's protocol for section 10).
+    """
+    books = tmp / f"{name}-books"
+    text = write_text_book(books, name)
+    work = tmp / f"{name}-tuned"
+    cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
+    cmd += ["--output", str(work), "--runs", "single:1", "--epochs", str(epochs)]
+    cmd += ["--repeats", str(repeats), "--tune", tune["range"], "--tune-grid", str(tune["grid"])]
+    cmd += ["--tune-eta", str(tune["eta"]), "--tune-epochs", str(tune["epochs"])]
+    load_before, wall, comparison = _run_pipeline(cmd, work)
+    loads = (load_before, os.getloadavg())
+    baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
+    reports = [r for r in comparison["runs"] if r.get("history")]
+    row = next(r for r in comparison["rows"] if r.get("tuning"))
+    cells = [_cell(text, i, r, baseline, wall, loads) for i, r in enumerate(reports)]
+    for c in cells:
+        log(
+            f"{name} seed {c['seed']} at {c['learning_rate']}: "
+            f"{c['bits_per_char']:.3f} against {c['ngram_bits_per_char']:.3f}"
+        )
+    return {"text": name, "tuning": row["tuning"], "wall_seconds": wall, "cells": cells}
 
 
 def render_texts(cells: list[dict]) -> list[str]:
@@ -385,7 +442,20 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--tmp", type=Path, required=True)
     parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per cell")
+    parser.add_argument("--tune", help="search single:1's rate, e.g. learning_rate=1e-3..1.6e-2")
+    parser.add_argument("--tune-grid", type=int, default=5)
+    parser.add_argument("--tune-eta", type=int, default=2)
+    parser.add_argument("--tune-epochs", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="with --tune: seeds at the choice")
     args = parser.parse_args()
+    if args.tune:
+        search = {"range": args.tune, "grid": args.tune_grid, "eta": args.tune_eta}
+        search["epochs"] = args.tune_epochs
+        for name in args.texts.split(","):
+            found = bench_text_tuned(name, args.tmp, search, args.repeats, args.epochs)
+            with args.results.open("a") as f:
+                f.write(json.dumps(found) + "\n")
+        sys.exit(0)
     for seed in (int(s) for s in args.seeds.split(",")):
         for name in args.texts.split(","):
             cell = bench_text(name, seed, args.tmp, args.epochs)

@@ -1,0 +1,169 @@
+"""Section 15 of the suite: each data set's race, untuned and tuned, side by side.
+
+On each data set's embedded sample, one ``distrain run DATASET --runs RUNS --repeats K``
+at the pipeline's default learning rate (the untuned race), then the same command with
+``--tune RANGE`` (each run spec's rate searched by successive halving on the validation
+split, then the race at the chosen rates). The section puts the two verdicts side by
+side with what the search cost: its process-seconds per run spec and the wall time of the
+whole tuned command. Measured apart (``python -m benchmarks.tuned``, about an hour on the
+2-core development machine) and carried over by the suite like section 10's texts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DATASETS = ["mnist", "dbpedia", "gutenberg", "tfrecord"]
+RUNS = "single:1,sync:2,async:2,easgd:2:tau=adaptive"
+TUNE = "learning_rate=1e-3..3e-1"
+REPEATS = 3
+# The row fields the section keeps of each run (comparison.json's rows).
+FIELDS = [
+    "name",
+    "learning_rate",
+    "accuracy",
+    "accuracy_interval",
+    "bits_per_char",
+    "bits_per_char_interval",
+    "time_to_target",
+    "time_to_target_interval",
+    "target_reached",
+    "train_seconds",
+    "search_process_seconds",
+    "time_to_tuned_model",
+]
+
+
+def race(dataset: str, work: Path, runs: str, repeats: int, tune: str | None) -> dict:
+    """One ``distrain run``: its rows (:data:`FIELDS`), verdict, wall time and load."""
+    cmd = [sys.executable, "-m", "distrain", "run", dataset, "--output", str(work)]
+    cmd += ["--runs", runs, "--repeats", str(repeats)]
+    if tune:
+        cmd += ["--tune", tune]
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    comparison = json.loads((work / "comparison.json").read_text())
+    rows = [
+        {k: r.get(k) for k in FIELDS} | {"chosen": (r.get("tuning") or {}).get("chosen")}
+        for r in comparison["rows"]
+        if r.get("mode") != "baseline"
+    ]
+    return {
+        "command": " ".join(["distrain", *cmd[3:]]).replace(str(work), "OUT"),
+        "rows": rows,
+        "verdict": comparison["verdict"]["reason"],
+        "target": comparison.get("target_accuracy"),
+        "wall_seconds": wall,
+        "load_before": load_before[0],
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def bench_dataset(
+    dataset: str, tmp: Path, runs: str = RUNS, repeats: int = REPEATS, tune: str = TUNE, log=print
+) -> dict:
+    """The untuned and the tuned race on one data set's sample."""
+    untuned = race(dataset, tmp / f"{dataset}-untuned", runs, repeats, None)
+    log(f"{dataset} untuned: {untuned['wall_seconds']:.0f} s")
+    tuned = race(dataset, tmp / f"{dataset}-tuned", runs, repeats, tune)
+    log(f"{dataset} tuned: {tuned['wall_seconds']:.0f} s")
+    return {"dataset": dataset, "untuned": untuned, "tuned": tuned}
+
+
+def _metric(row: dict) -> str:
+    """A row's quality: accuracy or bits/char with its interval."""
+    for key, fmt in (("accuracy", "{:.4f}"), ("bits_per_char", "{:.3f}")):
+        if row.get(key) is not None:
+            interval = row.get(f"{key}_interval")
+            band = f" ({fmt.format(interval[0])}–{fmt.format(interval[1])})" if interval else ""
+            return fmt.format(row[key]) + band
+    return "—"
+
+
+def _time(row: dict) -> str:
+    """A row's time to target with its interval (intervals below zero read from zero)."""
+    if row.get("time_to_target") is None:
+        return f"not reached ({row.get('target_reached') or '0'})"
+    lo, hi = row.get("time_to_target_interval") or (None, None)
+    band = f" ({max(lo, 0.0):.1f}–{hi:.1f})" if lo is not None else ""
+    return f"{row['time_to_target']:.1f}{band}"
+
+
+def render(section: dict) -> list[str]:
+    """The section's lines: per data set, the untuned and the tuned rows, then the verdicts."""
+    lines = [
+        "## 15. Each race untuned and tuned",
+        "",
+        f"`python -m benchmarks.tuned`: on each data set's embedded sample, `distrain run "
+        f"DATASET --runs {section['runs']} --repeats {section['repeats']}` at the pipeline's "
+        f'default learning rate, then the same with `--tune "{section["tune"]}"` (the '
+        "search's defaults: 6 rates, eta 3, scored on the validation split only). Quality and "
+        "time to the data set's target are medians over the repeats with 95 % intervals; "
+        "the search's process-seconds are per run spec, and the tuned command's wall time "
+        f"includes every search. Measured on {section['measured']}. {section.get('note', '')}",
+        "",
+    ]
+    for d in section["datasets"]:
+        lines += [
+            f"### {d['dataset']}",
+            "",
+            "| run | rate untuned | quality untuned | time to target s | rate tuned "
+            "| quality tuned | time to target s | search process-s | time to tuned model s |",
+            "|---|---:|---|---|---:|---|---|---:|---:|",
+        ]
+        tuned = {r["name"]: r for r in d["tuned"]["rows"]}
+        for u in d["untuned"]["rows"]:
+            t = tuned.get(u["name"], {})
+            search = t.get("search_process_seconds")
+            to_model = t.get("time_to_tuned_model")
+            lines.append(
+                f"| {u['name']} | {u['learning_rate']:g} | {_metric(u)} | {_time(u)} "
+                f"| {t.get('learning_rate', 0):g} | {_metric(t)} | {_time(t)} "
+                f"| {search if search is None else f'{search:,.0f}'} "
+                f"| {'—' if to_model is None else f'{to_model:.1f}'} |"
+            )
+        lines += [
+            "",
+            f"Untuned ({d['untuned']['wall_seconds']:.0f} s, load "
+            f"{d['untuned']['load_before']:.1f}/{d['untuned']['load_after']:.1f}): "
+            f"{d['untuned']['verdict']}",
+            "",
+            f"Tuned ({d['tuned']['wall_seconds']:.0f} s with the search, load "
+            f"{d['tuned']['load_before']:.1f}/{d['tuned']['load_after']:.1f}): "
+            f"{d['tuned']['verdict']}",
+            "",
+        ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measures the data sets one after another, a JSON line each as it completes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--runs", default=RUNS)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--tune", default=TUNE)
+    parser.add_argument("--tmp", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per set")
+    args = parser.parse_args(argv)
+    for dataset in args.datasets.split(","):
+        found = bench_dataset(dataset, args.tmp, args.runs, args.repeats, args.tune)
+        with args.results.open("a") as f:
+            f.write(json.dumps(found) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
