@@ -10,7 +10,8 @@ process and evaluating the validation split every few steps:
   the gradient noise scale (:mod:`distrain.base.noisescale`) measured at every evaluation from
   mini-batch gradients at two batch sizes, in Adam's metric (each coordinate over
   ``√v + ε``: Adam preconditions its steps, and a preconditioned optimizer's critical
-  batch is larger than plain SGD's, Zhang et al. 2019) and plainly, beside it;
+  batch is larger than plain SGD's, Zhang et al. 2019; plainly where the runs' optimizer
+  keeps no second moment) and plainly, beside it;
 * **check**: the planned effective batch of ``sync:N`` (N batches) at the rate sync's rule
   gives it (``scale_learning_rate``: N times the base, warmed up over ``warmup_epochs`` as
   the run was), the run that checks the noise scale's prediction;
@@ -32,7 +33,7 @@ import numpy as np
 
 from distrain.base.noisescale import simple_noise_scale, steps_at
 from distrain.learning.inputs import make_dataset
-from distrain.learning.models import build_model, load_info, task_of
+from distrain.learning.models import build_model, load_info, model_spec, task_of
 
 # Gradients per evaluation for the noise scale: small batches and big ones (the big ones
 # BIG_FACTOR times the small).
@@ -63,18 +64,38 @@ def _take(features, index):
 
 
 class _Learner:
-    """A model, its task and distrain's Adam, stepped one batch at a time."""
+    """A model, its task and the optimizer its runs train with, stepped one batch at a time.
 
-    def __init__(self, info, model_name: str, seed: int, rate: float, warmup: tuple = (0, None)):
+    The optimizer is the runs' own (:func:`distrain.learning.choices.make_optimizer`):
+    distrain's Adam or SGD as the model's spec and the data's size choose, or the model
+    file's; SGD's rate falls to zero over ``updates``.
+    """
+
+    def __init__(
+        self,
+        info,
+        model_name: str,
+        seed: int,
+        rate: float,
+        warmup: tuple = (0, None),
+        batch: int = 1,
+        updates: int = 0,
+    ):
         import tensorflow as tf
 
-        from distrain.learning.optim import Adam
+        from distrain.learning.choices import make_optimizer
 
         self.model = build_model(info, model_name, seed)
         self.task = task_of(info, model_name)
         self.variables = self.model.trainable_variables
-        self.optimizer = Adam(rate, warmup_updates=warmup[0], warmup_from=warmup[1])
+        schedule = {"warmup_updates": warmup[0], "warmup_from": warmup[1]} if warmup[0] else {}
+        spec = model_spec(info.dataset, model_name)
+        self.optimizer = make_optimizer(
+            spec, info, rate, examples=batch, run_updates=updates, **schedule
+        )
         self.optimizer.build(self.variables)
+        # Adam's second moments, where the optimizer keeps them: the noise scale's metric.
+        self.second_moments = getattr(self.optimizer, "v", None) or None
 
         @tf.function(reduce_retracing=True)
         def gradient(x, y):
@@ -93,10 +114,11 @@ class _Learner:
     def apply(self, grads, scale=None) -> None:
         import tensorflow as tf
 
-        self.optimizer.apply_gradients(
-            zip(grads, self.variables, strict=True),
-            scale=None if scale is None else tf.constant(scale, tf.float32),
-        )
+        pairs = zip(grads, self.variables, strict=True)
+        if scale is None:
+            self.optimizer.apply_gradients(pairs)
+        else:
+            self.optimizer.apply_gradients(pairs, scale=tf.constant(scale, tf.float32))
 
     def accuracy(self, x, y) -> float:
         return float(self._hits(x, y)) / len(y)
@@ -109,12 +131,25 @@ class _Learner:
             v.assign(w)
 
     def sq_norms(self, x, y) -> tuple[float, float]:
-        """``|g|²`` of the batch's gradient, plain and in Adam's metric (``Σ g² / (√v + ε)``)."""
-        grads = [g.numpy() for g in self.gradient(x, y)]
+        """``|g|²`` of the batch's gradient, plain and in Adam's metric (``Σ g² / (√v + ε)``).
+
+        An optimizer without second moments (SGD, a model file's) preconditions nothing:
+        its metric is the plain one.
+        """
+        grads = [np.asarray(tf_dense(g)) for g in self.gradient(x, y)]
         plain = sum(float(np.sum(np.square(g))) for g in grads)
-        scales = [np.sqrt(v.numpy()) + self.optimizer.epsilon for v in self.optimizer.v]
+        if self.second_moments is None:
+            return plain, plain
+        scales = [np.sqrt(v.numpy()) + self.optimizer.epsilon for v in self.second_moments]
         adam = sum(float(np.sum(np.square(g) / d)) for g, d in zip(grads, scales, strict=True))
         return plain, adam
+
+
+def tf_dense(grad):
+    """A gradient as a dense array (an embedding's arrives as rows: IndexedSlices)."""
+    import tensorflow as tf
+
+    return tf.convert_to_tensor(grad).numpy()
 
 
 def _noise(learner: _Learner, train, batch: int, rng) -> dict:
@@ -160,7 +195,7 @@ def run_to_target(
         model_name: The model.
         data: ``(train, validation)``, each ``(features, labels)`` arrays.
         batch: Examples per update.
-        rate: Adam's learning rate.
+        rate: The optimizer's learning rate (Adam's, or SGD's per example).
         target: The validation accuracy to reach.
         max_steps: Updates at the most.
         seed: Initial weights and the data order.
@@ -178,7 +213,7 @@ def run_to_target(
     train, (xv, yv) = data
     x, y = train
     rng = np.random.default_rng(seed)
-    learner = _Learner(info, model_name, seed, rate, warmup)
+    learner = _Learner(info, model_name, seed, rate, warmup, batch=batch, updates=max_steps)
     every = max(1, round(len(y) / batch / EVALUATIONS_PER_EPOCH))
     history = collections.deque(maxlen=delay + 1)
     out = {"batch": batch, "rate": rate, "delay": delay, "every": every, "steps": None}

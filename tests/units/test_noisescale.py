@@ -60,3 +60,32 @@ def test_the_sync_prediction_spans_the_seeds_and_the_noise_scales_interval():
     assert got["predicted_range"] == pytest.approx([min(ends), max(ends)])
     # A base run that missed the target: no prediction.
     assert predict_sync([*bases, {"steps": None, "every": 5}], noise, 64, 1024)["predicted"] is None
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_the_plans_learner_trains_with_the_runs_optimizer(mnist_examples, monkeypatch, optimizer):
+    # The plan's statistics must be of the optimizer the runs train with: a spec that
+    # chooses SGD (DBPedia's fastText recipe at full size) gets SGD, not Adam, and a
+    # noise scale in the plain metric (SGD keeps no second moment).
+    import numpy as np
+
+    from distrain.analysis import planstats
+    from distrain.datasets import ModelSpec
+    from distrain.learning.models import load_info
+    from distrain.learning.optim import SGD, Adam
+
+    monkeypatch.setattr(ModelSpec, "optimizer_for", lambda self, info: optimizer)
+    info = load_info(str(mnist_examples))
+    learner = planstats._Learner(info, "mlp", seed=0, rate=0.01, batch=32, updates=10)
+    assert isinstance(learner.optimizer, SGD if optimizer == "sgd" else Adam)
+    x, y = planstats.load_arrays(info, "train")
+    batch = (planstats._take(x, np.arange(32)), y[:32])
+    before = learner.weights()
+    plain, metric = learner.sq_norms(*batch)
+    if optimizer == "sgd":
+        assert metric == plain > 0
+    else:
+        # Adam's v is zero before the first update: each coordinate over epsilon.
+        assert metric == pytest.approx(plain / learner.optimizer.epsilon, rel=1e-3)
+    learner.apply(learner.gradient(*batch))
+    assert any(not np.array_equal(a, b) for a, b in zip(before, learner.weights(), strict=True))
