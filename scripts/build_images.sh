@@ -90,17 +90,20 @@ host_ca="$(python3 -m pip config get global.cert 2>/dev/null || true)"
 host_ca="${PIP_CERT:-$host_ca}"
 if [ -n "$host_ca" ] && [ -f "$host_ca" ]; then
   netcfg="$(mktemp -d)"
-  trap 'rm -rf "$netcfg"' EXIT
   cp "$host_ca" "$netcfg/ca.crt"
   printf '[global]\ncert = /etc/distrain-build/ca.crt\n' > "$netcfg/pip.conf"
   build_mounts+=(--volume "$netcfg:/etc/distrain-build:ro" --volume "$netcfg/pip.conf:/etc/pip.conf:ro")
 fi
+# Each step's image this invocation made or took from the cache ("--> ID" in buildah's
+# output): the layer cache that the next build can use (see prune_stale_layers).
+steps_log="$(mktemp)"
+trap 'rm -f "$steps_log"; [ -z "${netcfg:-}" ] || rm -rf "$netcfg"' EXIT
 for kind in "${kinds[@]}"; do
   ref="$(PYTHONPATH="$root" "$py" -c "from distrain.base.images import image; print(image('$kind'))")"
   start=$SECONDS
   if [ "$local_build" = 1 ]; then
     run buildah bud --isolation chroot --layers --build-arg "BASE=$LOCAL_BASE" \
-      "${build_mounts[@]}" -f "images/${kind}.Dockerfile" -t "$ref" .
+      "${build_mounts[@]}" -f "images/${kind}.Dockerfile" -t "$ref" . | tee -a "$steps_log"
   elif command -v docker >/dev/null; then
     run docker build -f "images/${kind}.Dockerfile" -t "$ref" .
   else
@@ -111,3 +114,21 @@ for kind in "${kinds[@]}"; do
     if command -v docker >/dev/null && [ "$local_build" = 0 ]; then run docker push "$ref"; else run buildah push "$ref"; fi
   fi
 done
+
+# buildah keeps every step's image for --layers; a rebuild with new contents leaves the old
+# ones untagged (several GB each: the build stages hold Horovod's toolchain), and a disk
+# filled by them fails later builds half-way. Once every image was built here, the untagged
+# images that this build neither made nor took from the cache go.
+prune_stale_layers() {
+  local used id gone=0
+  used="$(grep -oE '^--> (Using cache )?[0-9a-f]{11,}' "$steps_log" | grep -oE '[0-9a-f]{11,}$' | cut -c1-11 | sort -u)"
+  for id in $(buildah images --filter dangling=true --format '{{.ID}}' | cut -c1-11 | sort -u); do
+    if ! grep -qx "$id" <<<"$used"; then
+      buildah rmi "$id" >/dev/null 2>&1 && gone=$((gone + 1)) || true
+    fi
+  done
+  echo "build_images: removed $gone untagged image(s) of earlier builds (kept this build's layer cache)"
+}
+if [ "$local_build" = 1 ] && [ "$dry" = 0 ] && [ ${#kinds[@]} -eq 3 ]; then
+  prune_stale_layers
+fi
