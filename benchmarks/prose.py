@@ -236,7 +236,82 @@ def render_prose(section: dict) -> list[str]:
         lines.append(f"- {r['run']}: {points}")
     if section.get("texts"):
         lines += ["", *render_texts_section(section["texts"])]
+    if section.get("texts_tuned"):
+        lines += ["", *render_tuned_texts(section["texts_tuned"], section.get("texts"))]
     return lines
+
+
+def clear(cells: list[dict], bar: float = 0.1) -> int:
+    """How many cells beat their n-gram by at least ``bar`` bits/char."""
+    return sum(c["bits_per_char"] - c["ngram_bits_per_char"] <= -bar for c in cells)
+
+
+def render_tuned_texts(tuned: dict, untuned: dict | None = None, bar: float = 0.1) -> list[str]:
+    """Section 10's texts × seeds again, each text at the rate its search picked."""
+    search = tuned["search"]
+    texts = tuned["texts"]
+    cells = [c for t in texts for c in t["cells"]]
+    lines = [
+        "### Several texts and seeds at the searched rate",
+        "",
+        f'`python -m benchmarks.prose --tune "{search["range"]}" --tune-grid '
+        f"{search['grid']} --tune-eta {search['eta']} --tune-epochs {search['epochs']}`: per "
+        f"text one `distrain run gutenberg --runs single:1 --epochs {cells[0]['epochs']} "
+        f"--repeats {len(texts[0]['cells'])} --tune ...` (the same texts, model and batch "
+        "as the table above). Its search trains each rate of the grid by successive halving "
+        "and picks the one with the lowest validation bits/char on the text's validation "
+        "part; the repeats (seeds 0, 1, 2) then train at that rate, and each is scored as "
+        "above. The rate is chosen on the same validation text the cells are scored on, "
+        f"as section 10's protocol has it. Measured on {tuned['measured']}. "
+        f"{tuned.get('note', '')}",
+        "",
+        "| text | rates searched | each rate's validation bits/char (its last rung) "
+        "| chosen | search process-s | whole command s |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for t in texts:
+        record = t["tuning"]
+        scores = []
+        for c in record["candidates"]:
+            last = c["rungs"][-1] if c["rungs"] else {}
+            score = last.get("score")
+            shown = "diverged" if score is None else f"{score / math.log(2):.3f}"
+            scores.append(f"{c['learning_rate']:g}: {shown} ({last.get('epochs', 0)} ep.)")
+        lines.append(
+            f"| {t['text']} | {', '.join(f'{r:g}' for r in record['grid'])} "
+            f"| {'; '.join(scores)} | {record['chosen']:g} "
+            f"| {record.get('process_seconds', 0):,.0f} | {t['wall_seconds']:,.0f} |"
+        )
+    lines += ["", *render_texts(cells), ""]
+    summary = f"At the searched rate {clear(cells, bar)} of {len(cells)} cells beat their n-gram "
+    summary += f"by {bar:g} bits/char or more"
+    if untuned and untuned.get("cells"):
+        before = untuned["cells"]
+        summary += f"; at the default rate (the table above) {clear(before, bar)} of {len(before)}"
+    lines.append(summary + ".")
+    return lines
+
+
+def merge_tuned(found: Path, results: Path, note: str = "") -> dict:
+    """Puts the JSON lines of ``--tune`` runs into ``results``' section 10 as ``texts_tuned``."""
+    import datetime
+
+    texts = [json.loads(line) for line in found.read_text().splitlines() if line.strip()]
+    data = json.loads(results.read_text())
+    first = texts[0]["tuning"]
+    data["prose"]["texts_tuned"] = {
+        "measured": datetime.date.today().isoformat(),
+        "note": note,
+        "search": {
+            "range": first["range"],
+            "grid": len(first["grid"]),
+            "eta": first["eta"],
+            "epochs": first["rungs"][-1]["epochs"],
+        },
+        "texts": texts,
+    }
+    results.write_text(json.dumps(data, indent=2, default=str))
+    return data["prose"]["texts_tuned"]
 
 
 def render_texts_section(texts: dict) -> list[str]:
@@ -440,14 +515,21 @@ if __name__ == "__main__":
     parser.add_argument("--texts", default=",".join(TEXTS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--tmp", type=Path, required=True)
+    parser.add_argument("--tmp", type=Path, help="where the books and runs go (to measure)")
     parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per cell")
     parser.add_argument("--tune", help="search single:1's rate, e.g. learning_rate=1e-3..1.6e-2")
     parser.add_argument("--tune-grid", type=int, default=5)
     parser.add_argument("--tune-eta", type=int, default=2)
     parser.add_argument("--tune-epochs", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="with --tune: seeds at the choice")
+    parser.add_argument("--merge", type=Path, help="put --results' --tune lines into this file")
+    parser.add_argument("--note", default="", help="with --merge: the table's note")
     args = parser.parse_args()
+    if args.merge:
+        merge_tuned(args.results, args.merge, args.note)
+        sys.exit(0)
+    if args.tmp is None:
+        parser.error("--tmp is needed to measure")
     if args.tune:
         search = {"range": args.tune, "grid": args.tune_grid, "eta": args.tune_eta}
         search["epochs"] = args.tune_epochs

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import netsim
+from benchmarks import netsim, tuned
 from benchmarks.beam_memory import render_beam_memory
 from benchmarks.common import ROOT
 from benchmarks.full_others import render_full_others
@@ -84,6 +84,8 @@ def render_markdown(results: dict) -> str:
         lines += ["", *render_full_others(results["full_others"])]
     if results.get("plan"):
         lines += netsim.render(results["plan"])
+    if results.get("tuned"):
+        lines += ["", *tuned.render(results["tuned"])]
     return "\n".join(lines) + "\n"
 
 

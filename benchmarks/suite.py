@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         results["full_others"] = _full_others(cfg, tmp)
         log("14 the plan's link model on a simulated network")
         results["plan"] = bench_plan(steps=2 if cfg.quick else 16)
+        # Each race untuned and tuned: measured apart (about two hours), carried over.
+        results["tuned"] = None if cfg.quick else kept(args.json, "tuned")
         results["targets"] = targets(results)
         results["suite_seconds"] = time.perf_counter() - start
     finally:
@@ -176,18 +178,30 @@ def _prose(cfg: SuiteConfig, tmp: Path, previous: str | Path) -> dict | None:
     section = bench_prose(cfg.quick, tmp, log)
     if section is not None:
         section["measured"] = machine(cfg)["date"]
-        texts = kept_texts(previous)
-        if texts and not cfg.quick:
-            section["texts"] = texts
+        for key in ("texts", "texts_tuned"):
+            texts = kept_texts(previous, key)
+            if texts and not cfg.quick:
+                section[key] = texts
     return section
 
 
-def kept_texts(previous: str | Path) -> dict | None:
-    """Section 10's texts × seeds from the results file ``previous``, if it has them."""
+def kept_texts(previous: str | Path, key: str = "texts") -> dict | None:
+    """Section 10's texts × seeds from the results file ``previous``, if it has them.
+
+    Args:
+        previous: The results file.
+        key: ``texts`` (at the default rate) or ``texts_tuned`` (at the searched rate).
+    """
     path = Path(previous)
     if not path.exists():
         return None
-    return (json.loads(path.read_text()).get("prose") or {}).get("texts")
+    return (json.loads(path.read_text()).get("prose") or {}).get(key)
+
+
+def kept(previous: str | Path, key: str) -> dict | None:
+    """A section measured apart (``python -m benchmarks.tuned``) from the results file."""
+    path = Path(previous)
+    return json.loads(path.read_text()).get(key) if path.exists() else None
 
 
 def _full_size(cfg: SuiteConfig, tmp: Path) -> dict | None:

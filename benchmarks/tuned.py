@@ -1,4 +1,4 @@
-"""Section 15 of the suite: each data set's race, untuned and tuned, side by side.
+"""A section of the suite: each data set's race, untuned and tuned, side by side.
 
 On each data set's embedded sample, one ``distrain run DATASET --runs RUNS --repeats K``
 at the pipeline's default learning rate (the untuned race), then the same command with
@@ -102,7 +102,7 @@ def _time(row: dict) -> str:
 def render(section: dict) -> list[str]:
     """The section's lines: per data set, the untuned and the tuned rows, then the verdicts."""
     lines = [
-        "## 15. Each race untuned and tuned",
+        "## Each race untuned and tuned",
         "",
         f"`python -m benchmarks.tuned`: on each data set's embedded sample, `distrain run "
         f"DATASET --runs {section['runs']} --repeats {section['repeats']}` at the pipeline's "
@@ -146,6 +146,25 @@ def render(section: dict) -> list[str]:
     return lines
 
 
+def merge(found: Path, results: Path, note: str = "") -> dict:
+    """Puts the JSON lines of a measurement into ``results`` as the section (``tuned``)."""
+    import datetime
+
+    datasets = [json.loads(line) for line in found.read_text().splitlines() if line.strip()]
+    data = json.loads(results.read_text())
+    first = datasets[0]["tuned"]["command"].split()
+    data["tuned"] = {
+        "measured": datetime.date.today().isoformat(),
+        "note": note,
+        "runs": first[first.index("--runs") + 1],
+        "repeats": int(first[first.index("--repeats") + 1]),
+        "tune": first[first.index("--tune") + 1],
+        "datasets": datasets,
+    }
+    results.write_text(json.dumps(data, indent=2, default=str))
+    return data["tuned"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measures the data sets one after another, a JSON line each as it completes."""
     import argparse
@@ -155,9 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=RUNS)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--tune", default=TUNE)
-    parser.add_argument("--tmp", type=Path, required=True)
+    parser.add_argument("--tmp", type=Path, help="where the runs go (to measure)")
     parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per set")
+    parser.add_argument("--merge", type=Path, help="put --results' lines into this file")
+    parser.add_argument("--note", default="", help="with --merge: the section's note")
     args = parser.parse_args(argv)
+    if args.merge:
+        merge(args.results, args.merge, args.note)
+        return 0
+    if args.tmp is None:
+        parser.error("--tmp is needed to measure")
     for dataset in args.datasets.split(","):
         found = bench_dataset(dataset, args.tmp, args.runs, args.repeats, args.tune)
         with args.results.open("a") as f:
