@@ -121,7 +121,11 @@ done
 # images that this build neither made nor took from the cache go.
 prune_stale_layers() {
   local used id gone=0
-  used="$(grep -oE '^--> (Using cache )?[0-9a-f]{11,}' "$steps_log" | grep -oE '[0-9a-f]{11,}$' | cut -c1-11 | sort -u)"
+  used="$(grep -oE '^--> (Using cache )?[0-9a-f]{11,}' "$steps_log" | grep -oE '[0-9a-f]{11,}$' | cut -c1-11 | sort -u || true)"
+  if [ -z "$used" ]; then
+    echo "build_images: the build's log names no step image; nothing pruned"
+    return
+  fi
   for id in $(buildah images --filter dangling=true --format '{{.ID}}' | cut -c1-11 | sort -u); do
     if ! grep -qx "$id" <<<"$used"; then
       buildah rmi "$id" >/dev/null 2>&1 && gone=$((gone + 1)) || true
