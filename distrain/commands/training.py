@@ -33,7 +33,13 @@ def add_train(add: AddParser) -> None:
         tr,
         dataclasses.fields(TrainConfig),
         field_types(TrainConfig),
-        defaults={"model": ("", "the data set's first")},
+        defaults={
+            "model": ("", "the data set's first"),
+            # The rate and batch of the data set's recipe (its pipeline's): SGD's rate is
+            # per example and Adam's is not, so TrainConfig's one default fits no recipe.
+            "learning_rate": (None, "the data set's pipeline default"),
+            "batch_size": (None, "the data set's pipeline default"),
+        },
         notes={"model": models_help()},
     )
     add_repeats(tr)
@@ -47,7 +53,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     + 1, ..., each into ``OUTPUT/seed-N``, and a last line gives the medians and 95 %
     intervals of its time, throughput and final validation accuracy.
     """
-    from distrain.datasets import default_model
+    from distrain.datasets import default_model, pipeline_defaults
     from distrain.steps import train
     from distrain.train.config import RunSpec
 
@@ -55,6 +61,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_repeats(args.repeats)
     settings = given(args, TrainConfig.settings())  # every TrainConfig setting has a flag
     settings["model"] = args.model or default_model(args.data_dir)
+    if "learning_rate" not in settings or "batch_size" not in settings:
+        defaults = pipeline_defaults(args.data_dir)  # None: TrainConfig's apply
+        if defaults is not None:
+            settings.setdefault("learning_rate", defaults.learning_rate)
+            settings.setdefault("batch_size", defaults.batch_size)
     histories = []
     for i in range(args.repeats):
         settings["seed"] = seed = args.seed + i

@@ -412,6 +412,14 @@ def default_model(data_dir: str | os.PathLike) -> str:
     return get(DatasetInfo.load(data_dir).dataset).default_model
 
 
+def pipeline_defaults(data_dir: str | os.PathLike) -> PipelineDefaults | None:
+    """The pipeline defaults (rate, batch, ...) of the data set preprocessed in ``data_dir``.
+
+    None for a data set without a pipeline of its own (a plugin's may have none).
+    """
+    return get(DatasetInfo.load(data_dir).dataset).pipeline
+
+
 __all__ = [
     "DataSet",
     "DataSetError",
@@ -421,6 +429,7 @@ __all__ = [
     "dbpedia",
     "get",
     "gutenberg",
+    "pipeline_defaults",
     "mnist",
     "tfrecord",
 ]

@@ -57,8 +57,10 @@ def test_train_flag_defaults_are_the_config_defaults():
         value = getattr(args, f.name)
         if f.name == "run":
             assert RunSpec.parse(value) == _default(f)
-        elif f.name == "model":  # the one flag of its own: "" is the data set's first model
+        elif f.name == "model":  # a flag of its own: "" is the data set's first model
             assert value == ""
+        elif f.name in ("learning_rate", "batch_size"):  # None: the data set's recipe
+            assert value is None
         else:
             assert value == _default(f), f.name
     # A flag parses to the field's type, and the config checks the value.
@@ -82,14 +84,20 @@ def test_learning_rate_reaches_the_trainer(monkeypatch, tmp_path, capsys):
         seen.append(cfg)
         return {"run": cfg.run.to_dict(), "train_seconds": 1.0}
 
+    from distrain.datasets import get
+
     monkeypatch.setattr("distrain.train.launch.run_training", run_training)
+    # The data is DBPedia's: its recipe's rate and batch (0.04, 512) unless given.
+    monkeypatch.setattr("distrain.datasets.pipeline_defaults", lambda d: get("dbpedia").pipeline)
     argv = ["train", "--data", str(tmp_path), "--output", str(tmp_path / "o"), "--model", "mlp"]
     assert main([*argv, "--run", "sync:2", "--learning-rate", "0.05", "--epochs", "2"]) == 0
     cfg = seen[-1]
     assert (cfg.learning_rate, cfg.epochs, cfg.run.name) == (0.05, 2, "sync:2")
     assert cfg.effective_learning_rate == pytest.approx(0.1)  # scaled by the 2 workers
-    assert main([*argv, "--run", "sync:2", "--no-scale-learning-rate"]) == 0
-    assert seen[-1].effective_learning_rate == pytest.approx(TrainConfig.learning_rate)
+    assert cfg.batch_size == 512  # not given: the data set's
+    assert main([*argv, "--run", "sync:2", "--no-scale-learning-rate", "--batch-size", "32"]) == 0
+    assert seen[-1].effective_learning_rate == pytest.approx(0.04)
+    assert seen[-1].batch_size == 32
     # A bad value is refused by the config's own check, in one line.
     assert main([*argv, "--learning-rate", "0"]) == 2
     assert "learning_rate must be positive, got 0.0" in capsys.readouterr().err
