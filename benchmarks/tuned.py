@@ -39,10 +39,17 @@ FIELDS = [
 ]
 
 
-def race(dataset: str, work: Path, runs: str, repeats: int, tune: str | None) -> dict:
-    """One ``distrain run``: its rows (:data:`FIELDS`), verdict, wall time and load."""
+def race(
+    dataset: str, work: Path, runs: str, repeats: int, tune: str | None, epochs: int = 0
+) -> dict:
+    """One ``distrain run``: its rows (:data:`FIELDS`), verdict, wall time and load.
+
+    ``epochs``: the most a run trains (0: the pipeline's default).
+    """
     cmd = [sys.executable, "-m", "distrain", "run", dataset, "--output", str(work)]
     cmd += ["--runs", runs, "--repeats", str(repeats)]
+    if epochs:
+        cmd += ["--epochs", str(epochs)]
     if tune:
         cmd += ["--tune", tune]
     load_before = os.getloadavg()
@@ -70,12 +77,18 @@ def race(dataset: str, work: Path, runs: str, repeats: int, tune: str | None) ->
 
 
 def bench_dataset(
-    dataset: str, tmp: Path, runs: str = RUNS, repeats: int = REPEATS, tune: str = TUNE, log=print
+    dataset: str,
+    tmp: Path,
+    runs: str = RUNS,
+    repeats: int = REPEATS,
+    tune: str = TUNE,
+    log=print,
+    epochs: int = 0,
 ) -> dict:
-    """The untuned and the tuned race on one data set's sample."""
-    untuned = race(dataset, tmp / f"{dataset}-untuned", runs, repeats, None)
+    """The untuned and the tuned race on one data set's sample (``epochs``: see :func:`race`)."""
+    untuned = race(dataset, tmp / f"{dataset}-untuned", runs, repeats, None, epochs)
     log(f"{dataset} untuned: {untuned['wall_seconds']:.0f} s")
-    tuned = race(dataset, tmp / f"{dataset}-tuned", runs, repeats, tune)
+    tuned = race(dataset, tmp / f"{dataset}-tuned", runs, repeats, tune, epochs)
     log(f"{dataset} tuned: {tuned['wall_seconds']:.0f} s")
     return {"dataset": dataset, "untuned": untuned, "tuned": tuned}
 
@@ -105,7 +118,8 @@ def render(section: dict) -> list[str]:
         "## Each race untuned and tuned",
         "",
         f"`python -m benchmarks.tuned`: on each data set's embedded sample, `distrain run "
-        f"DATASET --runs {section['runs']} --repeats {section['repeats']}` at the pipeline's "
+        f"DATASET --runs {section['runs']} --repeats {section['repeats']}` (unless the data "
+        "set's heading names another command) at the pipeline's "
         f'default learning rate, then the same with `--tune "{section["tune"]}"` (the '
         "search's defaults: 6 rates, eta 3, scored on the validation split only). Quality and "
         "time to the data set's target are medians over the repeats with 95 % intervals; "
@@ -114,8 +128,10 @@ def render(section: dict) -> list[str]:
         "",
     ]
     for d in section["datasets"]:
+        command = d["tuned"]["command"]
+        usual = f"--runs {section['runs']} --repeats {section['repeats']} --tune"
         lines += [
-            f"### {d['dataset']}",
+            f"### {d['dataset']}" + ("" if usual in command else f": `{command}`"),
             "",
             "| run | rate untuned | quality untuned | time to target s | rate tuned "
             "| quality tuned | time to target s | search process-s | time to tuned model s |",
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", default=RUNS)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--tune", default=TUNE)
+    parser.add_argument("--epochs", type=int, default=0, help="the most (0: the pipeline's)")
     parser.add_argument("--tmp", type=Path, help="where the runs go (to measure)")
     parser.add_argument("--results", type=Path, required=True, help="JSON lines, one per set")
     parser.add_argument("--merge", type=Path, help="put --results' lines into this file")
@@ -185,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tmp is None:
         parser.error("--tmp is needed to measure")
     for dataset in args.datasets.split(","):
-        found = bench_dataset(dataset, args.tmp, args.runs, args.repeats, args.tune)
+        found = bench_dataset(
+            dataset, args.tmp, args.runs, args.repeats, args.tune, epochs=args.epochs
+        )
         with args.results.open("a") as f:
             f.write(json.dumps(found) + "\n")
     return 0
