@@ -122,9 +122,12 @@ def render(section: dict) -> list[str]:
         "set's heading names another command) at the pipeline's "
         f'default learning rate, then the same with `--tune "{section["tune"]}"` (the '
         "search's defaults: 6 rates, eta 3, scored on the validation split only). Quality and "
-        "time to the data set's target are medians over the repeats with 95 % intervals; "
-        "the search's process-seconds are per run spec, and the tuned command's wall time "
-        f"includes every search. Measured on {section['measured']}. {section.get('note', '')}",
+        "time to the data set's target are medians over the repeats with 95 % intervals "
+        "(an interval's low end below zero reads 0). *Search process-s* is what one run "
+        "spec's search cost: every process of every candidate (a `sync:2` candidate counts "
+        "its two ranks); *time to tuned model* adds the search's wall seconds to the time to "
+        "target. The tuned command's wall time includes every search and the race. "
+        f"Measured on {section['measured']}. {section.get('note', '')}",
         "",
     ]
     for d in section["datasets"]:
@@ -143,8 +146,8 @@ def render(section: dict) -> list[str]:
             search = t.get("search_process_seconds")
             to_model = t.get("time_to_tuned_model")
             lines.append(
-                f"| {u['name']} | {u['learning_rate']:g} | {_metric(u)} | {_time(u)} "
-                f"| {t.get('learning_rate', 0):g} | {_metric(t)} | {_time(t)} "
+                f"| {u['name']} | {u['learning_rate']:.3g} | {_metric(u)} | {_time(u)} "
+                f"| {t.get('learning_rate', 0):.3g} | {_metric(t)} | {_time(t)} "
                 f"| {search if search is None else f'{search:,.0f}'} "
                 f"| {'—' if to_model is None else f'{to_model:.1f}'} |"
             )
