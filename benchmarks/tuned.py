@@ -94,12 +94,12 @@ def bench_dataset(
 
 
 def _metric(row: dict) -> str:
-    """A row's quality: accuracy or bits/char with its interval."""
-    for key, fmt in (("accuracy", "{:.4f}"), ("bits_per_char", "{:.3f}")):
+    """A row's quality with its interval: a language model's bits/char, else its accuracy."""
+    for key, fmt, unit in (("bits_per_char", "{:.3f}", " bits/char"), ("accuracy", "{:.4f}", "")):
         if row.get(key) is not None:
             interval = row.get(f"{key}_interval")
             band = f" ({fmt.format(interval[0])}–{fmt.format(interval[1])})" if interval else ""
-            return fmt.format(row[key]) + band
+            return fmt.format(row[key]) + unit + band
     return "—"
 
 
