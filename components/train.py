@@ -30,6 +30,7 @@ def train(
     # TrainConfig's settings, field for field (tests/test_settings.py holds them to it).
     model: str = "mlp",
     epochs: int = 5,
+    schedule_epochs: int = 0,
     batch_size: int = 64,
     learning_rate: float = 0.001,
     scale_learning_rate: bool = True,

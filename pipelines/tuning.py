@@ -74,6 +74,7 @@ def search(
                 run_spec=candidate.run_spec,
                 learning_rate=candidate.learning_rate,
                 epochs=candidate.epochs,
+                schedule_epochs=candidate.schedule_epochs,
                 seed=candidate.seed,
                 resume_from=candidate.resume_from,
                 # A fixed budget per rung, and a diverging rate scores worst instead of

@@ -177,6 +177,9 @@ def _trainings(state: dict, rates: dict, resume: dict) -> list[dict]:
             "learning_rate": lr,
             "seed": state["seed"],
             "epochs": epochs,
+            # Every rung trains the first epochs of the last rung's schedule (a language
+            # model's anneal, SGD's decay): a survivor's checkpoint is then one it resumes.
+            "schedule_epochs": state["rungs"][-1]["epochs"],
             "rung": state["done"],
             "resume_from": resume.get((spec, lr), ""),
         }

@@ -235,6 +235,13 @@ class TrainConfig:
         "the most, with --until-plateau",
         check=AT_LEAST_1,
     )
+    schedule_epochs: int = setting(
+        0,
+        "the epochs the learning rate's schedule spans (a language model's decay and cosine "
+        "anneal, SGD's linear decay to zero); 0: --epochs. A search's rung trains the first "
+        "epochs of the last rung's schedule, so that a survivor resumes its own checkpoint",
+        check=_zero_or_positive("--epochs"),
+    )
     batch_size: int = setting(64, "examples per step per worker", check=AT_LEAST_1)
     learning_rate: float = setting(1e-3, "base learning rate for one worker", check=POSITIVE)
     scale_learning_rate: bool = setting(
@@ -419,6 +426,11 @@ class TrainConfig:
         if self.threads_per_worker:
             return self.threads_per_worker
         return max(1, (os.cpu_count() or 1) // self.run.processes)
+
+    @property
+    def schedule_span(self) -> int:
+        """The epochs the learning rate's schedule spans: ``schedule_epochs``, else ``epochs``."""
+        return self.schedule_epochs or self.epochs
 
     @property
     def effective_learning_rate(self) -> float:

@@ -73,14 +73,17 @@ def model_file_digest(model: str) -> str | None:
     return _sha256(path.read_bytes())
 
 
-def schedule(stream, epochs: int) -> str:
+def schedule(stream, epochs: int, linear: bool = False) -> str:
     """The learning rate's schedule, in words that do not depend on the workers' count.
 
-    ``stream``: a stream language model's :class:`distrain.learning.lm.StreamTraining` (None:
-    every other model, whose rate is constant).
+    Args:
+        stream: A stream language model's :class:`distrain.learning.lm.StreamTraining`
+            (None: every other model).
+        epochs: The epochs the schedule spans (``TrainConfig.schedule_span``).
+        linear: The optimizer's rate falls linearly to zero over them (SGD's recipe).
     """
     if stream is None:
-        return "constant"
+        return f"linear decay to 0 over {epochs} epochs" if linear else "constant"
     parts = [f"decay {stream.decay_per_epoch:g}/epoch"]
     if stream.anneal:  # a half cosine over the run's epochs: they decide every update's rate
         parts.append(f"cosine anneal over {epochs} epochs")
@@ -109,7 +112,9 @@ def settings(cfg, optimizer, precision: str, metadata: dict, stream, choices=Non
         **chosen,
         "learning_rate": cfg.learning_rate,
         "scale_learning_rate": cfg.scale_learning_rate,
-        "schedule": schedule(stream, cfg.epochs)
+        "schedule": schedule(
+            stream, cfg.schedule_span, bool(getattr(optimizer, "linear_updates", 0))
+        )
         + (f", warm-up over {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""),
         "batch_size": cfg.batch_size,
         "run": str(cfg.run),

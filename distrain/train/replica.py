@@ -187,8 +187,8 @@ class Replica:
             self.info,
             learning_rate or cfg.effective_learning_rate,
             examples=cfg.batch_size,
-            run_updates=updates * cfg.epochs,
-            **(self.lm.schedule(updates, cfg.epochs) if self.lm else {}),
+            run_updates=updates * cfg.schedule_span,
+            **(self.lm.schedule(updates, cfg.schedule_span) if self.lm else {}),
             **cfg.rate_schedule(updates),  # [sync] linear scaling's warm-up
         )
         self.optimizer.build(self.model.trainable_variables)

@@ -69,6 +69,30 @@ def test_a_resume_with_a_setting_that_changes_the_updates_is_refused_naming_it(
 
 
 @pytest.mark.case(CASE)
+def test_a_schedule_spanning_the_epochs_resumes_only_over_the_same_span(
+    mnist_examples, tmp_path, monkeypatch
+):
+    # SGD's rate falls to zero over the schedule's epochs (fastText's recipe). A search's
+    # rung of 1 epoch and its survivor's rung of 4 train one 4-epoch schedule
+    # (schedule_epochs), so the survivor resumes; a run of 1 epoch whose own schedule
+    # ended there is not resumed for 4 (its rate would jump back up), and says why.
+    from distrain.base.errors import ConfigError
+    from distrain.datasets import ModelSpec
+
+    monkeypatch.setattr(ModelSpec, "optimizer_for", lambda self, info: "sgd")
+    rung = tmp_path / "rung"
+    _checkpointed(mnist_examples, rung, epochs=1, schedule_epochs=4)
+    survivor = _replica(mnist_examples, rung, epochs=4, schedule_epochs=4)
+    survivor.restore()
+    assert survivor.step == 5
+    ended = tmp_path / "ended"
+    _checkpointed(mnist_examples, ended, epochs=1)
+    with pytest.raises(ConfigError) as refused:
+        _replica(mnist_examples, ended, epochs=4).restore()
+    assert "linear decay to 0 over 1 epochs → linear decay to 0 over 4 epochs" in str(refused.value)
+
+
+@pytest.mark.case(CASE)
 def test_settings_that_do_not_change_the_updates_still_resume(mnist_examples, tmp_path):
     out = tmp_path / "run"
     first = _checkpointed(mnist_examples, out)

@@ -73,6 +73,8 @@ def test_a_search_keeps_the_best_third_and_resumes_them():
         "learning_rate=1e-4..1e-1", ["async:2"], size=6, eta=3, epochs=6, default_rate=1e-3
     )
     assert [t["epochs"] for t in state["next"]] == [2] * 6
+    # Each rung trains the first epochs of the last rung's schedule (an anneal's, a decay's).
+    assert {t["schedule_epochs"] for t in state["next"]} == {6}
     rates = state["grid"]
     # Validation losses after rung 0: the third and fourth rates best; the last diverged.
     losses = [0.9, 0.5, 0.2, 0.3, 0.8, math.nan]
@@ -84,7 +86,7 @@ def test_a_search_keeps_the_best_third_and_resumes_them():
     nxt = state["next"]
     assert [t["learning_rate"] for t in nxt] == [rates[2], rates[3]]
     assert [t["resume_from"] for t in nxt] == ["/r0/2", "/r0/3"]
-    assert {t["epochs"] for t in nxt} == {6}
+    assert {t["epochs"] for t in nxt} == {6} and {t["schedule_epochs"] for t in nxt} == {6}
     # The survivors resume: the history's seconds count both rungs, the rung only its own.
     results = [
         {

@@ -89,7 +89,7 @@ class EASGDRule(PushRule):
             g.info,
             g.cfg.effective_learning_rate,
             examples=g.cfg.batch_size,
-            run_updates=g.per_epoch * g.cfg.epochs,
+            run_updates=g.per_epoch * g.cfg.schedule_span,
         )
         self.optimizer.build(self.model.trainable_variables)
         # Steps, or summed loss, since the last exchange.

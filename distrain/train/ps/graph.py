@@ -78,7 +78,7 @@ class PSGraph:
                 self.variables = self.model.trainable_variables
                 # A language model's decay or anneal, over the updates the chief counts.
                 stream = self.spec.stream
-                schedule = stream.schedule(self.per_epoch, cfg.epochs) if stream else {}
+                schedule = stream.schedule(self.per_epoch, cfg.schedule_span) if stream else {}
                 # [ps] distrain's Adam, or the model file's own optimizer: either way its
                 # slots and step live on the parameter servers, which apply its updates.
                 self.optimizer = make_optimizer(
@@ -86,7 +86,7 @@ class PSGraph:
                     info,
                     cfg.effective_learning_rate,
                     examples=cfg.batch_size,
-                    run_updates=self.per_epoch * cfg.epochs,
+                    run_updates=self.per_epoch * cfg.schedule_span,
                     **schedule,
                     **cfg.rate_schedule(self.per_epoch),
                 )
