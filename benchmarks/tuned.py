@@ -153,16 +153,19 @@ def render(section: dict) -> list[str]:
             )
         lines += [
             "",
-            f"Untuned ({d['untuned']['wall_seconds']:.0f} s, load "
-            f"{d['untuned']['load_before']:.1f}/{d['untuned']['load_after']:.1f}): "
-            f"{d['untuned']['verdict']}",
+            f"Untuned ({_wall(d['untuned'])}): {d['untuned']['verdict']}",
             "",
-            f"Tuned ({d['tuned']['wall_seconds']:.0f} s with the search, load "
-            f"{d['tuned']['load_before']:.1f}/{d['tuned']['load_after']:.1f}): "
-            f"{d['tuned']['verdict']}",
+            f"Tuned ({_wall(d['tuned'], ' with the search')}): {d['tuned']['verdict']}",
             "",
         ]
     return lines
+
+
+def _wall(race: dict, what: str = "") -> str:
+    """A command's wall time and the one-minute load average before and after it."""
+    load = race.get("load_before"), race.get("load_after")
+    said = "" if None in load else f", load {load[0]:.1f}/{load[1]:.1f}"
+    return f"{race['wall_seconds']:.0f} s{what}{said}"
 
 
 def merge(found: Path, results: Path, note: str = "") -> dict:
