@@ -32,6 +32,7 @@ import statistics
 import numpy as np
 
 from distrain.base.noisescale import simple_noise_scale, steps_at
+from distrain.learning.choices import make_optimizer
 from distrain.learning.inputs import make_dataset
 from distrain.learning.models import build_model, load_info, model_spec, task_of
 
@@ -82,8 +83,6 @@ class _Learner:
         updates: int = 0,
     ):
         import tensorflow as tf
-
-        from distrain.learning.choices import make_optimizer
 
         self.model = build_model(info, model_name, seed)
         self.task = task_of(info, model_name)
