@@ -406,8 +406,14 @@ def test_quick_suite_runs_end_to_end(tmp_path):
     )
     results = json.loads(js.read_text())
     assert results["machine"]["quick"] is True
-    # The 8 targets, and one per mode for the peer comparison (the quick run's one set-up).
-    assert len(results["targets"]) == 8 + 4
+    # The 8 targets, one per mode for the peer comparison (the quick run's one set-up, the
+    # MLP at batch 64), and the two parameter-server modes' share of single:1 there.
+    assert len(results["targets"]) == 8 + 4 + 2
+    shares = [t for t in results["targets"] if "single:1's examples/s" in t["target"]]
+    assert [t["target"].split(" ")[0] for t in shares] == [
+        "async:2:ps=1",
+        "syncreplicas:3:aggregate=2",
+    ]
     peers = {r["run"]: r for r in results["peers"]["rows"]}
     assert set(peers) == {"single:1", "sync:2", "async:2:ps=1", "syncreplicas:3:aggregate=2"}
     assert all(r["ratios"][0] > 0 and r["peer_examples_per_second"][0] > 0 for r in peers.values())
