@@ -3,6 +3,7 @@ training runs, Horovod ranks, number formats and the machine they ran on."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -127,6 +128,27 @@ class SuiteConfig:
             model_epochs=2,
             **kw,
         )
+
+
+def run_pipeline(cmd: list[str], work: Path) -> tuple[tuple, float, dict]:
+    """Runs ``distrain run``; returns the load before it, its wall time and its comparison.
+
+    Raises:
+        RuntimeError: The command failed (its output's tail in the message).
+    """
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
+    return load_before, wall, json.loads((work / "comparison.json").read_text())
+
+
+def json_lines(path: Path) -> list:
+    """The records of a JSON-lines file (blank lines skipped)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def log(message: str) -> None:

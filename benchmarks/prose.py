@@ -16,8 +16,9 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from benchmarks.common import json_lines, run_pipeline
 
 JARGON = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
 # The book's length, the runs and the epochs: single:1's training stays within 10
@@ -27,18 +28,6 @@ RUNS = ["single:1", "sync:2"]
 EPOCHS = 13
 START = "*** START OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
 END = "*** END OF THE PROJECT GUTENBERG EBOOK THE JARGON FILE ***"
-
-
-def _run_pipeline(cmd: list[str], work: Path) -> tuple[tuple, float, dict]:
-    """Runs ``distrain run``; returns the load before it, its wall time and its comparison."""
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (done.stdout + done.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
-    return load_before, wall, json.loads((work / "comparison.json").read_text())
 
 
 def write_prose_book(out: Path, chars: int = CHARS, source: Path = JARGON) -> dict:
@@ -154,7 +143,7 @@ def bench_prose(quick: bool, tmp: Path, log=print) -> dict | None:
     work = tmp / "prose-run"
     cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
     cmd += ["--output", str(work), "--runs", ",".join(RUNS), "--epochs", str(epochs)]
-    load_before, wall, comparison = _run_pipeline(cmd, work)
+    load_before, wall, comparison = run_pipeline(cmd, work)
     baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
     ngram = baseline["evaluation"]["bits_per_char"]
     runs = []
@@ -296,7 +285,7 @@ def merge_tuned(found: Path, results: Path, note: str = "") -> dict:
     """Puts the JSON lines of ``--tune`` runs into ``results``' section 10 as ``texts_tuned``."""
     import datetime
 
-    texts = [json.loads(line) for line in found.read_text().splitlines() if line.strip()]
+    texts = json_lines(found)
     data = json.loads(results.read_text())
     first = texts[0]["tuning"]
     data["prose"]["texts_tuned"] = {
@@ -396,12 +385,21 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
     cmd = [sys.executable, "-m", "distrain", "run", "gutenberg", "--data", str(books)]
     cmd += ["--output", str(work), "--runs", "single:1", "--epochs", str(epochs)]
     cmd += ["--seed", str(seed)]
-    load_before, wall, comparison = _run_pipeline(cmd, work)
+    load_before, wall, comparison = run_pipeline(cmd, work)
     baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
     report = next(r for r in comparison["runs"] if r.get("history"))
+    cell = _cell(text, seed, report, baseline, wall, (load_before, os.getloadavg()))
+    log(
+        f"{name} seed {seed}: {cell['bits_per_char']:.3f} against "
+        f"{cell['ngram_bits_per_char']:.3f} ({wall:.0f} s)"
+    )
+    return cell
+
+
+def _cell(text: dict, seed: int, report: dict, baseline: dict, wall: float, loads: tuple) -> dict:
+    """One cell's record from a run's report (history and evaluation) and its n-gram."""
     history, evaluation = report["history"], report["evaluation"]
     ngram = baseline["evaluation"]["bits_per_char"]
-    log(f"{name} seed {seed}: {evaluation['bits_per_char']:.3f} against {ngram:.3f} ({wall:.0f} s)")
     return {
         **text,
         "seed": history["config"].get("seed", seed),
@@ -416,40 +414,15 @@ def bench_text(name: str, seed: int, tmp: Path, epochs: int = EPOCHS, log=print)
         "characters_scored": evaluation["characters"],
         "train_seconds": history["train_seconds"],
         "epochs": len(history["epochs"]),
-        # What the precision setting resolved to on this machine (distrain.learning.precision).
-        "precision": history.get("precision", "float32"),
-        "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
-        "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
-        "wall_seconds": wall,
-        "load_before": list(load_before),
-        "load_after": list(os.getloadavg()),
-        "sample": evaluation.get("sample", ""),
-    }
-
-
-def _cell(text: dict, seed: int, report: dict, baseline: dict, wall: float, loads: tuple) -> dict:
-    """One cell's record from a run's report (history and evaluation) and its n-gram."""
-    history, evaluation = report["history"], report["evaluation"]
-    ngram = baseline["evaluation"]["bits_per_char"]
-    return {
-        **text,
-        "seed": seed,
-        "run": report["run"]["name"],
-        "ngram": baseline["run"]["name"],
-        "ngram_bits_per_char": ngram,
-        "bits_per_char": evaluation["bits_per_char"],
-        "row_bits_per_char_min": evaluation.get("row_bits_per_char_min"),
-        "row_bits_per_char_max": evaluation.get("row_bits_per_char_max"),
-        "characters_scored": evaluation["characters"],
-        "train_seconds": history["train_seconds"],
-        "epochs": len(history["epochs"]),
         "learning_rate": history["config"]["learning_rate"],
+        # What the precision setting resolved to on this machine (distrain.learning.precision).
         "precision": history.get("precision", "float32"),
         "val_bits": [e["val_loss"] / math.log(2) for e in history["epochs"]],
         "seconds_to_ngram": time_to_bits(history["epochs"], ngram),
         "wall_seconds": wall,
         "load_before": list(loads[0]),
         "load_after": list(loads[1]),
+        "sample": evaluation.get("sample", ""),
     }
 
 
@@ -470,7 +443,7 @@ def bench_text_tuned(
     cmd += ["--output", str(work), "--runs", "single:1", "--epochs", str(epochs)]
     cmd += ["--repeats", str(repeats), "--tune", tune["range"], "--tune-grid", str(tune["grid"])]
     cmd += ["--tune-eta", str(tune["eta"]), "--tune-epochs", str(tune["epochs"])]
-    load_before, wall, comparison = _run_pipeline(cmd, work)
+    load_before, wall, comparison = run_pipeline(cmd, work)
     loads = (load_before, os.getloadavg())
     baseline = next(r for r in comparison["runs"] if r["run"]["mode"] == "baseline")
     reports = [r for r in comparison["runs"] if r.get("history")]

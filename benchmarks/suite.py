@@ -192,10 +192,7 @@ def kept_texts(previous: str | Path, key: str = "texts") -> dict | None:
         previous: The results file.
         key: ``texts`` (at the default rate) or ``texts_tuned`` (at the searched rate).
     """
-    path = Path(previous)
-    if not path.exists():
-        return None
-    return (json.loads(path.read_text()).get("prose") or {}).get(key)
+    return (kept(previous, "prose") or {}).get(key)
 
 
 def kept(previous: str | Path, key: str) -> dict | None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from benchmarks.common import json_lines, run_pipeline
 
 DATASETS = ["mnist", "dbpedia", "gutenberg", "tfrecord"]
 RUNS = "single:1,sync:2,async:2,easgd:2:tau=adaptive"
@@ -52,14 +52,7 @@ def race(
         cmd += ["--epochs", str(epochs)]
     if tune:
         cmd += ["--tune", tune]
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        tail = (done.stdout + done.stderr)[-3000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{tail}")
-    comparison = json.loads((work / "comparison.json").read_text())
+    load_before, wall, comparison = run_pipeline(cmd, work)
     rows = [
         {k: r.get(k) for k in FIELDS} | {"chosen": (r.get("tuning") or {}).get("chosen")}
         for r in comparison["rows"]
@@ -172,7 +165,7 @@ def merge(found: Path, results: Path, note: str = "") -> dict:
     """Puts the JSON lines of a measurement into ``results`` as the section (``tuned``)."""
     import datetime
 
-    datasets = [json.loads(line) for line in found.read_text().splitlines() if line.strip()]
+    datasets = json_lines(found)
     data = json.loads(results.read_text())
     first = datasets[0]["tuned"]["command"].split()
     data["tuned"] = {

@@ -115,7 +115,7 @@ def test_each_race_untuned_and_tuned_renders_side_by_side_and_parses_a_run(tmp_p
 
     for name in ("mnist-untuned", "mnist-tuned"):
         (tmp_path / name).mkdir()
-    monkeypatch.setattr(tuned.subprocess, "run", fake_run)
+    monkeypatch.setattr("benchmarks.common.subprocess.run", fake_run)
     found = tuned.bench_dataset("mnist", tmp_path, "single:1,sync:2", 3, "learning_rate=1e-3..3e-1")
     assert [r["name"] for r in found["tuned"]["rows"]] == ["single:1", "sync:2"]  # no baseline
     assert found["tuned"]["command"].endswith("--tune learning_rate=1e-3..3e-1")
