@@ -83,7 +83,14 @@ def bench_dataset(
     log(f"{dataset} untuned: {untuned['wall_seconds']:.0f} s")
     tuned = race(dataset, tmp / f"{dataset}-tuned", runs, repeats, tune, epochs)
     log(f"{dataset} tuned: {tuned['wall_seconds']:.0f} s")
-    return {"dataset": dataset, "untuned": untuned, "tuned": tuned}
+    return {
+        "dataset": dataset,
+        "runs": runs,
+        "repeats": repeats,
+        "tune": tune,
+        "untuned": untuned,
+        "tuned": tuned,
+    }
 
 
 def _metric(row: dict) -> str:
@@ -167,13 +174,11 @@ def merge(found: Path, results: Path, note: str = "") -> dict:
 
     datasets = json_lines(found)
     data = json.loads(results.read_text())
-    first = datasets[0]["tuned"]["command"].split()
+    first = datasets[0]
     data["tuned"] = {
         "measured": datetime.date.today().isoformat(),
         "note": note,
-        "runs": first[first.index("--runs") + 1],
-        "repeats": int(first[first.index("--repeats") + 1]),
-        "tune": first[first.index("--tune") + 1],
+        **{key: first[key] for key in ("runs", "repeats", "tune")},
         "datasets": datasets,
     }
     results.write_text(json.dumps(data, indent=2, default=str))

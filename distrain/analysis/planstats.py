@@ -135,7 +135,7 @@ class _Learner:
         An optimizer without second moments (SGD, a model file's) preconditions nothing:
         its metric is the plain one.
         """
-        grads = [np.asarray(tf_dense(g)) for g in self.gradient(x, y)]
+        grads = [tf_dense(g) for g in self.gradient(x, y)]
         plain = sum(float(np.sum(np.square(g))) for g in grads)
         if self.second_moments is None:
             return plain, plain

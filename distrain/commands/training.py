@@ -53,19 +53,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     + 1, ..., each into ``OUTPUT/seed-N``, and a last line gives the medians and 95 %
     intervals of its time, throughput and final validation accuracy.
     """
-    from distrain.datasets import default_model, pipeline_defaults
+    from distrain.datasets import dataset_of
     from distrain.steps import train
     from distrain.train.config import RunSpec
 
     RunSpec.parse(args.run)  # a bad spec is refused before anything starts
     check_repeats(args.repeats)
     settings = given(args, TrainConfig.settings())  # every TrainConfig setting has a flag
-    settings["model"] = args.model or default_model(args.data_dir)
-    if "learning_rate" not in settings or "batch_size" not in settings:
-        defaults = pipeline_defaults(args.data_dir)  # None: TrainConfig's apply
-        if defaults is not None:
-            settings.setdefault("learning_rate", defaults.learning_rate)
-            settings.setdefault("batch_size", defaults.batch_size)
+    settings["model"] = args.model
+    if not (args.model and {"learning_rate", "batch_size"} <= settings.keys()):
+        data_set = dataset_of(args.data_dir)  # its metadata.json, read once
+        settings["model"] = args.model or data_set.default_model
+        if data_set.pipeline is not None:  # else TrainConfig's rate and batch apply
+            settings.setdefault("learning_rate", data_set.pipeline.learning_rate)
+            settings.setdefault("batch_size", data_set.pipeline.batch_size)
     histories = []
     for i in range(args.repeats):
         settings["seed"] = seed = args.seed + i

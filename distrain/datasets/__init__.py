@@ -407,17 +407,14 @@ def texts(data_dir: str | os.PathLike, split: str) -> dict[str, str]:
     return get(DatasetInfo.load(data_dir).dataset).texts(data_dir, split)
 
 
+def dataset_of(data_dir: str | os.PathLike) -> DataSet:
+    """The data set preprocessed in ``data_dir`` (its ``metadata.json`` names it)."""
+    return get(DatasetInfo.load(data_dir).dataset)
+
+
 def default_model(data_dir: str | os.PathLike) -> str:
     """The default model of the data set preprocessed in ``data_dir``."""
-    return get(DatasetInfo.load(data_dir).dataset).default_model
-
-
-def pipeline_defaults(data_dir: str | os.PathLike) -> PipelineDefaults | None:
-    """The pipeline defaults (rate, batch, ...) of the data set preprocessed in ``data_dir``.
-
-    None for a data set without a pipeline of its own (a plugin's may have none).
-    """
-    return get(DatasetInfo.load(data_dir).dataset).pipeline
+    return dataset_of(data_dir).default_model
 
 
 __all__ = [
@@ -427,9 +424,9 @@ __all__ = [
     "PipelineDefaults",
     "PluginModel",
     "dbpedia",
+    "dataset_of",
     "get",
     "gutenberg",
-    "pipeline_defaults",
     "mnist",
     "tfrecord",
 ]

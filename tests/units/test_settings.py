@@ -88,7 +88,7 @@ def test_learning_rate_reaches_the_trainer(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setattr("distrain.train.launch.run_training", run_training)
     # The data is DBPedia's: its recipe's rate and batch (0.04, 512) unless given.
-    monkeypatch.setattr("distrain.datasets.pipeline_defaults", lambda d: get("dbpedia").pipeline)
+    monkeypatch.setattr("distrain.datasets.dataset_of", lambda d: get("dbpedia"))
     argv = ["train", "--data", str(tmp_path), "--output", str(tmp_path / "o"), "--model", "mlp"]
     assert main([*argv, "--run", "sync:2", "--learning-rate", "0.05", "--epochs", "2"]) == 0
     cfg = seen[-1]
