@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 
 LOCK_SUFFIX = ".lock"
+# Seconds a refused job waits for the holder's record (written just after it takes the lock).
+RECORD_WAIT = 2.0
 # Errors of a file system that has no locks (an NFS mount without lockd, some FUSE ones).
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 # Errors of a folder where the lock file cannot be made (a read-only mount's parent).
@@ -83,6 +85,19 @@ def _read(fd: int) -> dict:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def _holders_record(fd: int, wait: float = RECORD_WAIT) -> dict:
+    """The record of the job holding the lock on ``fd``, waiting up to ``wait`` seconds for it.
+
+    A job writes its record just after it takes the lock; one that started at the same
+    moment can find the file still empty. It waits for the record rather than name "a job
+    that has not recorded itself yet" ({} if none comes).
+    """
+    deadline = time.monotonic() + wait
+    while not (record := _read(fd)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return record
 
 
 def _record() -> dict:
@@ -132,7 +147,7 @@ def acquire(output_dir: str | os.PathLike) -> dict:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
                 if err.errno in (errno.EACCES, errno.EAGAIN):
-                    record = _read(fd)
+                    record = _holders_record(fd)
                     os.close(fd)
                     raise _busy(output_dir, record) from None
                 os.close(fd)

@@ -248,3 +248,43 @@ def test_where_no_lock_can_be_had_the_job_says_so_and_goes_on(
     )
     assert (out / "a").read_text() == "new"
     assert lock_path(out) not in outputs._HELD  # released with the job
+
+
+# A process that takes an output's lock, prints "locked", and writes its record only later:
+# the moment between the two, which a job started at the same time can meet.
+LATE_RECORDER = (
+    "import fcntl, json, os, sys, time\n"
+    "from distrain.preprocess.outputs import lock_path\n"
+    "path = lock_path(sys.argv[1])\n"
+    "path.parent.mkdir(parents=True, exist_ok=True)\n"
+    "fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)\n"
+    "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(0.5)\n"
+    "record = {'pid': os.getpid(), 'host': 'h', 'started': 0, 'command': 'distrain x'}\n"
+    "os.pwrite(fd, json.dumps(record).encode(), 0)\n"
+    "time.sleep(600)\n"
+)
+
+
+@pytest.mark.case("integrity/one-writer")
+def test_a_job_refused_before_the_holder_recorded_itself_waits_to_name_it(tmp_path, cli_env):
+    # Two jobs started together: the second can find the lock taken and its file still
+    # empty. It waits for the holder's record instead of naming "a job that has not
+    # recorded itself yet" (CI met it under load).
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LATE_RECORDER, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli_env,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(OutputBusyError) as busy, one_writer(out):
+            pass
+        assert f"(pid {holder.pid} on host h since " in str(busy.value)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
