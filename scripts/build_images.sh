@@ -78,6 +78,21 @@ if [ "$local_build" = 1 ]; then
     }
   done
   local_base
+  # A cold build of the three images writes about 20 GB (the GPU build stage alone is 8.6 GB,
+  # and committing its venv stages another copy under /var/tmp); a disk that runs out fails
+  # it ten minutes in with "no space left on device". Say so before starting instead.
+  need_gb="${DISTRAIN_BUILD_MIN_FREE_GB:-20}"
+  store="$(buildah info --format '{{index .store "GraphRoot"}}' 2>/dev/null || echo /var/lib/containers)"
+  for dir in "$store" "${TMPDIR:-/var/tmp}"; do
+    [ -d "$dir" ] || continue
+    free_gb=$(( $(df -Pk "$dir" | awk 'NR==2 {print $4}') / 1048576 ))
+    if [ "$free_gb" -lt "$need_gb" ]; then
+      echo "build_images: $dir has $free_gb GB free; a cold build of the images needs about $need_gb GB" >&2
+      echo "  (untagged images of earlier builds: buildah images --filter dangling=true;" \
+        "DISTRAIN_BUILD_MIN_FREE_GB lowers the bar when the layer cache is warm)" >&2
+      [ "$dry" = 1 ] || exit 2
+    fi
+  done
 fi
 
 cache="${DISTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain}"
@@ -102,7 +117,7 @@ for kind in "${kinds[@]}"; do
   ref="$(PYTHONPATH="$root" "$py" -c "from distrain.base.images import image; print(image('$kind'))")"
   start=$SECONDS
   if [ "$local_build" = 1 ]; then
-    run buildah bud --isolation chroot --layers --build-arg "BASE=$LOCAL_BASE" \
+    run buildah bud --isolation chroot --layers --force-rm --build-arg "BASE=$LOCAL_BASE" \
       "${build_mounts[@]}" -f "images/${kind}.Dockerfile" -t "$ref" . | tee -a "$steps_log"
   elif command -v docker >/dev/null; then
     run docker build -f "images/${kind}.Dockerfile" -t "$ref" .
