@@ -118,6 +118,57 @@ def test_a_search_keeps_the_best_third_and_resumes_them():
     assert json.dumps(record, allow_nan=False)
 
 
+def test_the_choice_takes_the_lowest_rate_within_the_tolerance_of_the_best():
+    def c(lr, score):
+        return {"learning_rate": lr, "score": score}
+
+    # Gutenberg's sync:2 search as recorded (last rung, one seed each): 0.0306 scored 2.7 %
+    # below 0.00313, and a second seed diverged at 0.0306. Within 10 %: the lower rate.
+    picked = tuning.choose([c(0.00312913, 1.4075), c(0.0306389, 1.3708)], 0.1)
+    assert picked["learning_rate"] == 0.00312913 and picked["best_rate"] == 0.0306389
+    assert picked["why"] == (
+        "the lowest rate within 10% of the best validation loss (1.407 against 1.371 at 0.0306389)"
+    )
+    # No tolerance: the best score alone.
+    assert tuning.choose([c(0.00312913, 1.4075), c(0.0306389, 1.3708)], 0.0)["learning_rate"] == (
+        0.0306389
+    )
+    # Outside the tolerance (MNIST's single:1: 0.0542 at 0.001 is 16 % above 0.0466): the best.
+    picked = tuning.choose([c(0.001, 0.0542), c(0.00312913, 0.0466)], 0.1)
+    assert picked["learning_rate"] == 0.00312913
+    assert picked["why"] == "the best validation loss (0.0466)"
+    # Exactly at the bar counts; a diverged candidate never does; three finalists.
+    picked = tuning.choose([c(0.3, math.inf), c(0.1, 1.0), c(0.03, 1.1), c(0.01, 1.2)], 0.1)
+    assert picked["learning_rate"] == 0.03
+    # Every candidate diverged: the lowest rate, said so.
+    picked = tuning.choose([c(0.3, math.inf), c(0.1, math.inf)])
+    assert picked["learning_rate"] == 0.1 and "diverged" in picked["why"]
+    with pytest.raises(ValueError):
+        tuning.choose([])
+
+
+def test_the_search_records_why_it_chose_a_rate_below_the_best():
+    state = tuning.start("learning_rate=1e-3..1e-1", ["sync:2"], size=2, eta=2, epochs=4)
+    assert state["tolerance"] == tuning.DEFAULT_TOLERANCE == 0.1
+    low, high = state["grid"]
+    results = [
+        {"history": _history("sync:2", low, [2.0, 1.4075], 8.0, processes=2), "path": "/a"},
+        {"history": _history("sync:2", high, [2.0, 1.3708], 8.0, processes=2), "path": "/b"},
+    ]
+    state = tuning.advance(state, results, {"sync:2": "sync:2"})
+    record = tuning.record(state, "sync:2")
+    assert (record["chosen"], record["best_rate"], record["tolerance"]) == (low, high, 0.1)
+    assert record["why"].startswith("the lowest rate within 10% of the best validation loss")
+    assert tuning.final_trainings(state, 1, 0)[0]["learning_rate"] == low
+    # The verdict says it, in a sentence a user can check against the plotted scores.
+    comparison = {"rows": [{"name": "sync:2", "mode": "sync"}], "verdict": {"reason": "Tie."}}
+    attach(comparison, {"sync:2": record})
+    assert comparison["verdict"]["reason"] == (
+        f"Tie. sync:2 trains at {low:g}, not at the best-scored {high:g}: the lowest rate "
+        "within 10% of the best validation loss (1.407 against 1.371 at 0.1)."
+    )
+
+
 def test_a_rung_without_every_candidate_is_refused():
     state = tuning.start("learning_rate=1e-3..1e-1", ["single:1"], size=3, eta=3, epochs=3)
     results = [{"history": _history("single:1", state["grid"][0], [0.5], 1.0), "path": "p"}]

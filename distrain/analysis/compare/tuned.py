@@ -36,12 +36,24 @@ def attach(comparison: dict, records: dict) -> dict:
             row["time_to_tuned_model_interval"] = (
                 [v + record["seconds"] for v in interval] if interval else None
             )
-    sentence = ranking_sentence(records)
+    sentence = " ".join(filter(None, [ranking_sentence(records), *leaning_low(records)]))
     if sentence:
         verdict = comparison["verdict"]
         verdict["tuning"] = sentence
         verdict["reason"] = f"{verdict['reason']} {sentence}"
     return comparison
+
+
+def leaning_low(records: dict) -> list[str]:
+    """One sentence per run whose search chose a rate below its best-scored one, and why."""
+    return [
+        f"{name} trains at {record['chosen']:g}, not at the best-scored {record['best_rate']:g}: "
+        f"{record['why']}."
+        for name, record in records.items()
+        if record.get("best_rate") is not None
+        and record.get("chosen") is not None
+        and not math.isclose(record["chosen"], record["best_rate"], rel_tol=1e-9)
+    ]
 
 
 def _nearest(record: dict, rate: float) -> dict | None:
