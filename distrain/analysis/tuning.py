@@ -22,9 +22,9 @@ The choice among the last rung's candidates leans low (:func:`choose`): the lowe
 whose score is within :data:`DEFAULT_TOLERANCE` of the best. Each candidate trains one
 seed, and on the samples a run spec's repeats end 0.5-31 % apart in validation loss, 10 %
 in the median (the untuned races' repeats, BENCHMARKS.md); inside that noise the higher
-rate is no better, and it is the one that diverges on another seed (Gutenberg's ``sync:2``
-chose 0.031 at 2.7 % below 0.0031's score, and its second seed diverged at 0.031). Too
-low a rate costs a little quality; too high a rate can cost the run.
+rate is no better, and it is the one that diverges on another seed (on a language-model
+sample ``sync:2`` chose 0.031 at 2.7 % below 0.0031's score, and its second seed diverged
+at 0.031). Too low a rate costs a little quality; too high a rate can cost the run.
 """
 
 from __future__ import annotations
@@ -310,32 +310,41 @@ def advance(state: dict, results: list[dict], names: dict) -> dict:
     state["done"] = rung + 1
     survivors, resume = {}, {}
     for spec, run in state["runs"].items():
-        entered = [c for c in run["candidates"] if len(c["rungs"]) == rung + 1]
-        ranked = sorted(entered, key=lambda c: (c["rungs"][-1]["score"], c["learning_rate"]))
-        best = ranked[: kept(len(entered), state["eta"])]
-        survivors[spec] = [c["learning_rate"] for c in best]
-        for c in best:
-            resume[(spec, c["learning_rate"])] = c["rungs"][-1]["path"]
-        run["cost_seconds"] = sum(r["seconds"] for c in run["candidates"] for r in c["rungs"])
-        run["process_seconds"] = sum(
-            r["process_seconds"] for c in run["candidates"] for r in c["rungs"]
-        )
-        if state["done"] == len(state["rungs"]):
-            picked = choose(
-                [
-                    {"learning_rate": c["learning_rate"], "score": c["rungs"][-1]["score"]}
-                    for c in entered
-                ],
-                state.get("tolerance", 0.0),
-            )
-            run["chosen"] = picked["learning_rate"]
-            run["best_rate"] = picked["best_rate"]
-            run["why"] = picked["why"]
+        survivors[spec] = _rung_end(state, run, rung, resume, spec)
     if state["done"] < len(state["rungs"]):
         state["next"] = _trainings(state, survivors, resume)
     else:
         state["next"] = []
     return state
+
+
+def _rung_end(state: dict, run: dict, rung: int, resume: dict, spec: str) -> list[float]:
+    """One run spec after ``rung``: the rates that go on.
+
+    Their checkpoints go into ``resume``; the run spec's search cost so far, and after the
+    last rung its choice (:func:`choose`), into ``run``.
+    """
+    entered = [c for c in run["candidates"] if len(c["rungs"]) == rung + 1]
+    ranked = sorted(entered, key=lambda c: (c["rungs"][-1]["score"], c["learning_rate"]))
+    best = ranked[: kept(len(entered), state["eta"])]
+    for c in best:
+        resume[(spec, c["learning_rate"])] = c["rungs"][-1]["path"]
+    run["cost_seconds"] = sum(r["seconds"] for c in run["candidates"] for r in c["rungs"])
+    run["process_seconds"] = sum(
+        r["process_seconds"] for c in run["candidates"] for r in c["rungs"]
+    )
+    if state["done"] == len(state["rungs"]):
+        picked = choose(
+            [
+                {"learning_rate": c["learning_rate"], "score": c["rungs"][-1]["score"]}
+                for c in entered
+            ],
+            state.get("tolerance", 0.0),
+        )
+        run["chosen"] = picked["learning_rate"]
+        run["best_rate"] = picked["best_rate"]
+        run["why"] = picked["why"]
+    return [c["learning_rate"] for c in best]
 
 
 def final_trainings(state: dict, repeats: int, seed: int) -> list[dict]:
